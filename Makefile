@@ -1,0 +1,37 @@
+# The README's two commands: `make demo` and `make test`.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+DEMO_WS := .refloop-data/demo-workspace
+
+.PHONY: demo test lint bench postgres histories
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	mkdir -p $(DEMO_WS)
+	$(BIN)/refloop run "Write a short report on refloop and save it as report.md" \
+		--workspace $(DEMO_WS)
+
+postgres:
+	@pg_isready -h 127.0.0.1 -p 5432 -q || \
+		pg_ctlcluster --skip-systemctl-redirect $$(ls /etc/postgresql) main start || \
+		echo "PostgreSQL could not be started; DB tests will fail"
+
+test: $(STAMP) postgres
+	$(BIN)/ruff check .
+	$(BIN)/pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+bench: $(STAMP)
+	$(BIN)/python -m bench.bench_core
+
+histories: $(STAMP)
+	REFLOOP_RECORD_HISTORIES=1 $(BIN)/pytest -q tests/workflow/test_agent_workflow.py -k golden

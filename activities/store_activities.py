@@ -1,0 +1,20 @@
+"""Persistence activities: the DB written from the workflow, retried through outages."""
+
+from __future__ import annotations
+
+import asyncio
+
+from temporalio import activity
+
+from refloop.models import ActivityName, RecordTaskInput
+from refloop.store import Store
+
+
+class StoreActivities:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    @activity.defn(name=ActivityName.RECORD_TASK)
+    async def record_task(self, rec: RecordTaskInput) -> None:
+        # SQLAlchemy is synchronous; keep the worker's event loop free.
+        await asyncio.to_thread(self.store.record_task, rec)

@@ -1,0 +1,123 @@
+"""Orchestration overhead of the durable agent loop, measured in one run.
+
+A scripted model answers every call after a fixed 200 ms. The same 10-step task runs
+(a) as AgentTaskWorkflow on the embedded Temporal test server and (b) as a plain asyncio
+loop making the same gateway and tool calls. Both are divided by the sum of the model
+latencies; history bytes per step come from the workflow's event history.
+
+    python -m bench.bench_core [--steps 10] [--latency-ms 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from refloop.llm import LLMGateway
+from refloop.models import ChatMessage, IntentResult, Plan, Purpose, RunToolInput, TaskInput
+from refloop.prompts import intent_messages, plan_messages, summary_messages
+from refloop.scripted_llm import ScriptedLLMServer
+from refloop.settings import Settings
+from refloop.tools import execute_tool, tool_specs
+from worker.main import build_worker, connect
+from worker.temporal_server import EmbeddedTemporal
+from workflows.agent import AgentTaskWorkflow
+
+
+def scenario(steps: int, latency_ms: int) -> dict:
+    acts = []
+    for n in range(1, steps + 1):
+        acts.append({"tool_calls": [{"name": "write_file",
+                                     "arguments": {"path": f"f{n}.txt", "content": str(n)}}]})
+    acts.append({"content": "all files written"})
+    return {
+        "latency_ms": latency_ms,
+        "responses": {
+            "intent": [{"json": {"intent": "CODING_TASK", "confidence": 1, "reason": "x"}}],
+            "plan": [{"json": {"task_type": "coding", "steps": [
+                {"goal": f"write f{n}", "tool": "write_file"} for n in range(1, steps + 1)]}}],
+            "act": acts,
+            "summary": [{"content": "wrote the files"}],
+        },
+    }
+
+
+async def plain_loop(gateway: LLMGateway, model: str, workspace: Path, settings: Settings) -> None:
+    """The same calls without Temporal: the baseline."""
+    specs = tool_specs()
+    await gateway.structured(Purpose.intent, intent_messages("task"), IntentResult, model=model)
+    await gateway.structured(Purpose.plan, plan_messages("task", specs, None), Plan, model=model)
+    messages = [ChatMessage(role="system", content="s"), ChatMessage(role="user", content="t")]
+    for index in range(1000):
+        out = await gateway.chat(Purpose.act, messages, model=model, tools=specs)
+        if not out.tool_calls:
+            break
+        messages.append(ChatMessage(role="assistant", tool_calls=out.tool_calls))
+        for call in out.tool_calls:
+            result = await execute_tool(
+                RunToolInput(call_id=f"plain-{index}", name=call.name,
+                             arguments=call.arguments, workspace=str(workspace)),
+                settings,
+            )
+            messages.append(ChatMessage(role="tool", tool_call_id=call.id, content=result.output))
+    await gateway.chat(Purpose.summary, summary_messages("task", "x"), model=model)
+
+
+async def main(steps: int, latency_ms: int) -> None:
+    model_calls = steps + 4  # intent, plan, steps + final act, summary
+    model_time = model_calls * latency_ms / 1000
+    with tempfile.TemporaryDirectory() as tmp, ScriptedLLMServer() as llm:
+        root = Path(tmp)
+        settings = Settings(
+            openai_base_url=llm.base_url, openai_api_key="bench",
+            refloop_data_dir=root / "data",
+        )
+        temporal = EmbeddedTemporal(root / "temporal")
+        client = await connect(await temporal.start(), "default")
+        try:
+            queue = f"bench-{uuid.uuid4().hex[:6]}"
+            async with build_worker(client, settings, queue):
+                # Warm-up: first workflow pays for sandbox imports and DB table creation.
+                for label in ("warmup", "measured"):
+                    llm.load(label, scenario(steps, latency_ms))
+                    workspace = root / label
+                    workspace.mkdir()
+                    started = time.perf_counter()
+                    handle = await client.start_workflow(
+                        AgentTaskWorkflow.run,
+                        TaskInput(task="write files", workspace=str(workspace), model=label),
+                        id=f"bench-{label}-{uuid.uuid4().hex[:6]}", task_queue=queue,
+                    )
+                    result = await handle.result()
+                    workflow_time = time.perf_counter() - started
+                assert result.status == "completed", result.answer
+                history = await handle.fetch_history()
+            llm.load("plain", scenario(steps, latency_ms))
+            plain_ws = root / "plain"
+            plain_ws.mkdir()
+            gateway = LLMGateway(settings)
+            started = time.perf_counter()
+            await plain_loop(gateway, "plain", plain_ws, settings)
+            plain_time = time.perf_counter() - started
+        finally:
+            temporal.stop()
+    history_bytes = len(history.to_json().encode())
+    print(f"steps={steps} model_calls={model_calls} latency={latency_ms}ms "
+          f"sum_model_latency={model_time:.2f}s")
+    print(f"workflow      wall={workflow_time:.2f}s ratio={workflow_time / model_time:.3f}")
+    print(f"plain asyncio wall={plain_time:.2f}s ratio={plain_time / model_time:.3f}")
+    print(f"workflow/plain={workflow_time / plain_time:.3f}")
+    print(f"history: {len(history.events)} events, {history_bytes} bytes, "
+          f"{history_bytes / steps:.0f} bytes/step")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--latency-ms", type=int, default=200)
+    args = parser.parse_args()
+    asyncio.run(main(args.steps, args.latency_ms))

@@ -1,0 +1,3 @@
+from refloop.cli import main
+
+main()

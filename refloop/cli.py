@@ -1,0 +1,264 @@
+"""`refloop` command line: a thin client over the embedded stack or a running deployment.
+
+Progress goes to stderr, results to stdout, so `--json` output pipes cleanly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from refloop.models import Event, TaskInput, TaskResult
+from refloop.settings import Settings, SettingsError, load_settings
+
+err_console = Console(stderr=True, highlight=False)
+
+EVENT_STYLE = {
+    "plan": "bold cyan",
+    "step": "cyan",
+    "tool_call": "yellow",
+    "tool_result": "green",
+    "completed": "bold green",
+    "failed": "bold red",
+}
+
+
+def read_rules(value: str | None) -> str | None:
+    """`--review-rules TEXT|@FILE`."""
+    if value is None or not value.startswith("@"):
+        return value
+    path = Path(value[1:])
+    if not path.is_file():
+        raise SystemExit(f"--review-rules: file not found: {path}")
+    return path.read_text(encoding="utf-8")
+
+
+def describe_event(event: Event) -> str:
+    data = event.data
+    match event.type:
+        case "plan":
+            steps = "; ".join(f"{n}. {s['goal']} [{s['tool']}]" for n, s in enumerate(
+                data.get("steps", []), start=1))
+            return f"plan ({data.get('task_type')}): {steps}"
+        case "step":
+            return f"step {data.get('step')}: {data.get('goal')}" if data.get("step") else (
+                "all plan steps complete")
+        case "tool_call":
+            return f"→ {data.get('tool')} {json.dumps(data.get('args'), ensure_ascii=False)[:120]}"
+        case "tool_result":
+            status = "ok" if data.get("ok") else f"error: {data.get('error')}"
+            return f"← {data.get('tool')} {status}"
+        case _:
+            return f"{event.type}: {json.dumps(data, ensure_ascii=False)[:160]}"
+
+
+def print_event(event: Event) -> None:
+    style = EVENT_STYLE.get(event.type, "dim")
+    err_console.print(f"[{style}]{describe_event(event)}[/{style}]")
+
+
+async def follow_events(handle: Any, done: asyncio.Event) -> None:
+    """Print events as they appear, by polling the workflow's query."""
+    from workflows.agent import AgentTaskWorkflow
+
+    seen = 0
+    while True:
+        finished = done.is_set()
+        try:
+            events = await handle.query(AgentTaskWorkflow.events, seen)
+        except Exception:  # the run may have closed between polls; the result has all
+            events = []
+        for event in events:
+            print_event(event)
+            seen = event.seq
+        if finished:
+            return
+        await asyncio.sleep(0.3)
+
+
+async def run_task(args: argparse.Namespace, settings: Settings) -> int:
+    from temporalio.client import WorkflowFailureError
+    from temporalio.exceptions import ApplicationError
+
+    from worker.stack import embedded_stack
+    from workflows.agent import AgentTaskWorkflow
+
+    workspace = Path(args.workspace).resolve()
+    if not workspace.is_dir():
+        raise SystemExit(f"--workspace: not a directory: {workspace}")
+    rules = read_rules(args.review_rules)
+    task = TaskInput(
+        task=args.task,
+        workspace=str(workspace),
+        model=args.model,
+        enable_quality_review=bool(rules) and not args.no_quality_review,
+        quality_review_rules=rules,
+        enable_reflection=settings.enable_reflection and not args.no_reflection,
+        max_iterations=args.max_iterations,
+    )
+    workflow_id = f"task-{uuid.uuid4().hex[:12]}"
+    # With TEMPORAL_ADDRESS a separate `refloop worker` does the work.
+    async with embedded_stack(settings, with_worker=settings.temporal_address is None) as stack:
+        if settings.uses_scripted_model:
+            err_console.print("[bold magenta]model: SCRIPTED offline test double[/]")
+        handle = await stack.client.start_workflow(
+            AgentTaskWorkflow.run,
+            task,
+            id=workflow_id,
+            task_queue=stack.settings.refloop_task_queue,
+        )
+        err_console.print(f"[bold]workflow[/] {workflow_id}")
+        done = asyncio.Event()
+        follower = asyncio.create_task(follow_events(handle, done))
+        try:
+            result = await handle.result()
+        except WorkflowFailureError as failure:
+            cause = failure.cause
+            if isinstance(cause, ApplicationError) and cause.details:
+                result = TaskResult.model_validate(cause.details[0])
+            else:
+                result = TaskResult(
+                    task_id=workflow_id, workflow_id=workflow_id, status="failed",
+                    stop_reason="workflow_failed", answer=str(cause or failure),
+                )
+        done.set()
+        await follower
+        if args.save_history:
+            history = await handle.fetch_history()
+            Path(args.save_history).write_text(history.to_json(), encoding="utf-8")
+    emit_result(result, args.json)
+    return 0 if result.status == "completed" else 1
+
+
+def emit_result(result: TaskResult, as_json: bool) -> None:
+    if as_json:
+        payload = {
+            "workflow_id": result.workflow_id,
+            "status": result.status,
+            "answer": result.answer,
+            "events": [event.model_dump(mode="json") for event in result.events],
+            "stats": result.stats.model_dump(mode="json"),
+            "quality_reviews": result.quality_reviews,
+            "stop_reason": result.stop_reason,
+            "summary": result.summary,
+        }
+        print(json.dumps(payload, ensure_ascii=False))
+        return
+    print(f"status: {result.status} ({result.stop_reason})")
+    print(f"answer: {result.answer}")
+    if result.summary:
+        print(f"summary: {result.summary}")
+    stats = result.stats
+    print(
+        f"stats: {stats.iterations} iterations, {stats.llm_calls} model calls, "
+        f"{stats.tool_calls} tool calls, {stats.usage.total_tokens} tokens"
+    )
+
+
+async def export_history(args: argparse.Namespace, settings: Settings) -> int:
+    from worker.main import connect
+
+    if not settings.temporal_address:
+        raise SystemExit(
+            "refloop history needs TEMPORAL_ADDRESS; the embedded test server keeps "
+            "nothing after its process ends (use `refloop run --save-history FILE`)"
+        )
+    client = await connect(settings.temporal_address, settings.temporal_namespace)
+    history = await client.get_workflow_handle(args.workflow_id).fetch_history()
+    Path(args.output).write_text(history.to_json(), encoding="utf-8")
+    err_console.print(f"saved {len(history.events)} events to {args.output}")
+    return 0
+
+
+async def replay_histories(args: argparse.Namespace) -> int:
+    from worker.replay import replay_files
+
+    failures = await replay_files([Path(p) for p in args.files])
+    for path, error in failures.items():
+        err_console.print(f"[bold red]NON-DETERMINISTIC[/] {path}: {error}")
+    if not failures:
+        err_console.print(f"[green]{len(args.files)} histories replayed cleanly[/]")
+    return 1 if failures else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="refloop", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run one agent task to the end")
+    run.add_argument("task")
+    run.add_argument("--workspace", required=True)
+    run.add_argument("--review-rules", help="TEXT or @FILE; turns quality review on")
+    run.add_argument("--no-quality-review", action="store_true")
+    run.add_argument("--no-reflection", action="store_true")
+    run.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    run.add_argument("--model", help="model name (default REFLOOP_MODEL)")
+    run.add_argument("--max-iterations", type=int, default=20)
+    run.add_argument("--save-history", metavar="FILE", help="write the event history")
+
+    sub.add_parser("worker", help="run a worker against TEMPORAL_ADDRESS")
+    up = sub.add_parser("up", help="the embedded stack: Temporal, worker (and API)")
+    up.add_argument("--port", type=int, default=8000)
+
+    history = sub.add_parser("history", help="export a workflow's event history")
+    history.add_argument("workflow_id")
+    history.add_argument("-o", "--output", required=True)
+    replay = sub.add_parser("replay", help="replay histories against the current code")
+    replay.add_argument("files", nargs="+")
+
+    scripted = sub.add_parser("scripted-llm", help="the scripted OpenAI-compatible model")
+    scripted.add_argument("--scenario", required=True)
+    scripted.add_argument("--port", type=int, default=8089)
+    scripted.add_argument("--host", default="127.0.0.1")
+    return parser
+
+
+async def run_up(args: argparse.Namespace, settings: Settings) -> int:
+    from worker.stack import embedded_stack
+
+    async with embedded_stack(settings) as stack:
+        where = stack.temporal.address if stack.temporal else settings.temporal_address
+        err_console.print(f"[bold]refloop up[/]: Temporal {where}, worker on "
+                          f"{settings.refloop_task_queue}; Ctrl-C to stop")
+        await asyncio.Event().wait()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        settings = load_settings()
+    except SettingsError as err:
+        err_console.print(f"[bold red]{err}[/]")
+        raise SystemExit(2) from None
+    if args.command == "scripted-llm":
+        from refloop.scripted_llm import serve
+
+        serve(args.scenario, args.host, args.port)
+        return
+    if args.command == "worker":
+        from worker.main import run_worker
+
+        runner = run_worker(settings)
+    elif args.command == "run":
+        runner = run_task(args, settings)
+    elif args.command == "up":
+        runner = run_up(args, settings)
+    elif args.command == "history":
+        runner = export_history(args, settings)
+    else:
+        runner = replay_histories(args)
+    try:
+        code = asyncio.run(runner)
+    except KeyboardInterrupt:
+        code = 130
+    sys.exit(code or 0)

@@ -1,0 +1,261 @@
+"""Pydantic models shared by workflows, activities, the API and the CLI.
+
+Everything that crosses a Temporal boundary (activity input/result, workflow
+input/result, queries) is one of these models, so fields can be added later
+without breaking workflows already in flight: new fields must be optional.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+
+class Purpose(str, Enum):
+    """Value of the `X-Refloop-Purpose` header; routing and test doubles key on it."""
+
+    intent = "intent"
+    plan = "plan"
+    act = "act"
+    quality_review = "quality_review"
+    completeness = "completeness"
+    supplement_plan = "supplement_plan"
+    code_review = "code_review"
+    code_verify = "code_verify"
+    summary = "summary"
+
+
+# ---------------------------------------------------------------- chat
+
+
+class ToolCall(BaseModel):
+    id: str
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class ChatMessage(BaseModel):
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
+
+
+class TokenUsage(BaseModel):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    calls: int = 0
+
+    def add(self, other: TokenUsage) -> TokenUsage:
+        return TokenUsage(
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            total_tokens=self.total_tokens + other.total_tokens,
+            calls=self.calls + other.calls,
+        )
+
+
+class ToolSpec(BaseModel):
+    """What crosses to the model: name, description and JSON schema, never callables."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+# ---------------------------------------------------------------- structured answers
+
+
+class IntentLabel(str, Enum):
+    CODING_TASK = "CODING_TASK"
+    CAPABILITY_QUERY = "CAPABILITY_QUERY"
+    REPO_ANALYSIS = "REPO_ANALYSIS"
+    GENERAL_CHAT = "GENERAL_CHAT"
+    UNCERTAIN = "UNCERTAIN"
+
+
+class IntentResult(BaseModel):
+    intent: IntentLabel
+    confidence: float = Field(ge=0.0, le=1.0)
+    reason: str = ""
+
+
+class TaskType(str, Enum):
+    research = "research"
+    creation = "creation"
+    data_processing = "data_processing"
+    coding = "coding"
+    other = "other"
+
+
+class PlanStep(BaseModel):
+    goal: str = Field(min_length=1)
+    tool: str = Field(min_length=1)
+
+
+class Plan(BaseModel):
+    task_type: TaskType = TaskType.other
+    steps: list[PlanStep] = Field(min_length=1)
+
+
+# ---------------------------------------------------------------- activity I/O
+
+
+class LLMUsageRecord(BaseModel):
+    purpose: Purpose
+    model: str
+    usage: TokenUsage
+
+
+class ClassifyIntentInput(BaseModel):
+    task: str
+    model: str | None = None
+
+
+class ClassifyIntentResult(BaseModel):
+    intent: IntentResult
+    usage: LLMUsageRecord
+
+
+class MakePlanInput(BaseModel):
+    task: str
+    tools: list[ToolSpec]
+    model: str | None = None
+    feedback: str | None = None  # violations of a previous plan, for a bounded re-plan
+
+
+class MakePlanResult(BaseModel):
+    plan: Plan
+    usage: LLMUsageRecord
+
+
+class ActInput(BaseModel):
+    messages: list[ChatMessage]
+    tools: list[ToolSpec]
+    model: str | None = None
+    parallel_tool_calls: bool | None = None
+
+
+class ActResult(BaseModel):
+    content: str | None = None
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    finish_reason: str | None = None
+    abnormal: str | None = None  # set when the output was runaway repetition (seed 002)
+    usage: LLMUsageRecord
+
+
+class SummarizeInput(BaseModel):
+    task: str
+    transcript: str
+    model: str | None = None
+
+
+class SummarizeResult(BaseModel):
+    summary: str
+    usage: LLMUsageRecord
+
+
+class ToolResult(BaseModel):
+    ok: bool
+    output: str = ""
+    error: str | None = None
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class RunToolInput(BaseModel):
+    call_id: str  # deterministic: the idempotency key of the edit journal
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    workspace: str
+    allow_network: bool = False
+
+
+# ---------------------------------------------------------------- workflow I/O
+
+
+class Event(BaseModel):
+    seq: int
+    type: str
+    ts: str
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class TaskInput(BaseModel):
+    task: str = Field(min_length=1)
+    workspace: str
+    task_id: str | None = None
+    session_id: str | None = None
+    model: str | None = None
+    system_prompt: str | None = None
+    enable_quality_review: bool = False
+    quality_review_rules: str | None = None
+    enable_reflection: bool = True
+    enable_planning: bool = True
+    allow_network: bool = False
+    max_iterations: int = Field(default=20, ge=1, le=500)
+    max_history_messages: int = Field(default=30, ge=4)
+
+
+class TaskStats(BaseModel):
+    iterations: int = 0
+    llm_calls: int = 0
+    tool_calls: int = 0
+    tool_errors: int = 0
+    usage: TokenUsage = Field(default_factory=TokenUsage)
+    usage_by_purpose: dict[str, TokenUsage] = Field(default_factory=dict)
+
+
+class TaskResult(BaseModel):
+    task_id: str
+    workflow_id: str
+    status: Literal["completed", "failed"]
+    stop_reason: str
+    answer: str
+    summary: str | None = None
+    intent: IntentResult | None = None
+    plan: Plan | None = None
+    completed_steps: list[int] = Field(default_factory=list)
+    events: list[Event] = Field(default_factory=list)
+    stats: TaskStats = Field(default_factory=TaskStats)
+    quality_reviews: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class TaskProgress(BaseModel):
+    """Answer of the `progress` query: enough for a live view without the DB."""
+
+    status: str
+    current_step: int | None = None
+    plan: Plan | None = None
+    stats: TaskStats
+    event_count: int
+
+
+class RecordTaskInput(BaseModel):
+    task_id: str
+    workflow_id: str
+    kind: str = "agent"
+    session_id: str | None = None
+    status: str
+    input: dict[str, Any] | None = None
+    result: dict[str, Any] | None = None
+    usage: dict[str, Any] | None = None
+    error: str | None = None
+
+
+class ActivityName:
+    """Stable activity type names; renaming one breaks workflows in flight."""
+
+    CLASSIFY_INTENT = "refloop.llm.classify_intent"
+    MAKE_PLAN = "refloop.llm.make_plan"
+    ACT = "refloop.llm.act"
+    SUMMARIZE = "refloop.llm.summarize"
+    RECORD_TASK = "refloop.store.record_task"
+    TOOL_PREFIX = "refloop.tool."
+
+    @staticmethod
+    def tool(name: str) -> str:
+        return f"{ActivityName.TOOL_PREFIX}{name}"

@@ -1,0 +1,102 @@
+"""The one settings object: every environment variable of DESIGN.md, validated at start-up."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class SettingsError(SystemExit):
+    """Raised at start-up for an invalid variable; the message names the variable."""
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="", case_sensitive=False, extra="ignore")
+
+    # Temporal
+    temporal_address: str | None = None
+    temporal_namespace: str = "default"
+    refloop_task_queue: str = "refloop"
+    # Persistence; unset: SQLite file under the data dir
+    database_url: str | None = None
+    refloop_data_dir: Path = Path(".refloop-data")
+    # LLM; unset base URL: the scripted offline model
+    openai_base_url: str | None = None
+    openai_api_key: str | None = None
+    refloop_model: str = "scripted"
+    refloop_review_model: str | None = None
+    refloop_llm_timeout_s: float = Field(default=120.0, gt=0)
+    refloop_structured_max_reasks: int = Field(default=2, ge=0, le=10)
+    # API
+    refloop_api_token: str | None = None
+    # Seed 004 completeness reflection
+    enable_reflection: bool = True
+    reflection_max_supplements: int = Field(default=3, ge=0, le=10)
+    reflection_fc_model: str | None = None
+    fc_reflection_temperature: float = Field(default=0.2, ge=0.0, le=2.0)
+    fc_reflection_top_p: float = Field(default=0.9, gt=0.0, le=1.0)
+    fc_reflection_max_retries: int = Field(default=2, ge=0, le=10)
+    # Tools
+    refloop_max_read_bytes: int = Field(default=200_000, gt=0)
+    refloop_max_output_bytes: int = Field(default=20_000, gt=0)
+    refloop_cmd_timeout_s: float = Field(default=60.0, gt=0)
+
+    @field_validator("temporal_address", "openai_base_url", "database_url", "openai_api_key")
+    @classmethod
+    def _blank_is_unset(cls, value: str | None) -> str | None:
+        return value or None
+
+    @field_validator("temporal_address")
+    @classmethod
+    def _host_port(cls, value: str | None) -> str | None:
+        if value is not None:
+            host, _, port = value.rpartition(":")
+            if not host or not port.isdigit():
+                raise ValueError("must be host:port, e.g. localhost:7233")
+        return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _known_driver(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("sqlite", "postgresql")):
+            raise ValueError("must be a sqlite:// or postgresql+psycopg:// URL")
+        return value
+
+    @property
+    def review_model(self) -> str:
+        return self.refloop_review_model or self.refloop_model
+
+    @property
+    def reflection_model(self) -> str:
+        return self.reflection_fc_model or self.refloop_model
+
+    @property
+    def effective_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        self.refloop_data_dir.mkdir(parents=True, exist_ok=True)
+        return f"sqlite:///{(self.refloop_data_dir / 'refloop.db').resolve()}"
+
+    @property
+    def uses_scripted_model(self) -> bool:
+        return self.openai_base_url is None
+
+
+def load_settings() -> Settings:
+    """Build settings from the environment, turning validation errors into one clear message."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        lines = [
+            f"  {str(err['loc'][0]).upper()}: {err['msg']} (got {err.get('input')!r})"
+            for err in exc.errors()
+        ]
+        raise SettingsError("invalid configuration:\n" + "\n".join(lines)) from None
+
+
+@functools.cache
+def get_settings() -> Settings:
+    return load_settings()

@@ -1,0 +1,108 @@
+"""SQLModel tables and the small repository the activities, API and CLI share.
+
+Listing tasks comes from here, never from Temporal visibility: the embedded test
+server has no ListWorkflowExecutions.
+"""
+
+from __future__ import annotations
+
+import functools
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, Column
+from sqlalchemy.engine import Engine
+from sqlmodel import Field, Session, SQLModel, create_engine, select
+
+from refloop.models import RecordTaskInput
+
+TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled"})
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def as_utc(value: datetime) -> datetime:
+    """SQLite hands back naive datetimes; PostgreSQL aware ones."""
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+class TaskRecord(SQLModel, table=True):
+    """One row per workflow run."""
+
+    __tablename__ = "tasks"
+
+    task_id: str = Field(primary_key=True)
+    workflow_id: str = Field(index=True)
+    kind: str = "agent"
+    session_id: str | None = Field(default=None, index=True)
+    status: str = Field(default="running", index=True)
+    input: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
+    result: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
+    usage: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
+    error: str | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+    finished_at: datetime | None = None
+    duration_s: float | None = None
+
+
+class Store:
+    def __init__(self, url: str) -> None:
+        connect_args = {"check_same_thread": False} if url.startswith("sqlite") else {}
+        self.engine: Engine = create_engine(url, connect_args=connect_args, pool_pre_ping=True)
+        self._initialised = False
+
+    def init(self) -> None:
+        if not self._initialised:
+            SQLModel.metadata.create_all(self.engine)
+            self._initialised = True
+
+    def record_task(self, rec: RecordTaskInput) -> TaskRecord:
+        """Insert or update a task row; safe to repeat (activity retries)."""
+        self.init()
+        now = utcnow()
+        with Session(self.engine) as session:
+            row = session.get(TaskRecord, rec.task_id)
+            if row is None:
+                row = TaskRecord(task_id=rec.task_id, workflow_id=rec.workflow_id, created_at=now)
+            row.workflow_id = rec.workflow_id
+            row.kind = rec.kind
+            row.session_id = rec.session_id or row.session_id
+            row.status = rec.status
+            for name in ("input", "result", "usage", "error"):
+                value = getattr(rec, name)
+                if value is not None:
+                    setattr(row, name, value)
+            row.updated_at = now
+            if rec.status in TERMINAL_STATUSES and row.finished_at is None:
+                row.finished_at = now
+                row.duration_s = (now - as_utc(row.created_at)).total_seconds()
+            session.add(row)
+            session.commit()
+            session.refresh(row)
+            return row
+
+    def get_task(self, task_id: str) -> TaskRecord | None:
+        self.init()
+        with Session(self.engine) as session:
+            return session.get(TaskRecord, task_id)
+
+    def list_tasks(
+        self, session_id: str | None = None, status: str | None = None, limit: int = 100
+    ) -> list[TaskRecord]:
+        self.init()
+        query = select(TaskRecord).order_by(TaskRecord.created_at.desc()).limit(limit)
+        if session_id:
+            query = query.where(TaskRecord.session_id == session_id)
+        if status:
+            query = query.where(TaskRecord.status == status)
+        with Session(self.engine) as session:
+            return list(session.exec(query))
+
+
+@functools.cache
+def store_for(url: str) -> Store:
+    """One engine per URL per process."""
+    return Store(url)

@@ -1,0 +1,51 @@
+"""Settings: defaults, embedded fallbacks, and start-up errors naming the variable."""
+
+from __future__ import annotations
+
+import pytest
+
+from refloop.settings import SettingsError, load_settings
+
+
+def test_defaults_use_embedded_parts(monkeypatch, tmp_path):
+    for name in ("TEMPORAL_ADDRESS", "OPENAI_BASE_URL", "DATABASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("REFLOOP_DATA_DIR", str(tmp_path))
+    settings = load_settings()
+    assert settings.temporal_address is None
+    assert settings.uses_scripted_model
+    assert settings.effective_database_url.startswith("sqlite:///")
+    assert settings.refloop_task_queue == "refloop"
+    assert settings.review_model == settings.refloop_model == settings.reflection_model
+
+
+def test_role_models_fall_back_and_override(monkeypatch):
+    monkeypatch.setenv("REFLOOP_MODEL", "main")
+    monkeypatch.setenv("REFLECTION_FC_MODEL", "judge")
+    settings = load_settings()
+    assert settings.review_model == "main" and settings.reflection_model == "judge"
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("TEMPORAL_ADDRESS", "nohostport"),
+        ("DATABASE_URL", "mysql://x"),
+        ("REFLECTION_MAX_SUPPLEMENTS", "-1"),
+        ("FC_REFLECTION_TEMPERATURE", "hot"),
+        ("ENABLE_REFLECTION", "perhaps"),
+        ("FC_REFLECTION_TOP_P", "0"),
+    ],
+)
+def test_invalid_values_fail_naming_the_variable(monkeypatch, name, value):
+    monkeypatch.setenv(name, value)
+    with pytest.raises(SettingsError) as err:
+        load_settings()
+    assert name in str(err.value)
+
+
+def test_blank_values_mean_unset(monkeypatch):
+    monkeypatch.setenv("TEMPORAL_ADDRESS", "")
+    monkeypatch.setenv("OPENAI_BASE_URL", "")
+    settings = load_settings()
+    assert settings.temporal_address is None and settings.uses_scripted_model

@@ -1,0 +1,75 @@
+"""Shared helpers for workflow tests: scenarios, running a task, reading failures."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.exceptions import ApplicationError
+
+from refloop.models import TaskInput, TaskResult
+from refloop.settings import Settings
+from worker.main import build_worker
+from workflows.agent import AgentTaskWorkflow
+
+CODING = {"json": {"intent": "CODING_TASK", "confidence": 0.9, "reason": "edit"}}
+CHAT = {"json": {"intent": "GENERAL_CHAT", "confidence": 0.95, "reason": "greeting"}}
+SUMMARY = {"content": "summary of the run"}
+
+
+def plan_of(*tools: str) -> dict[str, Any]:
+    return {
+        "json": {
+            "task_type": "coding",
+            "steps": [{"goal": f"use {tool}", "tool": tool} for tool in tools],
+        }
+    }
+
+
+def call(name: str, **arguments: Any) -> dict[str, Any]:
+    return {"tool_calls": [{"name": name, "arguments": arguments}]}
+
+
+def final(text: str = "done") -> dict[str, Any]:
+    return {"content": text}
+
+
+async def run_task(
+    client: Client,
+    settings: Settings,
+    task_queue: str,
+    model: str,
+    workspace: Path,
+    task: str = "do the task",
+    **overrides: Any,
+) -> TaskResult:
+    """Run one AgentTaskWorkflow on a fresh worker; a failed run returns its result too."""
+    inp = TaskInput(task=task, workspace=str(workspace), model=model, **overrides)
+    async with build_worker(client, settings, task_queue):
+        handle = await start(client, task_queue, inp)
+        return await result_of(handle)
+
+
+async def start(client: Client, task_queue: str, inp: TaskInput) -> WorkflowHandle:
+    return await client.start_workflow(
+        AgentTaskWorkflow.run, inp, id=f"test-{uuid.uuid4().hex[:10]}", task_queue=task_queue
+    )
+
+
+async def result_of(handle: WorkflowHandle) -> TaskResult:
+    try:
+        return await handle.result()
+    except WorkflowFailureError as failure:
+        cause = failure.cause
+        assert isinstance(cause, ApplicationError), f"unexpected failure: {failure!r}"
+        return TaskResult.model_validate(cause.details[0])
+
+
+def event_types(result: TaskResult) -> list[str]:
+    return [event.type for event in result.events]
+
+
+def events_of(result: TaskResult, kind: str) -> list[dict[str, Any]]:
+    return [event.data for event in result.events if event.type == kind]

@@ -1,0 +1,217 @@
+"""AgentTaskWorkflow on the real Temporal test server with the scripted model over HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from refloop.store import store_for
+from tests.llm_fixtures import unique_scenario
+from tests.workflow.helpers import (
+    CHAT,
+    CODING,
+    SUMMARY,
+    call,
+    event_types,
+    events_of,
+    final,
+    plan_of,
+    run_task,
+    start,
+)
+from worker.main import build_worker
+
+HISTORIES = Path(__file__).parent.parent / "histories"
+
+
+def act_requests(scripted_llm, model: str, purpose: str = "act") -> list[dict]:
+    return scripted_llm.requests(model=model, purpose=purpose)
+
+
+async def test_full_task_plans_edits_and_completes(client, settings, scripted_llm, workspace,
+                                                   task_queue):
+    model = unique_scenario(scripted_llm, {
+        "intent": [CODING],
+        "plan": [plan_of("write_file", "read_file")],
+        "act": [
+            call("write_file", path="notes/hello.md", content="# Hello\n"),
+            call("complete_step", step=1, summary="written"),
+            final('{"tool": "read_file", "args": {"path": "notes/hello.md"}}'),
+            call("complete_step", step=2, summary="checked"),
+            final("hello.md is written"),
+        ],
+        "summary": [SUMMARY],
+    })
+    result = await run_task(client, settings, task_queue, model, workspace)
+
+    assert result.status == "completed", result.answer
+    assert result.answer == "hello.md is written"
+    assert result.summary == "summary of the run"
+    assert (workspace / "notes" / "hello.md").read_text() == "# Hello\n"
+    assert result.completed_steps == [1, 2]
+    types = event_types(result)
+    assert types[0] == "intent" and types[-1] == "completed"
+    assert types.index("plan") < types.index("step") < types.index("tool_call")
+    calls = [e["tool"] for e in events_of(result, "tool_call")]
+    assert calls == ["write_file", "complete_step", "read_file", "complete_step"]
+    # The text-parsed read_file call ran like a native one.
+    assert events_of(result, "tool_result")[2]["ok"] is True
+    stats = result.stats
+    assert stats.iterations == 5 and stats.tool_calls == 4
+    assert stats.llm_calls == 1 + 1 + 5 + 1
+    assert set(stats.usage_by_purpose) == {"intent", "plan", "act", "summary"}
+    assert stats.usage.total_tokens > 0
+    # The DB row (real PostgreSQL) holds the run.
+    row = store_for(settings.effective_database_url).get_task(result.task_id)
+    assert row.status == "completed" and row.result["answer"] == "hello.md is written"
+    assert row.usage["llm_calls"] == 8 and row.finished_at is not None
+
+
+async def test_path_escape_is_refused_and_the_task_continues(client, settings, scripted_llm,
+                                                             workspace, task_queue):
+    secret = workspace.parent / "secret.txt"
+    secret.write_text("top secret")
+    model = unique_scenario(scripted_llm, {
+        "intent": [CODING],
+        "plan": [plan_of("read_file")],
+        "act": [call("read_file", path="../secret.txt"), final("could not read it")],
+        "summary": [SUMMARY],
+    })
+    result = await run_task(client, settings, task_queue, model, workspace)
+
+    assert result.status == "completed"
+    refused = events_of(result, "tool_result")[0]
+    assert refused["ok"] is False and "E_PATH_ESCAPE" in refused["error"]
+    # The refusal was fed back to the model on its next turn, without the secret.
+    second = act_requests(scripted_llm, model)[1]["body"]["messages"]
+    fed_back = json.dumps(second)
+    assert "E_PATH_ESCAPE" in fed_back and "top secret" not in fed_back
+
+
+async def test_malformed_plan_json_is_reasked_then_fails_clearly(client, settings, scripted_llm,
+                                                                 workspace, task_queue):
+    model = unique_scenario(scripted_llm, {
+        "intent": [CODING],
+        "plan": [{"content": "no json here"}, {"content": '{"steps": "x"}'},
+                 {"content": "```json\n{broken\n```"}],
+    })
+    result = await run_task(client, settings, task_queue, model, workspace)
+
+    assert result.status == "failed"
+    assert "plan" in result.answer.lower() or "valid" in result.answer.lower()
+    plan_calls = act_requests(scripted_llm, model, "plan")
+    assert len(plan_calls) == 3  # first ask + 2 re-asks, then no Temporal retry
+    reask = json.dumps(plan_calls[1]["body"]["messages"])
+    assert "valid" in reask.lower()  # the validation error was quoted back
+    assert event_types(result)[-1] == "failed"
+    row = store_for(settings.effective_database_url).get_task(result.task_id)
+    assert row.status == "failed" and row.error
+
+
+async def test_model_500_is_retried_by_temporal_then_succeeds(client, settings, scripted_llm,
+                                                              workspace, task_queue):
+    model = unique_scenario(scripted_llm, {
+        "intent": [CODING],
+        "plan": [plan_of("list_dir")],
+        "act": [{"status": 500, "body": {"error": {"message": "boom"}}},
+                call("list_dir", path="."), final("listed")],
+        "summary": [SUMMARY],
+    })
+    inp_workspace = workspace
+    async with build_worker(client, settings, task_queue):
+        from refloop.models import TaskInput
+        handle = await start(client, task_queue, TaskInput(
+            task="list", workspace=str(inp_workspace), model=model))
+        result = await handle.result()
+        history = await handle.fetch_history()
+
+    assert result.status == "completed" and result.answer == "listed"
+    statuses = [r["status"] for r in act_requests(scripted_llm, model)]
+    assert statuses == [500, 200, 200]
+    attempts = [
+        e.activity_task_started_event_attributes.attempt
+        for e in history.events
+        if e.HasField("activity_task_started_event_attributes")
+    ]
+    assert 2 in attempts  # the second attempt is Temporal's retry, not the client's
+
+
+async def test_model_401_is_not_retried(client, settings, scripted_llm, workspace, task_queue):
+    model = unique_scenario(scripted_llm, {
+        "intent": [CODING],
+        "plan": [plan_of("list_dir")],
+        "act": [{"status": 401, "body": {"error": {"message": "bad key"}}}],
+    })
+    result = await run_task(client, settings, task_queue, model, workspace)
+
+    assert result.status == "failed"
+    assert "401" in result.answer or "bad key" in result.answer
+    assert len(act_requests(scripted_llm, model)) == 1
+
+
+async def test_max_iterations_stops_with_a_clear_outcome(client, settings, scripted_llm,
+                                                         workspace, task_queue):
+    model = unique_scenario(scripted_llm, {
+        "intent": [CODING],
+        "plan": [plan_of("list_dir")],
+        "act": [call("list_dir", path=".")] * 3,
+    })
+    result = await run_task(client, settings, task_queue, model, workspace, max_iterations=3)
+
+    assert result.status == "failed" and result.stop_reason == "max_iterations"
+    assert result.answer.startswith("stopped: max iterations (3)")
+    assert result.stats.iterations == 3
+    assert events_of(result, "failed")[0]["stop_reason"] == "max_iterations"
+
+
+async def test_chat_intent_skips_planning(client, settings, scripted_llm, workspace, task_queue):
+    model = unique_scenario(scripted_llm, {
+        "intent": [CHAT],
+        "act": [final("Hello! I can edit files and run commands.")],
+        "summary": [SUMMARY],
+    })
+    result = await run_task(client, settings, task_queue, model, workspace, task="hi there")
+
+    assert result.status == "completed"
+    assert result.answer.startswith("Hello!")
+    assert result.plan is None and "plan" not in event_types(result)
+    assert act_requests(scripted_llm, model, "plan") == []
+
+
+async def test_unknown_tool_and_bad_step_are_fed_back(client, settings, scripted_llm, workspace,
+                                                      task_queue):
+    model = unique_scenario(scripted_llm, {
+        "intent": [CODING],
+        "plan": [plan_of("list_dir")],
+        "act": [call("teleport", to="mars"), call("complete_step", step=9),
+                final("gave up")],
+        "summary": [SUMMARY],
+    })
+    result = await run_task(client, settings, task_queue, model, workspace)
+
+    assert result.status == "completed"
+    errors = [r["error"] for r in events_of(result, "tool_result")]
+    assert "unknown tool 'teleport'" in errors[0] and "between 1 and 1" in errors[1]
+    assert result.stats.tool_errors == 2
+
+
+async def test_golden_history_recorded(client, settings, scripted_llm, workspace, task_queue):
+    """Runs the demo-shaped task; with REFLOOP_RECORD_HISTORIES=1 saves its history."""
+    model = unique_scenario(scripted_llm, {
+        "intent": [CODING],
+        "plan": [plan_of("write_file")],
+        "act": [call("write_file", path="a.txt", content="a"),
+                call("complete_step", step=1, summary="ok"), final("ok")],
+        "summary": [SUMMARY],
+    })
+    from refloop.models import TaskInput
+    async with build_worker(client, settings, task_queue):
+        handle = await start(client, task_queue, TaskInput(
+            task="write a", workspace=str(workspace), model=model))
+        result = await handle.result()
+        history = await handle.fetch_history()
+    assert result.status == "completed"
+    if os.environ.get("REFLOOP_RECORD_HISTORIES"):
+        HISTORIES.mkdir(exist_ok=True)
+        (HISTORIES / "agent_task_completed.json").write_text(history.to_json())

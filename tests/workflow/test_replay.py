@@ -1,0 +1,20 @@
+"""Golden histories under tests/histories/ must replay against the current code."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from worker.replay import replay_files
+
+HISTORIES = sorted((Path(__file__).parent.parent / "histories").glob("*.json"))
+
+
+def test_golden_histories_exist():
+    assert HISTORIES, "no golden histories: run `make histories`"
+
+
+@pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
+async def test_history_replays_deterministically(path: Path):
+    assert await replay_files([path]) == {}

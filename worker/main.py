@@ -1,0 +1,68 @@
+"""Worker process: connects to Temporal and runs the workflows and activities."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import ThreadPoolExecutor
+
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Worker
+
+from activities.llm_activities import LLMActivities
+from activities.store_activities import StoreActivities
+from activities.tool_activities import ToolActivities
+from refloop.llm import LLMGateway
+from refloop.settings import Settings
+from refloop.store import store_for
+from workflows.agent import AgentTaskWorkflow
+
+log = logging.getLogger("refloop.worker")
+
+WORKFLOWS = [AgentTaskWorkflow]
+
+
+async def connect(address: str, namespace: str) -> Client:
+    return await Client.connect(
+        address, namespace=namespace, data_converter=pydantic_data_converter
+    )
+
+
+def build_worker(client: Client, settings: Settings, task_queue: str | None = None) -> Worker:
+    """A worker with every workflow and activity, built with its dependencies."""
+    llm = LLMActivities(LLMGateway(settings))
+    tools = ToolActivities(settings)
+    store = StoreActivities(store_for(settings.effective_database_url))
+    return Worker(
+        client,
+        task_queue=task_queue or settings.refloop_task_queue,
+        workflows=WORKFLOWS,
+        activities=[
+            llm.classify_intent,
+            llm.make_plan,
+            llm.act,
+            llm.summarize,
+            store.record_task,
+            *tools.activities(),
+        ],
+        activity_executor=ThreadPoolExecutor(8),
+    )
+
+
+async def run_worker(settings: Settings) -> None:
+    """`refloop worker`: needs TEMPORAL_ADDRESS; runs until interrupted."""
+    if not settings.temporal_address:
+        raise SystemExit("refloop worker needs TEMPORAL_ADDRESS (or use `refloop up`)")
+    from worker.stack import model_endpoint
+
+    client = await connect(settings.temporal_address, settings.temporal_namespace)
+    with model_endpoint(settings) as effective:
+        log.warning(
+            "worker on %s, task queue %s, model endpoint %s",
+            settings.temporal_address,
+            settings.refloop_task_queue,
+            effective.openai_base_url,
+        )
+        async with build_worker(client, effective):
+            await asyncio.Event().wait()

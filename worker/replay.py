@@ -1,0 +1,31 @@
+"""Determinism check: replay saved event histories against the current workflow code."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from temporalio.client import WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from worker.main import WORKFLOWS
+
+
+def load_history(path: Path) -> WorkflowHistory:
+    raw = path.read_text(encoding="utf-8")
+    data = json.loads(raw)
+    first = data["events"][0]["workflowExecutionStartedEventAttributes"]
+    workflow_id = first.get("workflowId") or path.stem
+    return WorkflowHistory.from_json(workflow_id, raw)
+
+
+async def replay_files(paths: list[Path]) -> dict[str, str]:
+    """Path -> error for every history that does not replay; empty when all do."""
+    replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
+    failures: dict[str, str] = {}
+    for path in paths:
+        result = await replayer.replay_workflow(load_history(path), raise_on_replay_failure=False)
+        if result.replay_failure is not None:
+            failures[str(path)] = str(result.replay_failure)
+    return failures

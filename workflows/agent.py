@@ -1,0 +1,377 @@
+"""AgentTaskWorkflow: intent -> plan -> ReAct loop -> summary, every side effect an activity.
+
+Pure orchestration: decisions live in `workflows.logic`; this class waits, calls
+activities and applies their results to one serializable `AgentState`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel, Field
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError
+
+# Models and the static tool registry are plain data; passed through so the sandbox
+# does not re-import pydantic for every workflow run.
+with workflow.unsafe.imports_passed_through():
+    from refloop.models import (
+        ActInput,
+        ActivityName,
+        ActResult,
+        ChatMessage,
+        ClassifyIntentInput,
+        ClassifyIntentResult,
+        Event,
+        IntentResult,
+        LLMUsageRecord,
+        MakePlanInput,
+        MakePlanResult,
+        Plan,
+        RecordTaskInput,
+        RunToolInput,
+        SummarizeInput,
+        SummarizeResult,
+        TaskInput,
+        TaskProgress,
+        TaskResult,
+        TaskStats,
+        ToolCall,
+        ToolResult,
+    )
+    from refloop.tools import TOOLS, tool_specs
+
+from workflows import logic
+from workflows.policies import LLM_CALL, MAX_REPLANS, STORE_WRITE, TOOL_CALL, TOOL_RESULT_CHARS
+
+
+class AgentState(BaseModel):
+    """Everything the workflow knows; one object so it can cross continue-as-new whole."""
+
+    input: TaskInput
+    task_id: str
+    status: str = "running"
+    intent: IntentResult | None = None
+    plan: Plan | None = None
+    completed_steps: list[int] = Field(default_factory=list)
+    messages: list[ChatMessage] = Field(default_factory=list)
+    events: list[Event] = Field(default_factory=list)
+    stats: TaskStats = Field(default_factory=TaskStats)
+    answer: str = ""
+    summary: str | None = None
+
+
+class TaskFailed(Exception):
+    """Internal: ends the run as failed with a stop reason and message."""
+
+    def __init__(self, stop_reason: str, message: str) -> None:
+        super().__init__(message)
+        self.stop_reason = stop_reason
+        self.message = message
+
+
+@workflow.defn(name="AgentTaskWorkflow")
+class AgentTaskWorkflow:
+    @workflow.init
+    def __init__(self, inp: TaskInput) -> None:
+        self.state = AgentState(input=inp, task_id=inp.task_id or workflow.info().workflow_id)
+        self.tools = tool_specs()
+
+    # ------------------------------------------------------------ queries
+
+    @workflow.query
+    def events(self, after_seq: int = 0) -> list[Event]:
+        return [event for event in self.state.events if event.seq > after_seq]
+
+    @workflow.query
+    def progress(self) -> TaskProgress:
+        return TaskProgress(
+            status=self.state.status,
+            current_step=logic.current_step(self.state.plan, self.state.completed_steps),
+            plan=self.state.plan,
+            stats=self.state.stats,
+            event_count=len(self.state.events),
+        )
+
+    # ------------------------------------------------------------ run
+
+    @workflow.run
+    async def run(self, inp: TaskInput) -> TaskResult:
+        await self._record("running", input=inp.model_dump(mode="json"))
+        try:
+            await self._classify_intent()
+            if logic.should_plan(self.state.intent, inp.enable_planning):
+                await self._make_plan()
+            await self._react_loop()
+        except TaskFailed as failure:
+            return await self._finish_failed(failure.stop_reason, failure.message)
+        except ActivityError as err:
+            return await self._finish_failed("activity_failed", _describe(err))
+        await self._summarize()
+        return await self._finish_completed()
+
+    async def _classify_intent(self) -> None:
+        try:
+            result: ClassifyIntentResult = await workflow.execute_activity(
+                ActivityName.CLASSIFY_INTENT,
+                ClassifyIntentInput(task=self.state.input.task, model=self.state.input.model),
+                result_type=ClassifyIntentResult,
+                summary="classify intent",
+                **LLM_CALL.kwargs(),
+            )
+        except ActivityError as err:
+            # The gate only decides whether to plan; failing open keeps the task going.
+            self._emit("intent", {"intent": None, "error": _describe(err), "fail_open": True})
+            return
+        self._account(result.usage)
+        self.state.intent = result.intent
+        self._emit("intent", result.intent.model_dump(mode="json"))
+
+    async def _make_plan(self) -> None:
+        feedback = None
+        for attempt in range(MAX_REPLANS + 1):
+            result: MakePlanResult = await workflow.execute_activity(
+                ActivityName.MAKE_PLAN,
+                MakePlanInput(
+                    task=self.state.input.task,
+                    tools=self.tools,
+                    model=self.state.input.model,
+                    feedback=feedback,
+                ),
+                result_type=MakePlanResult,
+                summary="plan" if attempt == 0 else f"re-plan {attempt}",
+                **LLM_CALL.kwargs(),
+            )
+            self._account(result.usage)
+            violations = logic.validate_plan(result.plan, TOOLS)
+            if not violations:
+                self.state.plan = result.plan
+                self._emit("plan", result.plan.model_dump(mode="json"))
+                self._emit_step()
+                return
+            self._emit("plan_rejected", {"attempt": attempt + 1, "violations": violations})
+            feedback = "\n".join(violations)
+        raise TaskFailed(
+            "invalid_plan", f"the plan stayed invalid after {MAX_REPLANS} re-plans: {feedback}"
+        )
+
+    async def _react_loop(self) -> None:
+        inp = self.state.input
+        self.state.messages = [
+            ChatMessage(
+                role="system",
+                content=logic.system_prompt(inp.system_prompt, self.tools, inp.workspace),
+            ),
+            ChatMessage(role="user", content=logic.task_message(inp.task, self.state.plan)),
+        ]
+        for iteration in range(1, inp.max_iterations + 1):
+            self.state.stats = self.state.stats.model_copy(update={"iterations": iteration})
+            act: ActResult = await workflow.execute_activity(
+                ActivityName.ACT,
+                ActInput(
+                    messages=self.state.messages,
+                    tools=self.tools,
+                    model=inp.model,
+                    parallel_tool_calls=False if inp.enable_quality_review else None,
+                ),
+                result_type=ActResult,
+                summary=f"act {iteration}",
+                **LLM_CALL.kwargs(),
+            )
+            self._account(act.usage)
+            if act.abnormal:
+                self._emit("abnormal_output", {"iteration": iteration, "reason": act.abnormal})
+                self._append(ChatMessage(role="assistant", content=act.content or ""))
+                self._append(
+                    ChatMessage(role="user", content=logic.abnormal_output_message(act.abnormal))
+                )
+                continue
+            native = bool(act.tool_calls)
+            calls = act.tool_calls
+            if not native:
+                parsed = logic.parse_text_tool_call(act.content, f"text_{iteration}")
+                calls = [parsed] if parsed else []
+            if not calls:
+                self.state.answer = act.content or ""
+                self._append(ChatMessage(role="assistant", content=self.state.answer))
+                return
+            self._append(logic.assistant_tool_message(act.content, calls, native))
+            for index, call in enumerate(calls):
+                result = await self._run_tool_call(call, iteration, index)
+                text = logic.format_tool_result(call.name, result, TOOL_RESULT_CHARS)
+                self._append(logic.tool_result_message(call, native, text))
+        raise TaskFailed(
+            "max_iterations",
+            f"stopped: max iterations ({inp.max_iterations}) reached without a final answer",
+        )
+
+    async def _run_tool_call(self, call: ToolCall, iteration: int, index: int) -> ToolResult:
+        self._emit(
+            "tool_call",
+            {"iteration": iteration, "id": call.id, "tool": call.name, "args": call.arguments},
+        )
+        if call.name == logic.COMPLETE_STEP:
+            result, done = logic.complete_step(
+                self.state.plan, self.state.completed_steps, call.arguments
+            )
+            if result.ok:
+                self.state.completed_steps = done
+                self._emit_step()
+        elif call.name not in TOOLS:
+            result = ToolResult(
+                ok=False,
+                error=f"unknown tool '{call.name}'; available: "
+                + ", ".join(spec.name for spec in self.tools),
+            )
+        else:
+            info = workflow.info()
+            result = await workflow.execute_activity(
+                ActivityName.tool(call.name),
+                RunToolInput(
+                    call_id=f"{info.workflow_id}.{info.run_id[:8]}.{iteration}.{index}",
+                    name=call.name,
+                    arguments=call.arguments,
+                    workspace=self.state.input.workspace,
+                    allow_network=self.state.input.allow_network,
+                ),
+                result_type=ToolResult,
+                summary=logic.tool_call_summary(call),
+                **TOOL_CALL.kwargs(),
+            )
+        stats = self.state.stats
+        self.state.stats = stats.model_copy(
+            update={
+                "tool_calls": stats.tool_calls + 1,
+                "tool_errors": stats.tool_errors + (0 if result.ok else 1),
+            }
+        )
+        self._emit(
+            "tool_result",
+            {
+                "iteration": iteration,
+                "id": call.id,
+                "tool": call.name,
+                "ok": result.ok,
+                "error": result.error,
+                "output": logic.truncate(result.output, 500),
+                "data": result.data,
+            },
+        )
+        return result
+
+    async def _summarize(self) -> None:
+        transcript = "\n".join(
+            f"{event.type}: {json.dumps(event.data, ensure_ascii=False)[:300]}"
+            for event in self.state.events
+            if event.type in ("plan", "tool_call", "tool_result", "step")
+        )
+        try:
+            result: SummarizeResult = await workflow.execute_activity(
+                ActivityName.SUMMARIZE,
+                SummarizeInput(
+                    task=self.state.input.task,
+                    transcript=f"{transcript}\nfinal answer: {self.state.answer}",
+                    model=self.state.input.model,
+                ),
+                result_type=SummarizeResult,
+                summary="summary",
+                **LLM_CALL.kwargs(),
+            )
+        except ActivityError as err:
+            # The task is done; a missing summary must not turn it into a failure.
+            self._emit("summary", {"summary": None, "error": _describe(err)})
+            return
+        self._account(result.usage)
+        self.state.summary = result.summary
+        self._emit("summary", {"summary": result.summary})
+
+    # ------------------------------------------------------------ endings
+
+    def _result(self, status: str, stop_reason: str, answer: str) -> TaskResult:
+        info = workflow.info()
+        return TaskResult(
+            task_id=self.state.task_id,
+            workflow_id=info.workflow_id,
+            status=status,
+            stop_reason=stop_reason,
+            answer=answer,
+            summary=self.state.summary,
+            intent=self.state.intent,
+            plan=self.state.plan,
+            completed_steps=self.state.completed_steps,
+            events=self.state.events,
+            stats=self.state.stats,
+        )
+
+    async def _finish_completed(self) -> TaskResult:
+        self.state.status = "completed"
+        self._emit("completed", {"answer": logic.truncate(self.state.answer, 2000)})
+        result = self._result("completed", "final_answer", self.state.answer)
+        await self._record("completed", result=result.model_dump(mode="json"))
+        return result
+
+    async def _finish_failed(self, stop_reason: str, message: str) -> TaskResult:
+        self.state.status = "failed"
+        self._emit("failed", {"stop_reason": stop_reason, "error": message})
+        result = self._result("failed", stop_reason, message)
+        await self._record("failed", result=result.model_dump(mode="json"), error=message)
+        # Failing the run makes the Web UI show it; the details carry the full result.
+        raise ApplicationError(
+            message, result.model_dump(mode="json"), type=stop_reason, non_retryable=True
+        )
+
+    # ------------------------------------------------------------ helpers
+
+    async def _record(self, status: str, **fields: Any) -> None:
+        await workflow.execute_activity(
+            ActivityName.RECORD_TASK,
+            RecordTaskInput(
+                task_id=self.state.task_id,
+                workflow_id=workflow.info().workflow_id,
+                session_id=self.state.input.session_id,
+                status=status,
+                usage=self.state.stats.model_dump(mode="json"),
+                **fields,
+            ),
+            summary=f"record task {status}",
+            **STORE_WRITE.kwargs(),
+        )
+
+    def _append(self, message: ChatMessage) -> None:
+        self.state.messages = logic.trim_history(
+            [*self.state.messages, message], self.state.input.max_history_messages
+        )
+
+    def _account(self, record: LLMUsageRecord) -> None:
+        self.state.stats = logic.add_usage(self.state.stats, record)
+
+    def _emit(self, event_type: str, data: dict[str, Any]) -> None:
+        self.state.events.append(
+            Event(
+                seq=len(self.state.events) + 1,
+                type=event_type,
+                ts=workflow.now().isoformat(),
+                data=data,
+            )
+        )
+
+    def _emit_step(self) -> None:
+        step = logic.current_step(self.state.plan, self.state.completed_steps)
+        if self.state.plan is not None:
+            goal = self.state.plan.steps[step - 1].goal if step else None
+            self._emit(
+                "step",
+                {"step": step, "goal": goal, "completed": self.state.completed_steps},
+            )
+
+
+def _describe(err: BaseException) -> str:
+    """The innermost failure message, which is the one a user can act on."""
+    cause: BaseException | None = err
+    message = str(err)
+    while cause is not None:
+        if str(cause):
+            message = str(cause)
+        cause = cause.__cause__
+    return message

@@ -1,0 +1,264 @@
+"""Pure, deterministic decisions of the agent loop, unit-tested without Temporal.
+
+No I/O, no clock, no randomness: workflows call these and only apply the results.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from refloop.models import (
+    ChatMessage,
+    IntentLabel,
+    IntentResult,
+    LLMUsageRecord,
+    Plan,
+    TaskStats,
+    ToolCall,
+    ToolResult,
+    ToolSpec,
+)
+
+COMPLETE_STEP = "complete_step"
+NO_PLANNING_INTENTS = frozenset({IntentLabel.GENERAL_CHAT, IntentLabel.CAPABILITY_QUERY})
+TRIM_NOTE = "[earlier turns were trimmed to keep the context small]"
+_FENCE = re.compile(r"```(?:json|JSON)?\s*(\{.*?\})\s*```", re.DOTALL)
+
+
+# ---------------------------------------------------------------- decision gate
+
+
+def should_plan(intent: IntentResult | None, enable_planning: bool) -> bool:
+    """Seed 002 decision gate: chat and capability questions skip explicit planning."""
+    if not enable_planning:
+        return False
+    return intent is None or intent.intent not in NO_PLANNING_INTENTS
+
+
+def validate_plan(plan: Plan, known_tools: Iterable[str]) -> list[str]:
+    """Violations that send the plan back for a bounded re-plan; empty when valid."""
+    known = set(known_tools) - {COMPLETE_STEP}
+    violations = []
+    for number, step in enumerate(plan.steps, start=1):
+        if step.tool not in known:
+            violations.append(
+                f"step {number} uses unknown tool '{step.tool}'; choose one of: "
+                + ", ".join(sorted(known))
+            )
+    return violations
+
+
+# ---------------------------------------------------------------- history
+
+
+def trim_history(messages: list[ChatMessage], max_messages: int) -> list[ChatMessage]:
+    """Seed 002 trimming: keep the system prompt and start the rest on a user turn.
+
+    The first user turn (the task) stays pinned so the model never loses its goal;
+    the kept tail starts at an assistant turn so roles still alternate and no tool
+    result is left without the call that produced it.
+    """
+    if len(messages) <= max_messages:
+        return list(messages)
+    pinned = messages[:2]
+    start = len(messages) - (max_messages - len(pinned))
+    while start < len(messages) and messages[start].role != "assistant":
+        start += 1
+    task = pinned[1]
+    if TRIM_NOTE not in (task.content or ""):
+        task = task.model_copy(update={"content": f"{task.content}\n\n{TRIM_NOTE}"})
+    return [pinned[0], task, *messages[start:]]
+
+
+# ---------------------------------------------------------------- tool-call parsing
+
+
+def _first_json_object(text: str) -> str | None:
+    """The first balanced {...} in text, honouring strings and escapes."""
+    start = text.find("{")
+    while start != -1:
+        depth, in_string, escaped = 0, False, False
+        for index in range(start, len(text)):
+            char = text[index]
+            if in_string:
+                if escaped:
+                    escaped = False
+                elif char == "\\":
+                    escaped = True
+                elif char == '"':
+                    in_string = False
+            elif char == '"':
+                in_string = True
+            elif char == "{":
+                depth += 1
+            elif char == "}":
+                depth -= 1
+                if depth == 0:
+                    return text[start : index + 1]
+        start = text.find("{", start + 1)
+    return None
+
+
+def _as_tool_call(candidate: str | None, call_id: str) -> ToolCall | None:
+    if not candidate:
+        return None
+    try:
+        obj = json.loads(candidate)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(obj, dict) or not isinstance(obj.get("tool"), str):
+        return None
+    args = obj.get("args", obj.get("arguments", {}))
+    if not isinstance(args, dict):
+        return None
+    return ToolCall(id=call_id, name=obj["tool"], arguments=args)
+
+
+def parse_text_tool_call(text: str | None, call_id: str) -> ToolCall | None:
+    """Seed 002 tolerant parsing of `{"tool": NAME, "args": {...}}` in a text answer.
+
+    Tried in order: the whole text as JSON, a fenced ```json block, the first {...}.
+    """
+    if not text or "{" not in text:
+        return None
+    stripped = text.strip()
+    fenced = _FENCE.search(text)
+    for candidate in (stripped, fenced.group(1) if fenced else None, _first_json_object(text)):
+        call = _as_tool_call(candidate, call_id)
+        if call is not None:
+            return call
+    return None
+
+
+# ---------------------------------------------------------------- feeding results back
+
+
+def truncate(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}\n[... truncated {len(text) - limit} characters ...]"
+
+
+def format_tool_result(name: str, result: ToolResult, limit: int) -> str:
+    """What the model sees of a tool result: status, error and a bounded output."""
+    if result.ok:
+        return truncate(f"[{name}] ok\n{result.output}", limit)
+    body = f"[{name}] error: {result.error}"
+    if result.output:
+        body += f"\n{result.output}"
+    return truncate(body, limit)
+
+
+def tool_result_message(call: ToolCall, native: bool, text: str) -> ChatMessage:
+    """Native calls answer with a `tool` turn; text-parsed calls with a user turn (seed 002)."""
+    if native:
+        return ChatMessage(role="tool", tool_call_id=call.id, name=call.name, content=text)
+    return ChatMessage(role="user", content=f"Tool result for {call.name}:\n{text}")
+
+
+def assistant_tool_message(content: str | None, calls: list[ToolCall], native: bool) -> ChatMessage:
+    """The assistant turn that carried the calls; text calls are cleaned to their JSON."""
+    if native:
+        return ChatMessage(role="assistant", content=content, tool_calls=calls)
+    call = calls[0]
+    return ChatMessage(
+        role="assistant", content=json.dumps({"tool": call.name, "args": call.arguments})
+    )
+
+
+def tool_call_summary(call: ToolCall, limit: int = 80) -> str:
+    """A one-line label for the Web UI and progress output."""
+    args = call.arguments
+    key = next(
+        (args[k] for k in ("path", "file_path", "command", "pattern", "query") if k in args),
+        None,
+    )
+    label = f"{call.name} {key}" if key is not None else call.name
+    return label if len(label) <= limit else label[: limit - 1] + "…"
+
+
+# ---------------------------------------------------------------- plan progress
+
+
+def complete_step(
+    plan: Plan | None, completed: list[int], arguments: dict[str, Any]
+) -> tuple[ToolResult, list[int]]:
+    """Mark a 1-based plan step done; returns the tool result and the new completed list."""
+    if plan is None:
+        return ToolResult(ok=False, error="there is no plan; just continue the task"), completed
+    step = arguments.get("step")
+    if isinstance(step, bool) or not isinstance(step, int):
+        return ToolResult(ok=False, error="E_INVALID_ARGS: 'step' must be an integer"), completed
+    if not 1 <= step <= len(plan.steps):
+        return (
+            ToolResult(ok=False, error=f"step must be between 1 and {len(plan.steps)}"),
+            completed,
+        )
+    done = sorted(set(completed) | {step})
+    remaining = [n for n in range(1, len(plan.steps) + 1) if n not in done]
+    note = f"step {step} marked complete"
+    note += f"; next: step {remaining[0]}: {plan.steps[remaining[0] - 1].goal}" if remaining else (
+        "; all steps complete, give your final answer"
+    )
+    return ToolResult(ok=True, output=note, data={"step": step}), done
+
+
+def current_step(plan: Plan | None, completed: list[int]) -> int | None:
+    if plan is None:
+        return None
+    return next((n for n in range(1, len(plan.steps) + 1) if n not in completed), None)
+
+
+# ---------------------------------------------------------------- prompts
+
+
+def system_prompt(custom: str | None, tools: list[ToolSpec], workspace: str) -> str:
+    base = custom or (
+        "You are refloop, a careful software and writing agent. Work in small verified steps. "
+        "Call one tool at a time; after finishing a plan step call complete_step. "
+        "When the task is done, answer without a tool call, stating what you did."
+    )
+    names = ", ".join(spec.name for spec in tools)
+    return (
+        f"{base}\n\nWorkspace: {workspace} (all paths are relative to it).\n"
+        f"Tools: {names}.\nIf native tool calls are unavailable, reply with exactly one JSON "
+        'object {"tool": NAME, "args": {...}}.'
+    )
+
+
+def task_message(task: str, plan: Plan | None) -> str:
+    if plan is None:
+        return task
+    steps = "\n".join(
+        f"{n}. {step.goal} (tool: {step.tool})" for n, step in enumerate(plan.steps, start=1)
+    )
+    return f"{task}\n\nPlan ({plan.task_type.value}):\n{steps}"
+
+
+def abnormal_output_message(reason: str) -> str:
+    return (
+        f"Your previous output was abnormal ({reason}) and was discarded. "
+        "Answer again concisely: one tool call, or the final answer."
+    )
+
+
+# ---------------------------------------------------------------- accounting
+
+
+def add_usage(stats: TaskStats, record: LLMUsageRecord) -> TaskStats:
+    by_purpose = dict(stats.usage_by_purpose)
+    key = record.purpose.value
+    if key in by_purpose:
+        by_purpose[key] = by_purpose[key].add(record.usage)
+    else:
+        by_purpose[key] = record.usage
+    return stats.model_copy(
+        update={
+            "llm_calls": stats.llm_calls + record.usage.calls,
+            "usage": stats.usage.add(record.usage),
+            "usage_by_purpose": by_purpose,
+        }
+    )

@@ -1,0 +1,72 @@
+"""Named timeouts and retry policies: every activity call takes one of these."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from temporalio.common import RetryPolicy
+
+NON_RETRYABLE_LLM_ERRORS = ["LLMClientError", "InvalidModelOutput"]
+
+
+@dataclass(frozen=True)
+class ActivityOptions:
+    """Timeouts and retries of one kind of activity call."""
+
+    start_to_close: timedelta
+    retry: RetryPolicy
+    heartbeat: timedelta | None = None
+    schedule_to_close: timedelta | None = None
+
+    def kwargs(self) -> dict[str, Any]:
+        return {
+            "start_to_close_timeout": self.start_to_close,
+            "schedule_to_close_timeout": self.schedule_to_close,
+            "heartbeat_timeout": self.heartbeat,
+            "retry_policy": self.retry,
+        }
+
+
+# Model calls: transport errors back off exponentially; a dead worker is noticed by
+# the 30 s heartbeat timeout; a whole call with its retries is bounded at 15 minutes.
+LLM_CALL = ActivityOptions(
+    start_to_close=timedelta(minutes=3),
+    heartbeat=timedelta(seconds=30),
+    schedule_to_close=timedelta(minutes=15),
+    retry=RetryPolicy(
+        initial_interval=timedelta(seconds=1),
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(seconds=30),
+        maximum_attempts=6,
+        non_retryable_error_types=NON_RETRYABLE_LLM_ERRORS,
+    ),
+)
+
+# Tool calls: edits are journaled so a retry never applies twice; commands carry
+# their own timeout, so start-to-close only guards against a hung worker.
+TOOL_CALL = ActivityOptions(
+    start_to_close=timedelta(minutes=10),
+    heartbeat=timedelta(seconds=10),
+    retry=RetryPolicy(
+        initial_interval=timedelta(seconds=1),
+        maximum_interval=timedelta(seconds=10),
+        maximum_attempts=3,
+        non_retryable_error_types=["UnknownToolError"],
+    ),
+)
+
+# Persistence: a database outage is waited out, never turned into a lost record.
+STORE_WRITE = ActivityOptions(
+    start_to_close=timedelta(seconds=30),
+    retry=RetryPolicy(
+        initial_interval=timedelta(seconds=1),
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(seconds=30),
+        maximum_attempts=0,
+    ),
+)
+
+MAX_REPLANS = 2
+TOOL_RESULT_CHARS = 8_000
