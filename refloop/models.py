@@ -174,6 +174,42 @@ class RunToolInput(BaseModel):
     allow_network: bool = False
 
 
+class QualityReviewInput(BaseModel):
+    task: str
+    workspace: str
+    tool: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    data: dict[str, Any] = Field(default_factory=dict)  # the edit tool's result data
+    rules: str
+    model: str | None = None
+    snippet_lines: int = 200
+
+
+class QualityReview(BaseModel):
+    """One review of one edit; `outcome` says how the verdict was reached."""
+
+    file_path: str
+    passed: bool
+    outcome: Literal["passed", "failed", "deterministic_failed", "unavailable"]
+    reasons: list[str] = Field(default_factory=list)
+    suggestions: str = ""
+    summary: str = ""
+    tool: str = ""
+    start_line: int | None = None
+    end_line: int | None = None
+
+
+class QualityReviewResult(BaseModel):
+    review: QualityReview
+    usage: LLMUsageRecord | None = None  # None when no model was called
+
+
+class RecordQualityReviewInput(BaseModel):
+    task_id: str
+    session_id: str | None = None
+    review: QualityReview
+
+
 # ---------------------------------------------------------------- workflow I/O
 
 
@@ -193,6 +229,10 @@ class TaskInput(BaseModel):
     system_prompt: str | None = None
     enable_quality_review: bool = False
     quality_review_rules: str | None = None
+    # Which successful tool calls get a review; None: the document-producing tools.
+    quality_review_tools: list[str] | None = None
+    quality_review_max_rounds: int = Field(default=3, ge=1, le=20)
+    quality_review_snippet_lines: int = Field(default=200, ge=10, le=5000)
     enable_reflection: bool = True
     enable_planning: bool = True
     allow_network: bool = False
@@ -200,11 +240,19 @@ class TaskInput(BaseModel):
     max_history_messages: int = Field(default=30, ge=4)
 
 
+class ReviewCounts(BaseModel):
+    total: int = 0
+    passed: int = 0
+    failed: int = 0
+    unavailable: int = 0
+
+
 class TaskStats(BaseModel):
     iterations: int = 0
     llm_calls: int = 0
     tool_calls: int = 0
     tool_errors: int = 0
+    reviews: ReviewCounts = Field(default_factory=ReviewCounts)
     usage: TokenUsage = Field(default_factory=TokenUsage)
     usage_by_purpose: dict[str, TokenUsage] = Field(default_factory=dict)
 
@@ -221,7 +269,7 @@ class TaskResult(BaseModel):
     completed_steps: list[int] = Field(default_factory=list)
     events: list[Event] = Field(default_factory=list)
     stats: TaskStats = Field(default_factory=TaskStats)
-    quality_reviews: list[dict[str, Any]] = Field(default_factory=list)
+    quality_reviews: list[QualityReview] = Field(default_factory=list)
 
 
 class TaskProgress(BaseModel):
@@ -254,6 +302,8 @@ class ActivityName:
     ACT = "refloop.llm.act"
     SUMMARIZE = "refloop.llm.summarize"
     RECORD_TASK = "refloop.store.record_task"
+    QUALITY_REVIEW = "refloop.review.quality_review"
+    RECORD_QUALITY_REVIEW = "refloop.store.record_quality_review"
     TOOL_PREFIX = "refloop.tool."
 
     @staticmethod

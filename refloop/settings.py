@@ -30,6 +30,8 @@ class Settings(BaseSettings):
     refloop_review_model: str | None = None
     refloop_llm_timeout_s: float = Field(default=120.0, gt=0)
     refloop_structured_max_reasks: int = Field(default=2, ge=0, le=10)
+    # Worker: 0 turns off sticky workflow caching (each task replays its history).
+    refloop_worker_max_cached_workflows: int = Field(default=1000, ge=0)
     # API
     refloop_api_token: str | None = None
     # Seed 004 completeness reflection

@@ -10,11 +10,11 @@ import functools
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, Column
+from sqlalchemy import JSON, Boolean, Column
 from sqlalchemy.engine import Engine
 from sqlmodel import Field, Session, SQLModel, create_engine, select
 
-from refloop.models import RecordTaskInput
+from refloop.models import RecordQualityReviewInput, RecordTaskInput
 
 TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled"})
 
@@ -46,6 +46,39 @@ class TaskRecord(SQLModel, table=True):
     updated_at: datetime = Field(default_factory=utcnow)
     finished_at: datetime | None = None
     duration_s: float | None = None
+
+
+class QualityReviewRecord(SQLModel, table=True):
+    """Seed 000's `quality_reviews` table: one row per review of one edit."""
+
+    __tablename__ = "quality_reviews"
+
+    id: int | None = Field(default=None, primary_key=True)
+    # Idempotency key of the writing activity: a retried write never duplicates a row.
+    review_key: str = Field(unique=True)
+    session_id: str | None = Field(default=None, index=True)
+    task_id: str = Field(index=True)
+    file_path: str
+    passed: bool = Field(sa_column=Column("pass", Boolean, nullable=False))
+    outcome: str = "failed"
+    reasons: list[str] = Field(default_factory=list, sa_column=Column(JSON))
+    suggestions: str = ""
+    summary: str = ""
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class PromptRecord(SQLModel, table=True):
+    """System prompts with their quality-review settings (seed 000)."""
+
+    __tablename__ = "prompts"
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(index=True)
+    system_prompt: str
+    enable_quality_review: bool = False
+    quality_review_rules: str | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
 
 
 class Store:
@@ -98,6 +131,44 @@ class Store:
             query = query.where(TaskRecord.session_id == session_id)
         if status:
             query = query.where(TaskRecord.status == status)
+        with Session(self.engine) as session:
+            return list(session.exec(query))
+
+
+    def record_quality_review(self, rec: RecordQualityReviewInput, review_key: str) -> None:
+        """Insert once per key; a retried activity finds its row and does nothing."""
+        self.init()
+        with Session(self.engine) as session:
+            exists = session.exec(
+                select(QualityReviewRecord.id).where(QualityReviewRecord.review_key == review_key)
+            ).first()
+            if exists is not None:
+                return
+            review = rec.review
+            session.add(
+                QualityReviewRecord(
+                    review_key=review_key,
+                    session_id=rec.session_id,
+                    task_id=rec.task_id,
+                    file_path=review.file_path,
+                    passed=review.passed,
+                    outcome=review.outcome,
+                    reasons=review.reasons,
+                    suggestions=review.suggestions,
+                    summary=review.summary,
+                )
+            )
+            session.commit()
+
+    def list_quality_reviews(
+        self, session_id: str | None = None, task_id: str | None = None
+    ) -> list[QualityReviewRecord]:
+        self.init()
+        query = select(QualityReviewRecord).order_by(QualityReviewRecord.id)
+        if session_id:
+            query = query.where(QualityReviewRecord.session_id == session_id)
+        if task_id:
+            query = query.where(QualityReviewRecord.task_id == task_id)
         with Session(self.engine) as session:
             return list(session.exec(query))
 

@@ -16,7 +16,6 @@ from worker.main import connect
 from worker.temporal_server import EmbeddedTemporal
 
 
-
 @pytest.fixture(scope="session")
 async def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[str]:
     server = EmbeddedTemporal(tmp_path_factory.mktemp("temporal"))

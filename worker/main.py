@@ -47,6 +47,7 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
             *tools.activities(),
         ],
         activity_executor=ThreadPoolExecutor(8),
+        max_cached_workflows=settings.refloop_worker_max_cached_workflows,
     )
 
 

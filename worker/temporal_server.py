@@ -65,7 +65,7 @@ class EmbeddedTemporal:
                 )
             command = [binary, str(port)]
             self.kind = "temporal-test-server (in memory: its workflows end with this process)"
-        self.process = subprocess.Popen(
+        self.process = subprocess.Popen(  # noqa: ASYNC220 (returns at once; waited below)
             command,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

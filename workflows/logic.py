@@ -21,6 +21,7 @@ from refloop.models import (
     ToolResult,
     ToolSpec,
 )
+from refloop.textguard import first_json_object
 
 COMPLETE_STEP = "complete_step"
 NO_PLANNING_INTENTS = frozenset({IntentLabel.GENERAL_CHAT, IntentLabel.CAPABILITY_QUERY})
@@ -76,32 +77,6 @@ def trim_history(messages: list[ChatMessage], max_messages: int) -> list[ChatMes
 # ---------------------------------------------------------------- tool-call parsing
 
 
-def _first_json_object(text: str) -> str | None:
-    """The first balanced {...} in text, honouring strings and escapes."""
-    start = text.find("{")
-    while start != -1:
-        depth, in_string, escaped = 0, False, False
-        for index in range(start, len(text)):
-            char = text[index]
-            if in_string:
-                if escaped:
-                    escaped = False
-                elif char == "\\":
-                    escaped = True
-                elif char == '"':
-                    in_string = False
-            elif char == '"':
-                in_string = True
-            elif char == "{":
-                depth += 1
-            elif char == "}":
-                depth -= 1
-                if depth == 0:
-                    return text[start : index + 1]
-        start = text.find("{", start + 1)
-    return None
-
-
 def _as_tool_call(candidate: str | None, call_id: str) -> ToolCall | None:
     if not candidate:
         return None
@@ -126,7 +101,7 @@ def parse_text_tool_call(text: str | None, call_id: str) -> ToolCall | None:
         return None
     stripped = text.strip()
     fenced = _FENCE.search(text)
-    for candidate in (stripped, fenced.group(1) if fenced else None, _first_json_object(text)):
+    for candidate in (stripped, fenced.group(1) if fenced else None, first_json_object(text)):
         call = _as_tool_call(candidate, call_id)
         if call is not None:
             return call

@@ -10,7 +10,16 @@ import sys
 
 from refloop.models import TaskInput
 from tests.llm_fixtures import unique_scenario
-from tests.workflow.helpers import CODING, SUMMARY, call, events_of, final, plan_of, result_of, start
+from tests.workflow.helpers import (
+    CODING,
+    SUMMARY,
+    call,
+    events_of,
+    final,
+    plan_of,
+    result_of,
+    start,
+)
 from workflows.agent import AgentTaskWorkflow
 
 
@@ -23,6 +32,9 @@ def spawn_worker(temporal_server: str, settings, task_queue: str) -> subprocess.
         "OPENAI_API_KEY": "test",
         "DATABASE_URL": settings.database_url,
         "REFLOOP_DATA_DIR": str(settings.refloop_data_dir),
+        # The test server never moves a dead worker's sticky workflow tasks back to the
+        # shared queue (a real server does after 5 s), so these workers run uncached.
+        "REFLOOP_WORKER_MAX_CACHED_WORKFLOWS": "0",
     }
     return subprocess.Popen(
         [sys.executable, "-m", "refloop", "worker"],

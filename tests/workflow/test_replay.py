@@ -18,3 +18,13 @@ def test_golden_histories_exist():
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
 async def test_history_replays_deterministically(path: Path):
     assert await replay_files([path]) == {}
+
+
+async def test_replay_catches_a_changed_workflow(tmp_path: Path):
+    """The check can fail: a history whose commands no longer match the code is flagged."""
+    source = HISTORIES[0].read_text()
+    assert "refloop.llm.make_plan" in source
+    tampered = tmp_path / "tampered.json"
+    tampered.write_text(source.replace("refloop.llm.make_plan", "refloop.llm.renamed_plan"))
+    failures = await replay_files([tampered])
+    assert str(tampered) in failures

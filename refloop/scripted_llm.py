@@ -1,0 +1,305 @@
+"""The scripted model: an OpenAI-compatible HTTP server answering from a scenario file.
+
+A test double that ships with the product: the offline demo and every test drive the
+real `openai` client against it. Responses are consumed in order per purpose (the
+`X-Refloop-Purpose` header); an exhausted purpose is a clear 400, never a hang. Every
+answer says it is scripted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+import yaml
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field, ValidationError, model_validator
+
+from refloop.models import Purpose
+
+SCRIPTED_MARKER = "refloop-scripted"
+
+
+class ScriptedCall(BaseModel):
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    id: str | None = None
+
+
+class ScriptedResponse(BaseModel):
+    """One answer: JSON content, raw text, tool calls, or an HTTP error."""
+
+    json_: Any = Field(default=None, alias="json")
+    content: str | None = None
+    tool_calls: list[ScriptedCall] | None = None
+    status: int = 200
+    body: dict[str, Any] | None = None
+    retry_after: float | None = None
+    delay_ms: int = 0
+    # When set, this entry only answers requests whose text contains it (else skipped).
+    when_contains: str | None = None
+
+    model_config = {"populate_by_name": True, "extra": "forbid"}
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> ScriptedResponse:
+        kinds = [self.json_ is not None, self.content is not None, bool(self.tool_calls)]
+        if self.status == 200 and not any(kinds):
+            raise ValueError("needs one of json, content, tool_calls, or an error status")
+        return self
+
+
+class Scenario(BaseModel):
+    name: str = "default"
+    latency_ms: int = Field(default=0, ge=0)
+    responses: dict[Purpose, list[ScriptedResponse]] = Field(default_factory=dict)
+
+
+def load_scenario(source: dict[str, Any] | str | Path, name: str | None = None) -> Scenario:
+    """Validate a scenario; a bad file fails here naming the bad entry."""
+    if not isinstance(source, dict):
+        path = Path(source)
+        try:
+            source = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError) as err:
+            raise ValueError(f"scenario {path}: cannot read: {err}") from None
+    try:
+        scenario = Scenario.model_validate(source)
+    except ValidationError as err:
+        where = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors()
+        )
+        raise ValueError(f"invalid scenario: {where}") from None
+    if name:
+        scenario.name = name
+    return scenario
+
+
+def _error(status: int, message: str, code: str) -> JSONResponse:
+    return JSONResponse(
+        {"error": {"message": message, "type": code, "code": code}},
+        status_code=status,
+        headers={"X-Refloop-Scripted": "true"},
+    )
+
+
+def _tokens(value: Any) -> int:
+    return max(1, len(json.dumps(value, ensure_ascii=False)) // 4)
+
+
+class ScriptState:
+    """Loaded scenarios, their cursors and the request log (thread-safe)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.scenarios: dict[str, Scenario] = {}
+        self.cursors: dict[tuple[str, str], int] = {}
+        self.log: list[dict[str, Any]] = []
+        self.default = "default"
+
+    def load(self, scenario: Scenario, default: bool = False) -> None:
+        with self.lock:
+            self.scenarios[scenario.name] = scenario
+            for key in [k for k in self.cursors if k[0] == scenario.name]:
+                del self.cursors[key]
+            if default:
+                self.default = scenario.name
+
+    def next_response(
+        self, model: str, purpose: Purpose, text: str
+    ) -> tuple[Scenario | None, ScriptedResponse | None, int]:
+        with self.lock:
+            scenario = self.scenarios.get(model) or self.scenarios.get(self.default)
+            if scenario is None:
+                return None, None, 0
+            entries = scenario.responses.get(purpose, [])
+            key = (scenario.name, purpose.value)
+            index = self.cursors.get(key, 0)
+            while index < len(entries):
+                entry = entries[index]
+                index += 1
+                if entry.when_contains is None or entry.when_contains in text:
+                    self.cursors[key] = index
+                    return scenario, entry, len(entries)
+            self.cursors[key] = index
+            return scenario, None, len(entries)
+
+
+def build_app(state: ScriptState) -> FastAPI:
+    app = FastAPI(title="refloop scripted model (test double)")
+
+    @app.post("/v1/chat/completions")
+    @app.post("/chat/completions")
+    async def chat(request: Request) -> JSONResponse:
+        body = await request.json()
+        purpose_name = request.headers.get("x-refloop-purpose")
+        model = str(body.get("model", ""))
+        entry_log: dict[str, Any] = {
+            "purpose": purpose_name, "model": model, "time": time.time(), "body": body,
+        }
+        response, delay_s = _answer(state, body, purpose_name, model)
+        if delay_s:
+            await asyncio.sleep(delay_s)
+        entry_log["status"] = response.status_code
+        with state.lock:
+            state.log.append(entry_log)
+        return response
+
+    @app.post("/_admin/scenarios/{name}")
+    async def load(name: str, request: Request) -> JSONResponse:
+        try:
+            state.load(load_scenario(await request.json(), name))
+        except ValueError as err:
+            return _error(422, str(err), "invalid_scenario")
+        return JSONResponse({"loaded": name})
+
+    @app.get("/_admin/requests")
+    async def requests(model: str | None = None, purpose: str | None = None) -> JSONResponse:
+        with state.lock:
+            rows = [r for r in state.log if (model is None or r["model"] == model)
+                    and (purpose is None or r["purpose"] == purpose)]
+        return JSONResponse(rows)
+
+    @app.post("/_admin/reset")
+    async def reset() -> JSONResponse:
+        with state.lock:
+            state.cursors.clear()
+            state.log.clear()
+        return JSONResponse({"reset": True})
+
+    return app
+
+
+def _answer(state: ScriptState, body: dict[str, Any], purpose_name: str | None,
+            model: str) -> tuple[JSONResponse, float]:
+    """The response and how long to wait before sending it."""
+    if not purpose_name:
+        return _error(400, "missing X-Refloop-Purpose header", "missing_purpose"), 0
+    try:
+        purpose = Purpose(purpose_name)
+    except ValueError:
+        return _error(400, f"unknown purpose {purpose_name!r}", "unknown_purpose"), 0
+    text = json.dumps(body.get("messages", []), ensure_ascii=False)
+    scenario, entry, total = state.next_response(model, purpose, text)
+    if scenario is None:
+        return _error(400, "no scripted scenario is loaded", "scenario_missing"), 0
+    if entry is None:
+        message = (f"scripted scenario '{scenario.name}' exhausted for purpose "
+                   f"'{purpose.value}' after {total} responses")
+        return _error(400, message, "scenario_exhausted"), 0
+    return _render(scenario, entry, body), (scenario.latency_ms + entry.delay_ms) / 1000
+
+
+def _render(scenario: Scenario, entry: ScriptedResponse, body: dict[str, Any]) -> JSONResponse:
+    if entry.status != 200:
+        headers = {"X-Refloop-Scripted": "true"}
+        if entry.retry_after is not None:
+            headers["Retry-After"] = str(entry.retry_after)
+        payload = entry.body or {"error": {"message": f"scripted error {entry.status}",
+                                           "type": "scripted_error"}}
+        return JSONResponse(payload, status_code=entry.status, headers=headers)
+    message: dict[str, Any] = {"role": "assistant", "content": None}
+    if entry.json_ is not None:
+        message["content"] = json.dumps(entry.json_, ensure_ascii=False)
+    if entry.content is not None:
+        message["content"] = entry.content
+    if entry.tool_calls:
+        message["tool_calls"] = [
+            {"id": call.id or f"call_{uuid.uuid4().hex[:10]}", "type": "function",
+             "function": {"name": call.name, "arguments": json.dumps(call.arguments)}}
+            for call in entry.tool_calls
+        ]
+    prompt, completion = _tokens(body.get("messages", [])), _tokens(message)
+    return JSONResponse(
+        {
+            "id": f"chatcmpl-scripted-{uuid.uuid4().hex[:12]}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": f"scripted:{scenario.name}",
+            "system_fingerprint": SCRIPTED_MARKER,
+            "choices": [{"index": 0, "message": message,
+                         "finish_reason": "tool_calls" if entry.tool_calls else "stop"}],
+            "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                      "total_tokens": prompt + completion},
+        },
+        headers={"X-Refloop-Scripted": "true"},
+    )
+
+
+class ScriptedLLMServer:
+    """The server in a background thread with its own event loop (tests, the demo)."""
+
+    def __init__(self, scenario: dict[str, Any] | str | Path | None = None,
+                 host: str = "127.0.0.1", port: int = 0) -> None:
+        self.state = ScriptState()
+        if scenario is not None:
+            self.state.load(load_scenario(scenario), default=True)
+        self.host, self.port = host, port
+        self.base_url = ""
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> str:
+        config = uvicorn.Config(build_app(self.state), host=self.host, port=self.port,
+                                log_level="warning", lifespan="off")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, daemon=True,
+                                        name="scripted-llm")
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError("scripted model server did not start")
+            time.sleep(0.02)
+        port = self._server.servers[0].sockets[0].getsockname()[1]
+        self.base_url = f"http://{self.host}:{port}/v1"
+        return self.base_url
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def __enter__(self) -> ScriptedLLMServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def load(self, name: str, scenario: dict[str, Any]) -> None:
+        self.state.load(load_scenario(scenario, name))
+
+    def requests(self, model: str | None = None, purpose: str | None = None) -> list[dict]:
+        with self.state.lock:
+            return [r for r in self.state.log if (model is None or r["model"] == model)
+                    and (purpose is None or r["purpose"] == purpose)]
+
+    def remaining(self, name: str) -> dict[str, int]:
+        with self.state.lock:
+            scenario = self.state.scenarios[name]
+            return {p.value: len(entries) - self.state.cursors.get((name, p.value), 0)
+                    for p, entries in scenario.responses.items()}
+
+
+def serve(scenario_path: str, host: str, port: int) -> None:
+    """`refloop scripted-llm`: foreground server."""
+    try:
+        scenario = load_scenario(scenario_path)
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
+    state = ScriptState()
+    state.load(scenario, default=True)
+    print(f"SCRIPTED MODEL (a test double, not a real LLM): scenario '{scenario.name}' "
+          f"at http://{host}:{port}/v1", file=sys.stderr)
+    uvicorn.run(build_app(state), host=host, port=port, log_level="warning")
+

@@ -1,0 +1,42 @@
+"""Text checks on model output: runaway repetition (seed 002) and JSON extraction."""
+
+from __future__ import annotations
+
+import re
+
+ABNORMAL_THRESHOLD = 50
+
+
+def detect_abnormal_output(text: str, threshold: int = ABNORMAL_THRESHOLD) -> str | None:
+    """Seed 002: a run of `[` or `{` longer than the threshold means the model derailed."""
+    for char in "[{":
+        if re.search(re.escape(char) + r"(\s*" + re.escape(char) + "){" + str(threshold) + ",}",
+                     text):
+            return f"runaway repetition of '{char}' (more than {threshold} in a row)"
+    return None
+
+
+def first_json_object(text: str) -> str | None:
+    """The first balanced {...} that parses as far as braces go, honouring strings."""
+    start = text.find("{")
+    while start != -1:
+        depth, in_string, escaped = 0, False, False
+        for index in range(start, len(text)):
+            char = text[index]
+            if in_string:
+                if escaped:
+                    escaped = False
+                elif char == "\\":
+                    escaped = True
+                elif char == '"':
+                    in_string = False
+            elif char == '"':
+                in_string = True
+            elif char == "{":
+                depth += 1
+            elif char == "}":
+                depth -= 1
+                if depth == 0:
+                    return text[start : index + 1]
+        start = text.find("{", start + 1)
+    return None

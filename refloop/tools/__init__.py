@@ -1,0 +1,87 @@
+"""The one tool registry: specs for the model, and `execute_tool` for the activities.
+
+Importing the tool modules registers them (decorator registry, schemas from pydantic).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from pydantic import ValidationError
+
+from refloop.models import RunToolInput, ToolResult, ToolSpec
+from refloop.settings import Settings
+from refloop.tools import command, edit, files, json_edit, patch  # noqa: F401  (registration)
+from refloop.tools.base import TOOLS, ToolContext, ToolError, UnknownToolError
+from refloop.tools.journal import Journal
+from refloop.tools.sandbox import workspace_root
+
+DOCUMENT_EDIT_TOOLS = ("str_replace_based_edit_tool", "json_edit_tool", "write_file",
+                       "apply_patch")
+READ_ONLY_TOOLS = ("list_dir", "read_file", "glob_file_search", "grep")
+# Commands of the edit tools that change nothing, so they are never reviewed.
+NON_EDITING_COMMANDS = frozenset({"view", "undo_edit"})
+
+COMPLETE_STEP_SPEC = ToolSpec(
+    name="complete_step",
+    description="Mark a plan step (1-based) as done, with a one-line summary.",
+    parameters={
+        "type": "object",
+        "properties": {"step": {"type": "integer", "minimum": 1},
+                       "summary": {"type": "string"}},
+        "required": ["step", "summary"],
+    },
+)
+
+
+def tool_specs(names: list[str] | None = None) -> list[ToolSpec]:
+    specs = [definition.spec() for definition in TOOLS.values()] + [COMPLETE_STEP_SPEC]
+    return [spec for spec in specs if names is None or spec.name in names]
+
+
+async def execute_tool(call: RunToolInput, settings: Settings) -> ToolResult:
+    """Run one tool call; expected failures come back as error results for the model."""
+    definition = TOOLS.get(call.name)
+    if definition is None:
+        raise UnknownToolError(f"unknown tool '{call.name}'")
+    try:
+        args = definition.args.model_validate(call.arguments)
+    except ValidationError as err:
+        details = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'args'}: {e['msg']}" for e in err.errors()
+        )
+        return ToolResult(ok=False, error=f"E_INVALID_ARGS: {details}")
+    try:
+        root = workspace_root(call.workspace)
+        ctx = ToolContext(root, settings, call.call_id, call.allow_network)
+        if definition.edits:
+            return await asyncio.to_thread(_journaled, definition, ctx, args)
+        if definition.blocking:  # file I/O stays off the worker's event loop
+            return await asyncio.to_thread(asyncio.run, definition.fn(ctx, args))
+        return await definition.fn(ctx, args)
+    except ToolError as err:
+        return ToolResult(ok=False, error=str(err))
+
+
+def _journaled(definition, ctx: ToolContext, args) -> ToolResult:
+    """Apply an edit at most once per call id (runs in a thread: file I/O only)."""
+    journal = Journal(ctx.workspace)
+    entry = journal.load(ctx.call_id)
+    if entry is not None and entry["result"] is not None:
+        return ToolResult.model_validate(entry["result"])
+    if entry is not None:
+        journal.restore(entry)  # crashed mid-apply: back to the state before this call
+    entry = journal.begin(ctx.call_id, definition.name)
+    ctx.snapshot = lambda path: journal.snapshot(entry, path)
+    try:
+        result = asyncio.run(definition.fn(ctx, args))
+    except ToolError as err:
+        result = ToolResult(ok=False, error=str(err))
+    journal.finish(entry, result)
+    return result
+
+
+__all__ = [
+    "DOCUMENT_EDIT_TOOLS", "NON_EDITING_COMMANDS", "READ_ONLY_TOOLS", "TOOLS", "ToolError",
+    "UnknownToolError", "execute_tool", "tool_specs",
+]

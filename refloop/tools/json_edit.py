@@ -1,0 +1,114 @@
+"""json_edit_tool: view, set, add and remove values by a small JSONPath subset."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from refloop.models import ToolResult
+from refloop.tools.base import ToolContext, ToolError, tool
+from refloop.tools.sandbox import line_count, read_text, relative, resolve, write_text
+
+_TOKEN = re.compile(r"\.([A-Za-z_][\w-]*)|\[(-?\d+)\]|\[(['\"])(.*?)\3\]|\[(-)\]")
+
+
+class JsonEditArgs(BaseModel):
+    operation: Literal["view", "set", "add", "remove"]
+    file_path: str
+    json_path: str | None = None
+    value: Any = None
+
+
+def parse_path(path: str) -> list[str | int]:
+    """`$.a.b[0]['c d'][-]` -> ["a", "b", 0, "c d", "-"]; "-" appends (add only)."""
+    if not path.startswith("$"):
+        raise ToolError(f"E_JSON_PATH: '{path}' must start with $")
+    parts: list[str | int] = []
+    position = 1
+    while position < len(path):
+        match = _TOKEN.match(path, position)
+        if not match:
+            raise ToolError(f"E_JSON_PATH: cannot parse '{path}' at '{path[position:]}'")
+        key, index, _, quoted, append = match.groups()
+        parts.append(key if key is not None else int(index) if index is not None
+                     else quoted if quoted is not None else append)
+        position = match.end()
+    return parts
+
+
+def walk(doc: Any, parts: list[str | int], path: str) -> Any:
+    for part in parts:
+        try:
+            doc = doc[part]
+        except (KeyError, IndexError, TypeError):
+            raise ToolError(f"E_JSON_PATH: '{path}' does not exist") from None
+    return doc
+
+
+@tool("json_edit_tool", JsonEditArgs, "View or edit a JSON file by JSONPath: view | set | add | "
+      "remove; '[-]' appends to an array.", edits=True)
+async def json_edit_tool(ctx: ToolContext, args: JsonEditArgs) -> ToolResult:
+    path = resolve(ctx.workspace, args.file_path)
+    text = read_text(path, args.file_path)
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ToolError(f"E_INVALID_JSON: {args.file_path}: {err}") from None
+    json_path = args.json_path or "$"
+    parts = parse_path(json_path)
+    if args.operation == "view":
+        return ToolResult(ok=True, output=json.dumps(walk(doc, parts, json_path), indent=2,
+                                                     ensure_ascii=False))
+    if not parts:
+        if args.operation != "set":
+            raise ToolError("E_JSON_PATH: add/remove need a path below $")
+        doc = args.value
+    else:
+        parent = walk(doc, parts[:-1], json_path)
+        last = parts[-1]
+        apply_change(parent, last, args.operation, args.value, json_path)
+    updated = json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+    ctx.snapshot(path)
+    write_text(path, updated)
+    rel = relative(ctx.workspace, path)
+    return ToolResult(
+        ok=True, output=f"{args.operation} {json_path} in {rel}",
+        data={"file_path": rel, "edit_kind": args.operation, "json_path": json_path,
+              "value": args.value, "lines_before": line_count(text),
+              "lines_after": line_count(updated)},
+    )
+
+
+def apply_change(parent: Any, last: str | int, operation: str, value: Any, path: str) -> None:
+    if isinstance(parent, list):
+        if last == "-":
+            if operation != "add":
+                raise ToolError("E_JSON_PATH: '[-]' only appends with add")
+            parent.append(value)
+            return
+        if not isinstance(last, int):
+            raise ToolError(f"E_JSON_PATH: '{path}' indexes an array with a key")
+        if operation == "add":
+            if not -len(parent) - 1 < last <= len(parent):
+                raise ToolError(f"E_JSON_PATH: index {last} is out of range")
+            parent.insert(last, value)
+        elif not -len(parent) <= last < len(parent):
+            raise ToolError(f"E_JSON_PATH: '{path}' does not exist")
+        elif operation == "set":
+            parent[last] = value
+        else:
+            del parent[last]
+        return
+    if not isinstance(parent, dict) or not isinstance(last, str):
+        raise ToolError(f"E_JSON_PATH: '{path}' does not address an object member")
+    if operation == "add" and last in parent:
+        raise ToolError(f"E_JSON_PATH: '{path}' already exists; use set")
+    if operation in ("set", "remove") and last not in parent:
+        raise ToolError(f"E_JSON_PATH: '{path}' does not exist")
+    if operation == "remove":
+        del parent[last]
+    else:
+        parent[last] = value
