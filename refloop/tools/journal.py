@@ -76,9 +76,13 @@ class Journal:
         self.save(entry)
 
     def entries(self) -> list[dict[str, Any]]:
-        """Completed entries, newest first."""
+        """Successful edits that can be undone (undos themselves excluded), newest first."""
         if not self.dir.exists():
             return []
         found = [json.loads(p.read_text()) for p in self.dir.glob("*.json")]
-        done = [e for e in found if e.get("result") and e["result"].get("ok")]
+        done = [
+            e for e in found
+            if e.get("result") and e["result"].get("ok")
+            and e["result"].get("data", {}).get("edit_kind") != "undo"
+        ]
         return sorted(done, key=lambda e: e["created_ns"], reverse=True)

@@ -1,0 +1,183 @@
+"""The LLM gateway over real HTTP (real openai client) against the scripted model."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+
+from refloop.llm import (
+    InvalidModelOutput,
+    LLMClientError,
+    LLMGateway,
+    LLMTransportError,
+)
+from refloop.models import ChatMessage, IntentResult, Plan, Purpose, ToolSpec
+from refloop.scripted_llm import load_scenario
+from refloop.settings import Settings
+from refloop.textguard import detect_abnormal_output
+from tests.llm_fixtures import unique_scenario
+
+USER = [ChatMessage(role="user", content="hello")]
+INTENT = {"intent": "CODING_TASK", "confidence": 0.8, "reason": "edit"}
+
+
+@pytest.fixture
+def gateway(scripted_llm) -> LLMGateway:
+    return LLMGateway(Settings(openai_base_url=scripted_llm.base_url, openai_api_key="k",
+                               refloop_structured_max_reasks=2))
+
+
+async def test_every_request_carries_its_purpose(gateway, scripted_llm):
+    model = unique_scenario(scripted_llm, {p: [{"content": "x"}] for p in
+                                           ("act", "summary", "quality_review")})
+    for purpose in (Purpose.act, Purpose.summary, Purpose.quality_review):
+        await gateway.chat(purpose, USER, model=model)
+    assert [r["purpose"] for r in scripted_llm.requests(model=model)] == [
+        "act", "summary", "quality_review"]
+
+
+async def test_native_tool_calls_are_parsed(gateway, scripted_llm):
+    model = unique_scenario(scripted_llm, {"act": [
+        {"tool_calls": [{"name": "read_file", "arguments": {"path": "a"}, "id": "c1"}]}]})
+    spec = ToolSpec(name="read_file", description="d", parameters={"type": "object"})
+    out = await gateway.chat(Purpose.act, USER, model=model, tools=[spec],
+                             parallel_tool_calls=False)
+    assert out.tool_calls[0].model_dump() == {"id": "c1", "name": "read_file",
+                                              "arguments": {"path": "a"}}
+    body = scripted_llm.requests(model=model)[0]["body"]
+    assert body["parallel_tool_calls"] is False and body["tools"][0]["type"] == "function"
+    assert out.usage.usage.calls == 1 and out.usage.usage.total_tokens > 0
+
+
+async def test_structured_success_asks_for_json_schema(gateway, scripted_llm):
+    model = unique_scenario(scripted_llm, {"intent": [{"json": INTENT}]})
+    out = await gateway.structured(Purpose.intent, USER, IntentResult, model=model)
+    assert out.value.intent.value == "CODING_TASK" and out.attempts == 1
+    body = scripted_llm.requests(model=model)[0]["body"]
+    assert body["response_format"]["type"] == "json_schema"
+
+
+async def test_invalid_json_is_reasked_with_the_error(gateway, scripted_llm):
+    model = unique_scenario(scripted_llm, {"intent": [
+        {"content": '{"intent": "DANCING", "confidence": 3}'},
+        {"content": "Sure!\n```json\n" + json.dumps(INTENT) + "\n```"},
+    ]})
+    out = await gateway.structured(Purpose.intent, USER, IntentResult, model=model)
+    assert out.attempts == 2 and out.usage.usage.calls == 2
+    reask = scripted_llm.requests(model=model)[1]["body"]["messages"]
+    assert reask[-2]["role"] == "assistant" and "DANCING" in reask[-2]["content"]
+    assert "not valid" in reask[-1]["content"] and "intent" in reask[-1]["content"]
+
+
+async def test_reasks_exhausted_raise_invalid_output(gateway, scripted_llm):
+    model = unique_scenario(scripted_llm, {"plan": [{"content": "no"}] * 3})
+    with pytest.raises(InvalidModelOutput) as err:
+        await gateway.structured(Purpose.plan, USER, Plan, model=model)
+    assert not err.value.retryable and "after 2 re-asks" in str(err.value)
+    assert len(scripted_llm.requests(model=model)) == 3
+
+
+async def test_json_schema_rejected_falls_back_to_json_object(gateway, scripted_llm):
+    model = unique_scenario(scripted_llm, {"intent": [
+        {"status": 400, "body": {"error": {"message": "response_format json_schema unsupported"}}},
+        {"json": INTENT},
+    ]})
+    out = await gateway.structured(Purpose.intent, USER, IntentResult, model=model)
+    assert out.value.confidence == 0.8
+    second = scripted_llm.requests(model=model)[1]["body"]
+    assert second["response_format"] == {"type": "json_object"}
+    assert "JSON schema" in second["messages"][0]["content"]
+    assert gateway.json_schema_supported is False
+
+
+@pytest.mark.parametrize(("status", "kind", "retryable"), [
+    (500, LLMTransportError, True), (503, LLMTransportError, True),
+    (429, LLMTransportError, True), (408, LLMTransportError, True),
+    (401, LLMClientError, False), (404, LLMClientError, False), (400, LLMClientError, False),
+])
+async def test_status_classification(gateway, scripted_llm, status, kind, retryable):
+    model = unique_scenario(scripted_llm, {"act": [{"status": status}]})
+    with pytest.raises(kind) as err:
+        await gateway.chat(Purpose.act, USER, model=model)
+    assert err.value.retryable is retryable and err.value.status == status
+    assert len(scripted_llm.requests(model=model)) == 1  # the client itself never retried
+
+
+async def test_retry_after_is_parsed(gateway, scripted_llm):
+    model = unique_scenario(scripted_llm, {"act": [{"status": 429, "retry_after": 7}]})
+    with pytest.raises(LLMTransportError) as err:
+        await gateway.chat(Purpose.act, USER, model=model)
+    assert err.value.retry_after == 7
+
+
+async def test_connection_refused_is_retryable():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    gateway = LLMGateway(Settings(openai_base_url=f"http://127.0.0.1:{port}/v1"))
+    with pytest.raises(LLMTransportError) as err:
+        await gateway.chat(Purpose.act, USER)
+    assert err.value.retryable
+
+
+async def test_exhausted_scenario_is_a_clear_client_error(gateway, scripted_llm):
+    model = unique_scenario(scripted_llm, {"act": [{"content": "one"}]})
+    await gateway.chat(Purpose.act, USER, model=model)
+    with pytest.raises(LLMClientError) as err:
+        await gateway.chat(Purpose.act, USER, model=model)
+    assert "exhausted" in str(err.value) and "after 1 responses" in str(err.value)
+
+
+async def test_usage_is_totalled_per_purpose(gateway, scripted_llm):
+    model = unique_scenario(scripted_llm, {"act": [{"content": "a"}, {"content": "b"}],
+                                           "summary": [{"content": "c"}]})
+    await gateway.chat(Purpose.act, USER, model=model)
+    await gateway.chat(Purpose.act, USER, model=model)
+    await gateway.chat(Purpose.summary, USER, model=model)
+    assert gateway.usage_by_purpose["act"].calls == 2
+    assert gateway.usage_by_purpose["summary"].calls == 1
+
+
+async def test_runaway_output_is_flagged_and_cut(gateway, scripted_llm):
+    model = unique_scenario(scripted_llm, {"act": [{"content": "ok " + "[" * 3000}]})
+    out = await gateway.chat(Purpose.act, USER, model=model)
+    assert out.abnormal and "'['" in out.abnormal and len(out.content) <= 500
+
+
+def test_abnormal_detection_thresholds():
+    assert detect_abnormal_output("{" * 51)
+    assert detect_abnormal_output("[ " * 60)
+    assert detect_abnormal_output("{" * 50) is None
+    assert detect_abnormal_output('{"a": [1, [2, [3]]]}') is None
+
+
+def test_scripted_answers_say_so_and_bad_scenarios_are_rejected(scripted_llm, tmp_path):
+    import httpx
+
+    model = unique_scenario(scripted_llm, {"act": [{"content": "hi"}]})
+    response = httpx.post(f"{scripted_llm.base_url}/chat/completions",
+                          json={"model": model, "messages": []},
+                          headers={"X-Refloop-Purpose": "act"})
+    assert response.headers["x-refloop-scripted"] == "true"
+    assert response.json()["model"] == f"scripted:{model}"
+    assert response.json()["system_fingerprint"] == "refloop-scripted"
+    missing = httpx.post(f"{scripted_llm.base_url}/chat/completions",
+                         json={"model": model, "messages": []})
+    assert missing.status_code == 400 and "X-Refloop-Purpose" in missing.text
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("responses:\n  act:\n    - {}\n")
+    with pytest.raises(ValueError, match="responses.act.0"):
+        load_scenario(bad)
+    unknown = tmp_path / "unknown.yaml"
+    unknown.write_text("responses:\n  dance:\n    - content: x\n")
+    with pytest.raises(ValueError, match="dance"):
+        load_scenario(unknown)
+
+
+def test_demo_scenario_is_valid():
+    from worker.stack import demo_scenario_path
+
+    scenario = load_scenario(demo_scenario_path())
+    assert {p.value for p in scenario.responses} == {"intent", "plan", "act", "summary"}
