@@ -33,9 +33,10 @@ async def heartbeating(interval_s: float = 5.0) -> AsyncIterator[None]:
     """Heartbeat in the background so a dead worker is noticed by the heartbeat timeout."""
 
     async def beat() -> None:
+        # Sleep first: calls shorter than one interval cost no heartbeat RPC at all.
         while True:
-            activity.heartbeat()
             await asyncio.sleep(interval_s)
+            activity.heartbeat()
 
     task = asyncio.create_task(beat())
     try:

@@ -21,6 +21,7 @@ from refloop.models import (
     SummarizeResult,
 )
 from refloop.prompts import intent_messages, plan_messages, summary_messages
+from refloop.tools import tool_specs
 
 
 class LLMActivities:
@@ -38,7 +39,7 @@ class LLMActivities:
 
     @activity.defn(name=ActivityName.MAKE_PLAN)
     async def make_plan(self, inp: MakePlanInput) -> MakePlanResult:
-        messages = plan_messages(inp.task, inp.tools, inp.feedback)
+        messages = plan_messages(inp.task, tool_specs(inp.tool_names), inp.feedback)
         out = await call_model(
             self.gateway.structured(Purpose.plan, messages, Plan, model=inp.model)
         )
@@ -51,7 +52,7 @@ class LLMActivities:
                 Purpose.act,
                 inp.messages,
                 model=inp.model,
-                tools=inp.tools,
+                tools=tool_specs(inp.tool_names),
                 parallel_tool_calls=inp.parallel_tool_calls,
             )
         )

@@ -67,9 +67,9 @@ async def plain_loop(gateway: LLMGateway, model: str, workspace: Path, settings:
     await gateway.chat(Purpose.summary, summary_messages("task", "x"), model=model)
 
 
-async def main(steps: int, latency_ms: int) -> None:
+async def main(steps: int, latency_ms: int, verbose: bool = False) -> None:
     model_calls = steps + 4  # intent, plan, steps + final act, summary
-    model_time = model_calls * latency_ms / 1000
+    model_time = max(model_calls * latency_ms / 1000, 1e-9)
     with tempfile.TemporaryDirectory() as tmp, ScriptedLLMServer() as llm:
         root = Path(tmp)
         settings = Settings(
@@ -106,6 +106,13 @@ async def main(steps: int, latency_ms: int) -> None:
         finally:
             temporal.stop()
     history_bytes = len(history.to_json().encode())
+    if verbose:
+        previous = None
+        for event in history.events:
+            at = event.event_time.ToDatetime()
+            gap = (at - previous).total_seconds() * 1000 if previous else 0
+            print(f"{gap:7.1f}ms {event.WhichOneof('attributes')}")
+            previous = at
     print(f"steps={steps} model_calls={model_calls} latency={latency_ms}ms "
           f"sum_model_latency={model_time:.2f}s")
     print(f"workflow      wall={workflow_time:.2f}s ratio={workflow_time / model_time:.3f}")
@@ -119,5 +126,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--latency-ms", type=int, default=200)
+    parser.add_argument("--verbose", action="store_true", help="print event-time gaps")
     args = parser.parse_args()
-    asyncio.run(main(args.steps, args.latency_ms))
+    asyncio.run(main(args.steps, args.latency_ms, args.verbose))

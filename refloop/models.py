@@ -123,7 +123,8 @@ class ClassifyIntentResult(BaseModel):
 
 class MakePlanInput(BaseModel):
     task: str
-    tools: list[ToolSpec]
+    # Tool names only: the activity looks the specs up, keeping them out of the history.
+    tool_names: list[str] = Field(default_factory=list)
     model: str | None = None
     feedback: str | None = None  # violations of a previous plan, for a bounded re-plan
 
@@ -135,7 +136,7 @@ class MakePlanResult(BaseModel):
 
 class ActInput(BaseModel):
     messages: list[ChatMessage]
-    tools: list[ToolSpec]
+    tool_names: list[str] = Field(default_factory=list)  # specs resolved by the activity
     model: str | None = None
     parallel_tool_calls: bool | None = None
 

@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.worker import Worker
 
 from activities.llm_activities import LLMActivities
@@ -23,9 +24,17 @@ log = logging.getLogger("refloop.worker")
 WORKFLOWS = [AgentTaskWorkflow]
 
 
+# Core SDK warnings (e.g. about test-server capabilities) would drown the CLI's progress.
+RUNTIME = Runtime(
+    telemetry=TelemetryConfig(
+        logging=LoggingConfig(filter=TelemetryFilter(core_level="ERROR", other_level="ERROR"))
+    )
+)
+
+
 async def connect(address: str, namespace: str) -> Client:
     return await Client.connect(
-        address, namespace=namespace, data_converter=pydantic_data_converter
+        address, namespace=namespace, data_converter=pydantic_data_converter, runtime=RUNTIME
     )
 
 

@@ -77,6 +77,7 @@ class AgentTaskWorkflow:
     def __init__(self, inp: TaskInput) -> None:
         self.state = AgentState(input=inp, task_id=inp.task_id or workflow.info().workflow_id)
         self.tools = tool_specs()
+        self.tool_names = [spec.name for spec in self.tools]
 
     # ------------------------------------------------------------ queries
 
@@ -135,7 +136,7 @@ class AgentTaskWorkflow:
                 ActivityName.MAKE_PLAN,
                 MakePlanInput(
                     task=self.state.input.task,
-                    tools=self.tools,
+                    tool_names=self.tool_names,
                     model=self.state.input.model,
                     feedback=feedback,
                 ),
@@ -171,7 +172,7 @@ class AgentTaskWorkflow:
                 ActivityName.ACT,
                 ActInput(
                     messages=self.state.messages,
-                    tools=self.tools,
+                    tool_names=self.tool_names,
                     model=inp.model,
                     parallel_tool_calls=False if inp.enable_quality_review else None,
                 ),
@@ -217,7 +218,6 @@ class AgentTaskWorkflow:
             )
             if result.ok:
                 self.state.completed_steps = done
-                self._emit_step()
         elif call.name not in TOOLS:
             result = ToolResult(
                 ok=False,
@@ -258,6 +258,8 @@ class AgentTaskWorkflow:
                 "data": result.data,
             },
         )
+        if call.name == logic.COMPLETE_STEP and result.ok:
+            self._emit_step()
         return result
 
     async def _summarize(self) -> None:
