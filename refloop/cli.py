@@ -12,7 +12,7 @@ import logging
 import sys
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from rich.console import Console
 
@@ -31,13 +31,19 @@ EVENT_STYLE = {
 }
 
 
+def fail(message: str) -> NoReturn:
+    """Bad input: one clear line on stderr, exit code 2."""
+    err_console.print(f"[bold red]error:[/] {message}")
+    raise SystemExit(2)
+
+
 def read_rules(value: str | None) -> str | None:
     """`--review-rules TEXT|@FILE`."""
     if value is None or not value.startswith("@"):
         return value
     path = Path(value[1:])
     if not path.is_file():
-        raise SystemExit(f"--review-rules: file not found: {path}")
+        fail(f"--review-rules: file not found: {path}")
     return path.read_text(encoding="utf-8")
 
 
@@ -93,7 +99,7 @@ async def run_task(args: argparse.Namespace, settings: Settings) -> int:
 
     workspace = Path(args.workspace).resolve()
     if not workspace.is_dir():
-        raise SystemExit(f"--workspace: not a directory: {workspace}")
+        fail(f"--workspace: not a directory: {workspace}")
     rules = read_rules(args.review_rules)
     task = TaskInput(
         task=args.task,
@@ -167,7 +173,7 @@ async def export_history(args: argparse.Namespace, settings: Settings) -> int:
     from worker.main import connect
 
     if not settings.temporal_address:
-        raise SystemExit(
+        fail(
             "refloop history needs TEMPORAL_ADDRESS; the embedded test server keeps "
             "nothing after its process ends (use `refloop run --save-history FILE`)"
         )
