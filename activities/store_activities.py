@@ -6,7 +6,7 @@ import asyncio
 
 from temporalio import activity
 
-from refloop.models import ActivityName, RecordTaskInput
+from refloop.models import ActivityName, RecordQualityReviewInput, RecordTaskInput
 from refloop.store import Store
 
 
@@ -18,3 +18,8 @@ class StoreActivities:
     async def record_task(self, rec: RecordTaskInput) -> None:
         # SQLAlchemy is synchronous; keep the worker's event loop free.
         await asyncio.to_thread(self.store.record_task, rec)
+
+    @activity.defn(name=ActivityName.RECORD_QUALITY_REVIEW)
+    async def record_quality_review(self, rec: RecordQualityReviewInput) -> None:
+        # The workflow-assigned key makes a retried write a no-op.
+        await asyncio.to_thread(self.store.record_quality_review, rec)

@@ -152,7 +152,7 @@ def emit_result(result: TaskResult, as_json: bool) -> None:
             "answer": result.answer,
             "events": [event.model_dump(mode="json") for event in result.events],
             "stats": result.stats.model_dump(mode="json"),
-            "quality_reviews": result.quality_reviews,
+            "quality_reviews": [r.model_dump(mode="json") for r in result.quality_reviews],
             "stop_reason": result.stop_reason,
             "summary": result.summary,
         }

@@ -207,6 +207,7 @@ class QualityReviewResult(BaseModel):
 
 class RecordQualityReviewInput(BaseModel):
     task_id: str
+    review_key: str  # deterministic per review: a retried write never duplicates a row
     session_id: str | None = None
     review: QualityReview
 

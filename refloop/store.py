@@ -135,8 +135,9 @@ class Store:
             return list(session.exec(query))
 
 
-    def record_quality_review(self, rec: RecordQualityReviewInput, review_key: str) -> None:
-        """Insert once per key; a retried activity finds its row and does nothing."""
+    def record_quality_review(self, rec: RecordQualityReviewInput) -> None:
+        """Insert once per review key; a retried activity finds its row and does nothing."""
+        review_key = rec.review_key
         self.init()
         with Session(self.engine) as session:
             exists = session.exec(

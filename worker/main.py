@@ -12,6 +12,7 @@ from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, Telemetr
 from temporalio.worker import Worker
 
 from activities.llm_activities import LLMActivities
+from activities.review_activities import ReviewActivities
 from activities.store_activities import StoreActivities
 from activities.tool_activities import ToolActivities
 from refloop.llm import LLMGateway
@@ -40,7 +41,9 @@ async def connect(address: str, namespace: str) -> Client:
 
 def build_worker(client: Client, settings: Settings, task_queue: str | None = None) -> Worker:
     """A worker with every workflow and activity, built with its dependencies."""
-    llm = LLMActivities(LLMGateway(settings))
+    gateway = LLMGateway(settings)
+    llm = LLMActivities(gateway)
+    review = ReviewActivities(gateway)
     tools = ToolActivities(settings)
     store = StoreActivities(store_for(settings.effective_database_url))
     return Worker(
@@ -52,7 +55,9 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
             llm.make_plan,
             llm.act,
             llm.summarize,
+            review.quality_review,
             store.record_task,
+            store.record_quality_review,
             *tools.activities(),
         ],
         activity_executor=ThreadPoolExecutor(8),

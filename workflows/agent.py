@@ -29,6 +29,10 @@ with workflow.unsafe.imports_passed_through():
         MakePlanInput,
         MakePlanResult,
         Plan,
+        QualityReview,
+        QualityReviewInput,
+        QualityReviewResult,
+        RecordQualityReviewInput,
         RecordTaskInput,
         RunToolInput,
         SummarizeInput,
@@ -42,8 +46,15 @@ with workflow.unsafe.imports_passed_through():
     )
     from refloop.tools import TOOLS, tool_specs
 
-from workflows import logic
-from workflows.policies import LLM_CALL, MAX_REPLANS, STORE_WRITE, TOOL_CALL, TOOL_RESULT_CHARS
+from workflows import logic, review_logic
+from workflows.policies import (
+    LLM_CALL,
+    MAX_REPLANS,
+    REVIEW_CALL,
+    STORE_WRITE,
+    TOOL_CALL,
+    TOOL_RESULT_CHARS,
+)
 
 
 class AgentState(BaseModel):
@@ -60,6 +71,9 @@ class AgentState(BaseModel):
     stats: TaskStats = Field(default_factory=TaskStats)
     answer: str = ""
     summary: str | None = None
+    quality_reviews: list[QualityReview] = Field(default_factory=list)
+    review_failures: dict[str, int] = Field(default_factory=dict)  # per file, for the cap
+    review_capped: list[str] = Field(default_factory=list)
 
 
 class TaskFailed(Exception):
@@ -198,10 +212,22 @@ class AgentTaskWorkflow:
                 self._append(ChatMessage(role="assistant", content=self.state.answer))
                 return
             self._append(logic.assistant_tool_message(act.content, calls, native))
+            reviews = []
+            # One call at a time: with review on, each edit is reviewed before the next call.
             for index, call in enumerate(calls):
                 result = await self._run_tool_call(call, iteration, index)
                 text = logic.format_tool_result(call.name, result, TOOL_RESULT_CHARS)
+                review = await self._maybe_review(call, result)
+                if review is not None:
+                    reviews.append(review)
+                    text += "\n\n" + review_logic.review_feedback(review)
                 self._append(logic.tool_result_message(call, native, text))
+            reflection = review_logic.reflect_on_quality_results(
+                reviews, set(self.state.review_capped)
+            )
+            if reflection:
+                self._emit("reflection", {"trigger": "quality_review", "message": reflection})
+                self._append(ChatMessage(role="user", content=reflection))
         raise TaskFailed(
             "max_iterations",
             f"stopped: max iterations ({inp.max_iterations}) reached without a final answer",
@@ -262,6 +288,83 @@ class AgentTaskWorkflow:
             self._emit_step()
         return result
 
+    async def _maybe_review(self, call: ToolCall, result: ToolResult) -> QualityReview | None:
+        """The enforced hook of seed 000: a review activity after every successful edit."""
+        inp = self.state.input
+        if not inp.enable_quality_review or not review_logic.needs_review(
+            call, result, inp.quality_review_tools
+        ):
+            return None
+        file_path = result.data.get("file_path", "")
+        if file_path in self.state.review_capped:
+            self._emit("quality_review_skipped", {"file_path": file_path, "reason": "cap"})
+            return None
+        try:
+            outcome: QualityReviewResult = await workflow.execute_activity(
+                ActivityName.QUALITY_REVIEW,
+                QualityReviewInput(
+                    task=inp.task,
+                    workspace=inp.workspace,
+                    tool=call.name,
+                    arguments=call.arguments,
+                    data=result.data,
+                    rules=inp.quality_review_rules or review_logic.DEFAULT_RULES,
+                    model=inp.model,
+                    snippet_lines=inp.quality_review_snippet_lines,
+                ),
+                result_type=QualityReviewResult,
+                summary=f"quality review {file_path}",
+                **REVIEW_CALL.kwargs(),
+            )
+            review = outcome.review
+            if outcome.usage is not None:
+                self._account(outcome.usage)
+        except ActivityError as err:
+            # Fail-open: a broken reviewer never blocks the task; the outcome says so.
+            review = QualityReview(
+                file_path=file_path, passed=True, outcome="unavailable", tool=call.name,
+                summary=_describe(err)[:300],
+            )
+        self._count_review(review)
+        await workflow.execute_activity(
+            ActivityName.RECORD_QUALITY_REVIEW,
+            RecordQualityReviewInput(
+                task_id=self.state.task_id,
+                review_key=f"{self.state.task_id}:{len(self.state.quality_reviews)}",
+                session_id=inp.session_id,
+                review=review,
+            ),
+            summary=f"record review {file_path}",
+            **STORE_WRITE.kwargs(),
+        )
+        return review
+
+    def _count_review(self, review: QualityReview) -> None:
+        self.state.quality_reviews.append(review)
+        failures, capped = review_logic.count_failure(
+            self.state.review_failures, review, self.state.input.quality_review_max_rounds
+        )
+        self.state.review_failures = failures
+        if capped:
+            self.state.review_capped.append(review.file_path)
+        counts = self.state.stats.reviews
+        outcome = "unavailable" if review.outcome == "unavailable" else (
+            "passed" if review.passed else "failed")
+        self.state.stats.reviews = counts.model_copy(
+            update={"total": counts.total + 1, outcome: getattr(counts, outcome) + 1}
+        )
+        self._emit(
+            "quality_review",
+            {
+                "file_path": review.file_path,
+                "pass": review.passed,
+                "outcome": review.outcome,
+                "reasons": review.reasons,
+                "summary": review.summary,
+                "cap_reached": capped,
+            },
+        )
+
     async def _summarize(self) -> None:
         transcript = "\n".join(
             f"{event.type}: {json.dumps(event.data, ensure_ascii=False)[:300]}"
@@ -304,6 +407,7 @@ class AgentTaskWorkflow:
             completed_steps=self.state.completed_steps,
             events=self.state.events,
             stats=self.state.stats,
+            quality_reviews=self.state.quality_reviews,
         )
 
     async def _finish_completed(self) -> TaskResult:
@@ -369,10 +473,13 @@ class AgentTaskWorkflow:
 
 
 def _describe(err: BaseException) -> str:
-    """The innermost failure message, which is the one a user can act on."""
+    """The first application error's message (our activities word those for users),
+    else the innermost failure."""
     cause: BaseException | None = err
     message = str(err)
     while cause is not None:
+        if isinstance(cause, ApplicationError):
+            return f"{cause.type}: {cause.message}" if cause.type else cause.message
         if str(cause):
             message = str(cause)
         cause = cause.__cause__

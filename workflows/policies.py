@@ -68,5 +68,19 @@ STORE_WRITE = ActivityOptions(
     ),
 )
 
+# Quality review: a bounded budget, because a broken reviewer fails open instead.
+REVIEW_CALL = ActivityOptions(
+    start_to_close=timedelta(seconds=90),
+    heartbeat=timedelta(seconds=30),
+    schedule_to_close=timedelta(minutes=4),
+    retry=RetryPolicy(
+        initial_interval=timedelta(seconds=1),
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(seconds=10),
+        maximum_attempts=3,
+        non_retryable_error_types=NON_RETRYABLE_LLM_ERRORS,
+    ),
+)
+
 MAX_REPLANS = 2
 TOOL_RESULT_CHARS = 8_000

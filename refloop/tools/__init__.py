@@ -16,12 +16,6 @@ from refloop.tools.base import TOOLS, ToolContext, ToolError, UnknownToolError
 from refloop.tools.journal import Journal
 from refloop.tools.sandbox import workspace_root
 
-DOCUMENT_EDIT_TOOLS = ("str_replace_based_edit_tool", "json_edit_tool", "write_file",
-                       "apply_patch")
-READ_ONLY_TOOLS = ("list_dir", "read_file", "glob_file_search", "grep")
-# Commands of the edit tools that change nothing, so they are never reviewed.
-NON_EDITING_COMMANDS = frozenset({"view", "undo_edit"})
-
 COMPLETE_STEP_SPEC = ToolSpec(
     name="complete_step",
     description="Mark a plan step (1-based) as done, with a one-line summary.",
@@ -82,6 +76,5 @@ def _journaled(definition, ctx: ToolContext, args) -> ToolResult:
 
 
 __all__ = [
-    "DOCUMENT_EDIT_TOOLS", "NON_EDITING_COMMANDS", "READ_ONLY_TOOLS", "TOOLS", "ToolError",
-    "UnknownToolError", "execute_tool", "tool_specs",
+    "TOOLS", "ToolError", "UnknownToolError", "execute_tool", "tool_specs",
 ]

@@ -1,0 +1,75 @@
+"""The quality_review activity: snippet, deterministic checks, then the reviewer model."""
+
+from __future__ import annotations
+
+import asyncio
+
+from temporalio import activity
+
+from activities.errors import call_model
+from refloop.llm import LLMGateway
+from refloop.models import (
+    ActivityName,
+    Purpose,
+    QualityReview,
+    QualityReviewInput,
+    QualityReviewResult,
+)
+from refloop.quality import (
+    QualityVerdict,
+    deterministic_problems,
+    extract_snippet,
+    json_edit_snippet,
+    review_messages,
+)
+from refloop.tools.sandbox import resolve, workspace_root
+
+
+def read_edited(inp: QualityReviewInput) -> tuple[str, str]:
+    """(file path, file content after the edit); a deleted file reads as empty."""
+    file_path = inp.data.get("file_path", "")
+    path = resolve(workspace_root(inp.workspace), file_path)
+    return file_path, path.read_text(encoding="utf-8") if path.is_file() else ""
+
+
+def build_snippet(inp: QualityReviewInput, content: str) -> tuple[str, int | None, int | None]:
+    if inp.tool == "json_edit_tool":
+        return json_edit_snippet(content, inp.data, inp.snippet_lines), None, None
+    if inp.tool == "apply_patch":
+        lines = str(inp.arguments.get("patch", "")).splitlines()[: inp.snippet_lines]
+        return "The applied unified diff:\n" + "\n".join(lines), None, None
+    snippet = extract_snippet(content, inp.data, inp.snippet_lines)
+    return snippet.text, snippet.start_line, snippet.end_line
+
+
+class ReviewActivities:
+    def __init__(self, gateway: LLMGateway) -> None:
+        self.gateway = gateway
+
+    @activity.defn(name=ActivityName.QUALITY_REVIEW)
+    async def quality_review(self, inp: QualityReviewInput) -> QualityReviewResult:
+        file_path, content = await asyncio.to_thread(read_edited, inp)
+        snippet, start, end = build_snippet(inp, content)
+        base = {"file_path": file_path, "tool": inp.tool, "start_line": start, "end_line": end}
+        problems = deterministic_problems(file_path, content)
+        if problems:  # no model call: the file is broken whatever the rules say
+            return QualityReviewResult(review=QualityReview(
+                **base, passed=False, outcome="deterministic_failed", reasons=problems,
+                suggestions="Fix these problems first.", summary="deterministic check failed",
+            ))
+        settings = self.gateway.settings
+        model = settings.refloop_review_model or inp.model or settings.refloop_model
+        out = await call_model(self.gateway.structured(
+            Purpose.quality_review,
+            review_messages(inp.task, file_path, snippet, inp.rules),
+            QualityVerdict,
+            model=model,
+        ))
+        verdict = out.value
+        return QualityReviewResult(
+            review=QualityReview(
+                **base, passed=verdict.passed, outcome="passed" if verdict.passed else "failed",
+                reasons=verdict.reasons, suggestions=verdict.suggestions, summary=verdict.summary,
+            ),
+            usage=out.usage,
+        )

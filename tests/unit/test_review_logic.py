@@ -1,0 +1,74 @@
+"""Which calls get reviewed, what the model is told, and the per-file cap."""
+
+from __future__ import annotations
+
+from refloop.models import QualityReview, ToolCall, ToolResult
+from workflows import review_logic
+
+OK = ToolResult(ok=True, output="", data={"file_path": "a.md"})
+
+
+def edit(name: str, **arguments) -> ToolCall:
+    return ToolCall(id="c", name=name, arguments=arguments)
+
+
+def review(outcome: str, path: str = "a.md") -> QualityReview:
+    return QualityReview(file_path=path, passed=outcome in ("passed", "unavailable"),
+                         outcome=outcome, reasons=["r1"] if outcome.endswith("failed") else [],
+                         suggestions="do x" if outcome == "failed" else "")
+
+
+def test_only_successful_document_edits_are_reviewed():
+    assert review_logic.needs_review(edit("write_file", path="a.md"), OK, None)
+    assert review_logic.needs_review(edit("apply_patch", patch="..."), OK, None)
+    for command in ("create", "str_replace", "insert"):
+        assert review_logic.needs_review(
+            edit("str_replace_based_edit_tool", command=command), OK, None)
+    assert not review_logic.needs_review(edit("str_replace_based_edit_tool", command="view"),
+                                         OK, None)
+    assert not review_logic.needs_review(
+        edit("str_replace_based_edit_tool", command="undo_edit"), OK, None)
+    assert review_logic.needs_review(edit("json_edit_tool", operation="add"), OK, None)
+    assert not review_logic.needs_review(edit("json_edit_tool", operation="view"), OK, None)
+    assert not review_logic.needs_review(edit("read_file", path="a.md"), OK, None)
+    assert not review_logic.needs_review(edit("run_cmd", command="x"), OK, None)
+    failed = ToolResult(ok=False, error="E_NOT_UNIQUE")
+    assert not review_logic.needs_review(edit("write_file", path="a.md"), failed, None)
+
+
+def test_whitelist_is_configurable():
+    assert not review_logic.needs_review(edit("write_file"), OK, ["json_edit_tool"])
+    assert review_logic.needs_review(edit("json_edit_tool", operation="set"), OK,
+                                     ["json_edit_tool"])
+
+
+def test_feedback_texts():
+    assert review_logic.review_feedback(review("passed")) == "[quality_review] a.md: PASS"
+    failed = review_logic.review_feedback(review("failed"))
+    assert failed.startswith("[quality_review] a.md: FAIL") and "- r1" in failed
+    assert "Suggestions: do x" in failed
+    assert "unavailable" in review_logic.review_feedback(review("unavailable"))
+
+
+def test_reflection_only_for_failures():
+    assert review_logic.reflect_on_quality_results([review("passed")], set()) is None
+    assert review_logic.reflect_on_quality_results([review("unavailable")], set()) is None
+    text = review_logic.reflect_on_quality_results(
+        [review("passed", "ok.md"), review("failed"), review("deterministic_failed", "b.json")],
+        set(),
+    )
+    assert "Fix a.md" in text and "Fix b.json" in text and "ok.md" not in text
+
+
+def test_cap_counts_failures_per_file_and_changes_the_advice():
+    failures: dict[str, int] = {}
+    failures, capped = review_logic.count_failure(failures, review("failed"), 2)
+    assert failures == {"a.md": 1} and not capped
+    failures, capped = review_logic.count_failure(failures, review("passed"), 2)
+    assert failures == {"a.md": 1} and not capped
+    failures, capped = review_logic.count_failure(failures, review("failed", "b.md"), 2)
+    assert not capped
+    failures, capped = review_logic.count_failure(failures, review("failed"), 2)
+    assert capped and failures["a.md"] == 2
+    text = review_logic.reflect_on_quality_results([review("failed")], {"a.md"})
+    assert "review round limit" in text and "Fix a.md" not in text

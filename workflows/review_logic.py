@@ -1,0 +1,79 @@
+"""Pure decisions of the quality-review loop (seed 000): which calls get reviewed, what
+the model is told afterwards, and when the review→fix loop on a file must stop."""
+
+from __future__ import annotations
+
+from refloop.models import QualityReview, ToolCall, ToolResult
+
+DOCUMENT_EDIT_TOOLS = ("str_replace_based_edit_tool", "json_edit_tool", "write_file",
+                       "apply_patch")
+EDITING_COMMANDS = {
+    "str_replace_based_edit_tool": ("command", frozenset({"create", "str_replace", "insert"})),
+    "json_edit_tool": ("operation", frozenset({"set", "add", "remove"})),
+}
+DEFAULT_RULES = (
+    "The edit must do what the task asks, be correct and complete, and keep the document "
+    "well-formed and consistent."
+)
+
+
+def needs_review(call: ToolCall, result: ToolResult, whitelist: list[str] | None) -> bool:
+    """Only successful document-producing calls; never views, reads, commands or failures."""
+    if not result.ok or call.name not in (whitelist or DOCUMENT_EDIT_TOOLS):
+        return False
+    if call.name in EDITING_COMMANDS:
+        key, editing = EDITING_COMMANDS[call.name]
+        return call.arguments.get(key) in editing
+    return bool(result.data.get("file_path"))
+
+
+def review_feedback(review: QualityReview) -> str:
+    """The review as the model sees it, right after the edit's own result."""
+    if review.outcome == "unavailable":
+        return f"[quality_review] {review.file_path}: review unavailable ({review.summary})"
+    verdict = "PASS" if review.passed else "FAIL"
+    text = f"[quality_review] {review.file_path}: {verdict}"
+    if review.summary:
+        text += f" - {review.summary}"
+    if not review.passed:
+        text += "".join(f"\n- {reason}" for reason in review.reasons)
+        if review.suggestions:
+            text += f"\nSuggestions: {review.suggestions}"
+    return text
+
+
+def reflect_on_quality_results(
+    reviews: list[QualityReview], capped: set[str]
+) -> str | None:
+    """Seed 000: reflection while review is on uses only the reviews of this turn.
+
+    A failed review asks for a fix; a passing one produces no text. A file whose
+    review→fix rounds hit the cap is reported and left, so the task moves on.
+    """
+    failed = [review for review in reviews if not review.passed and review.outcome != "unavailable"]
+    if not failed:
+        return None
+    parts = []
+    for review in failed:
+        reasons = "; ".join(review.reasons) or review.summary or "no reason given"
+        if review.file_path in capped:
+            parts.append(
+                f"{review.file_path} still fails review ({reasons}) and has reached the "
+                "review round limit: the failure is recorded; move on with the task."
+            )
+        else:
+            advice = f" Suggestions: {review.suggestions}" if review.suggestions else ""
+            parts.append(
+                f"The quality review of {review.file_path} failed: {reasons}.{advice} "
+                f"Fix {review.file_path} so that it meets the review rules."
+            )
+    return "Reflection on the quality reviews:\n" + "\n".join(parts)
+
+
+def count_failure(failures: dict[str, int], review: QualityReview, max_rounds: int
+                  ) -> tuple[dict[str, int], bool]:
+    """Count a failed review per file; True when this failure reaches the cap."""
+    if review.passed or review.outcome == "unavailable":
+        return failures, False
+    updated = {**failures, review.file_path: failures.get(review.file_path, 0) + 1}
+    return updated, updated[review.file_path] >= max_rounds
