@@ -32,6 +32,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.bench_core
+	$(BIN)/python -m bench.bench_review
 
 histories: $(STAMP)
 	REFLOOP_RECORD_HISTORIES=1 $(BIN)/pytest -q tests/workflow/test_agent_workflow.py -k golden

@@ -12,20 +12,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import tempfile
 import time
-import uuid
 from pathlib import Path
 
+from bench.common import bench_env
 from refloop.llm import LLMGateway
-from refloop.models import ChatMessage, IntentResult, Plan, Purpose, RunToolInput, TaskInput
+from refloop.models import ChatMessage, IntentResult, Plan, Purpose, RunToolInput
 from refloop.prompts import intent_messages, plan_messages, summary_messages
-from refloop.scripted_llm import ScriptedLLMServer
 from refloop.settings import Settings
 from refloop.tools import execute_tool, tool_specs
-from worker.main import build_worker, connect
-from worker.temporal_server import EmbeddedTemporal
-from workflows.agent import AgentTaskWorkflow
 
 
 def scenario(steps: int, latency_ms: int) -> dict:
@@ -70,41 +65,18 @@ async def plain_loop(gateway: LLMGateway, model: str, workspace: Path, settings:
 async def main(steps: int, latency_ms: int, verbose: bool = False) -> None:
     model_calls = steps + 4  # intent, plan, steps + final act, summary
     model_time = max(model_calls * latency_ms / 1000, 1e-9)
-    with tempfile.TemporaryDirectory() as tmp, ScriptedLLMServer() as llm:
-        root = Path(tmp)
-        settings = Settings(
-            openai_base_url=llm.base_url, openai_api_key="bench",
-            refloop_data_dir=root / "data",
-        )
-        temporal = EmbeddedTemporal(root / "temporal")
-        client = await connect(await temporal.start(), "default")
-        try:
-            queue = f"bench-{uuid.uuid4().hex[:6]}"
-            async with build_worker(client, settings, queue):
-                # Warm-up: first workflow pays for sandbox imports and DB table creation.
-                for label in ("warmup", "measured"):
-                    llm.load(label, scenario(steps, latency_ms))
-                    workspace = root / label
-                    workspace.mkdir()
-                    started = time.perf_counter()
-                    handle = await client.start_workflow(
-                        AgentTaskWorkflow.run,
-                        TaskInput(task="write files", workspace=str(workspace), model=label),
-                        id=f"bench-{label}-{uuid.uuid4().hex[:6]}", task_queue=queue,
-                    )
-                    result = await handle.result()
-                    workflow_time = time.perf_counter() - started
-                assert result.status == "completed", result.answer
-                history = await handle.fetch_history()
-            llm.load("plain", scenario(steps, latency_ms))
-            plain_ws = root / "plain"
-            plain_ws.mkdir()
-            gateway = LLMGateway(settings)
-            started = time.perf_counter()
-            await plain_loop(gateway, "plain", plain_ws, settings)
-            plain_time = time.perf_counter() - started
-        finally:
-            temporal.stop()
+    async with bench_env() as env:
+        # Warm-up: the first workflow pays for sandbox imports and DB table creation.
+        await env.run("warmup", scenario(steps, latency_ms))
+        result, workflow_time, handle = await env.run("measured", scenario(steps, latency_ms))
+        assert result.status == "completed", result.answer
+        history = await handle.fetch_history()
+        env.llm.load("plain", scenario(steps, latency_ms))
+        plain_ws = env.root / "plain"
+        plain_ws.mkdir()
+        started = time.perf_counter()
+        await plain_loop(LLMGateway(env.settings), "plain", plain_ws, env.settings)
+        plain_time = time.perf_counter() - started
     history_bytes = len(history.to_json().encode())
     if verbose:
         previous = None

@@ -59,3 +59,34 @@ def test_unreachable_database_raises_a_clear_error():
     broken = Store("postgresql+psycopg://postgres@127.0.0.1:1/none")
     with pytest.raises(OperationalError):
         broken.record_task(record("x", "running"))
+
+
+def test_quality_review_rows_are_written_once_per_key(store: Store):
+    from refloop.models import QualityReview, RecordQualityReviewInput
+
+    task_id = uuid.uuid4().hex
+    review = QualityReview(file_path="r.md", passed=False, outcome="failed",
+                           reasons=["no summary"], suggestions="add one", summary="bad")
+    rec = RecordQualityReviewInput(task_id=task_id, review_key=f"{task_id}:0",
+                                   session_id="s", review=review)
+    store.record_quality_review(rec)
+    store.record_quality_review(rec)  # an activity retry after a lost ack
+    rows = store.list_quality_reviews(task_id=task_id)
+    assert len(rows) == 1
+    row = rows[0]
+    assert (row.file_path, row.passed, row.reasons, row.suggestions, row.summary) == (
+        "r.md", False, ["no summary"], "add one", "bad")
+    assert row.created_at is not None
+    assert store.list_quality_reviews(session_id="s", task_id=task_id) == rows
+
+
+def test_seed_000_columns_exist_in_postgresql(store: Store):
+    from sqlalchemy import inspect
+
+    store.init()
+    inspector = inspect(store.engine)
+    reviews = {c["name"] for c in inspector.get_columns("quality_reviews")}
+    assert {"id", "session_id", "task_id", "file_path", "pass", "reasons", "suggestions",
+            "summary", "created_at"} <= reviews
+    prompts = {c["name"] for c in inspector.get_columns("prompts")}
+    assert {"enable_quality_review", "quality_review_rules"} <= prompts

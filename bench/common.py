@@ -1,0 +1,60 @@
+"""Shared set-up for benchmarks: embedded Temporal, scripted model, one worker."""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from temporalio.client import Client, WorkflowHandle
+
+from refloop.models import TaskInput, TaskResult
+from refloop.scripted_llm import ScriptedLLMServer
+from refloop.settings import Settings
+from worker.main import build_worker, connect
+from worker.temporal_server import EmbeddedTemporal
+from workflows.agent import AgentTaskWorkflow
+
+
+@dataclass
+class BenchEnv:
+    client: Client
+    llm: ScriptedLLMServer
+    root: Path
+    settings: Settings
+    queue: str
+
+    async def run(self, name: str, scenario: dict, **task: object
+                  ) -> tuple[TaskResult, float, WorkflowHandle]:
+        """Run one agent task on scenario `name` in a fresh workspace; (result, seconds, handle)."""
+        self.llm.load(name, scenario)
+        workspace = self.root / name
+        workspace.mkdir()
+        started = time.perf_counter()
+        handle = await self.client.start_workflow(
+            AgentTaskWorkflow.run,
+            TaskInput(task="bench task", workspace=str(workspace), model=name, **task),
+            id=f"bench-{name}-{uuid.uuid4().hex[:6]}", task_queue=self.queue,
+        )
+        result = await handle.result()
+        return result, time.perf_counter() - started, handle
+
+
+@contextlib.asynccontextmanager
+async def bench_env() -> AsyncIterator[BenchEnv]:
+    with tempfile.TemporaryDirectory() as tmp, ScriptedLLMServer() as llm:
+        root = Path(tmp)
+        settings = Settings(openai_base_url=llm.base_url, openai_api_key="bench",
+                            refloop_data_dir=root / "data")
+        temporal = EmbeddedTemporal(root / "temporal")
+        client = await connect(await temporal.start(), "default")
+        queue = f"bench-{uuid.uuid4().hex[:6]}"
+        try:
+            async with build_worker(client, settings, queue):
+                yield BenchEnv(client, llm, root, settings, queue)
+        finally:
+            temporal.stop()
