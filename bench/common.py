@@ -32,6 +32,7 @@ class BenchEnv:
                   ) -> tuple[TaskResult, float, WorkflowHandle]:
         """Run one agent task on scenario `name` in a fresh workspace; (result, seconds, handle)."""
         self.llm.load(name, scenario)
+        task.setdefault("enable_reflection", False)  # benches that measure it turn it on
         workspace = self.root / name
         workspace.mkdir()
         started = time.perf_counter()

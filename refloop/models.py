@@ -205,6 +205,53 @@ class QualityReviewResult(BaseModel):
     usage: LLMUsageRecord | None = None  # None when no model was called
 
 
+class Supplement(BaseModel):
+    action: str
+    reason: str = ""
+    suggested_tools: list[str] = Field(default_factory=list)
+
+
+class CompletenessVerdict(BaseModel):
+    """The completeness judge's JSON (DESIGN.md, seed 004)."""
+
+    is_complete: bool
+    analysis: str = ""
+    missing_aspects: list[str] = Field(default_factory=list)
+    supplements: list[Supplement] = Field(default_factory=list)
+
+
+class HistoryItem(BaseModel):
+    tool: str
+    arguments: str
+    outcome: str
+
+
+class CompletenessInput(BaseModel):
+    task: str
+    workspace: str
+    history: list[HistoryItem]
+    tool_names: list[str]
+    claimed_files: list[str] = Field(default_factory=list)
+    missing_steps: list[str] = Field(default_factory=list)
+    final_answer: str = ""
+    model: str | None = None
+    max_supplements: int = 3
+
+
+class CompletenessResult(BaseModel):
+    verdict: CompletenessVerdict
+    evidence: list[str] = Field(default_factory=list)  # deterministic findings
+    fail_open: bool = False  # the judge's answer could not be parsed: counted complete
+    usage: LLMUsageRecord | None = None
+
+
+class SupplementPlanInput(BaseModel):
+    objective: str
+    tool_names: list[str]
+    completed_steps: list[str] = Field(default_factory=list)
+    model: str | None = None
+
+
 class RecordQualityReviewInput(BaseModel):
     task_id: str
     review_key: str  # deterministic per review: a retried write never duplicates a row
@@ -236,6 +283,12 @@ class TaskInput(BaseModel):
     quality_review_max_rounds: int = Field(default=3, ge=1, le=20)
     quality_review_snippet_lines: int = Field(default=200, ge=10, le=5000)
     enable_reflection: bool = True
+    reflection_max_supplements: int = Field(default=3, ge=0, le=10)
+    reflection_max_rounds: int = Field(default=2, ge=1, le=5)  # completeness checks in total
+    # Set for a supplement child: it runs this plan with the parent's context, no reflection.
+    is_supplement: bool = False
+    preset_plan: Plan | None = None
+    prior_context: str | None = None
     enable_planning: bool = True
     allow_network: bool = False
     max_iterations: int = Field(default=20, ge=1, le=500)
@@ -272,6 +325,7 @@ class TaskResult(BaseModel):
     events: list[Event] = Field(default_factory=list)
     stats: TaskStats = Field(default_factory=TaskStats)
     quality_reviews: list[QualityReview] = Field(default_factory=list)
+    supplements: list[dict[str, Any]] = Field(default_factory=list)  # one per child run
 
 
 class TaskProgress(BaseModel):
@@ -305,6 +359,8 @@ class ActivityName:
     SUMMARIZE = "refloop.llm.summarize"
     RECORD_TASK = "refloop.store.record_task"
     QUALITY_REVIEW = "refloop.review.quality_review"
+    CHECK_COMPLETENESS = "refloop.llm.check_completeness"
+    PLAN_SUPPLEMENT = "refloop.llm.plan_supplement"
     RECORD_QUALITY_REVIEW = "refloop.store.record_quality_review"
     TOOL_PREFIX = "refloop.tool."
 

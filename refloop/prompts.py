@@ -47,3 +47,50 @@ def summary_messages(task: str, transcript: str) -> list[ChatMessage]:
         ChatMessage(role="system", content=SUMMARY_SYSTEM),
         ChatMessage(role="user", content=f"Task: {task}\n\nWhat happened:\n{transcript}"),
     ]
+
+
+COMPLETENESS_SYSTEM = (
+    "You check whether an agent fully completed the user's task, judging by the task goal "
+    "and the execution history. Complete: the goal is achieved, necessary operations are "
+    "covered, nothing obvious is missing, and more steps would add little. Incomplete: an "
+    "obvious key operation is missing (e.g. content generated but not saved), an explicitly "
+    "requested step was not done, or a result needing verification was not verified. "
+    "Do not over-supplement: suggest only operations that substantially serve the goal, "
+    "never unrelated or repeated ones, at most {max_supplements}, and suggested_tools only "
+    "from the available tools (empty if unsure). Answer only JSON: "
+    '{{"is_complete": bool, "analysis": str, "missing_aspects": [str], '
+    '"supplements": [{{"action": str, "reason": str, "suggested_tools": [str]}}]}}.'
+)
+
+SUPPLEMENT_PLAN_SYSTEM = PLAN_SYSTEM + (
+    " This is a supplement plan: cover only the missing operations listed under "
+    "【需要补充的操作】 and never repeat a completed step."
+)
+
+
+def completeness_messages(
+    task: str, history: list[str], tools: list[str], evidence: list[str], final_answer: str,
+    max_supplements: int,
+) -> list[ChatMessage]:
+    lines = "\n".join(f"{n}. {item}" for n, item in enumerate(history, start=1)) or "(none)"
+    user = (f"Task goal: {task}\n\nExecution history (tool, arguments, outcome):\n{lines}\n\n"
+            f"Final answer: {final_answer or '(none)'}\n\nAvailable tools: {', '.join(tools)}")
+    if evidence:
+        user += "\n\nDeterministic checks found:\n" + "\n".join(f"- {e}" for e in evidence)
+    return [
+        ChatMessage(role="system",
+                    content=COMPLETENESS_SYSTEM.format(max_supplements=max_supplements)),
+        ChatMessage(role="user", content=user),
+    ]
+
+
+def supplement_plan_messages(
+    objective: str, tools: list[ToolSpec], completed: list[str]
+) -> list[ChatMessage]:
+    catalog = "\n".join(f"- {spec.name}: {spec.description}" for spec in tools)
+    done = "\n".join(f"- {step}" for step in completed) or "(none)"
+    return [
+        ChatMessage(role="system", content=SUPPLEMENT_PLAN_SYSTEM),
+        ChatMessage(role="user", content=f"Task: {objective}\n\nAlready completed (do not "
+                                         f"repeat):\n{done}\n\nTools:\n{catalog}"),
+    ]

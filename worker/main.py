@@ -12,6 +12,7 @@ from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, Telemetr
 from temporalio.worker import Worker
 
 from activities.llm_activities import LLMActivities
+from activities.reflection_activities import ReflectionActivities
 from activities.review_activities import ReviewActivities
 from activities.store_activities import StoreActivities
 from activities.tool_activities import ToolActivities
@@ -44,6 +45,7 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
     gateway = LLMGateway(settings)
     llm = LLMActivities(gateway)
     review = ReviewActivities(gateway)
+    reflection = ReflectionActivities(gateway)
     tools = ToolActivities(settings)
     store = StoreActivities(store_for(settings.effective_database_url))
     return Worker(
@@ -56,6 +58,8 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
             llm.act,
             llm.summarize,
             review.quality_review,
+            reflection.check_completeness,
+            reflection.plan_supplement,
             store.record_task,
             store.record_quality_review,
             *tools.activities(),

@@ -7,9 +7,7 @@ activities and applies their results to one serializable `AgentState`.
 from __future__ import annotations
 
 import json
-from typing import Any
 
-from pydantic import BaseModel, Field
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
@@ -24,69 +22,29 @@ with workflow.unsafe.imports_passed_through():
         ClassifyIntentInput,
         ClassifyIntentResult,
         Event,
-        IntentResult,
-        LLMUsageRecord,
         MakePlanInput,
         MakePlanResult,
         Plan,
-        QualityReview,
-        QualityReviewInput,
-        QualityReviewResult,
-        RecordQualityReviewInput,
-        RecordTaskInput,
         RunToolInput,
         SummarizeInput,
         SummarizeResult,
         TaskInput,
         TaskProgress,
         TaskResult,
-        TaskStats,
         ToolCall,
         ToolResult,
     )
     from refloop.tools import TOOLS, tool_specs
 
 from workflows import logic, review_logic
-from workflows.policies import (
-    LLM_CALL,
-    MAX_REPLANS,
-    REVIEW_CALL,
-    STORE_WRITE,
-    TOOL_CALL,
-    TOOL_RESULT_CHARS,
-)
-
-
-class AgentState(BaseModel):
-    """Everything the workflow knows; one object so it can cross continue-as-new whole."""
-
-    input: TaskInput
-    task_id: str
-    status: str = "running"
-    intent: IntentResult | None = None
-    plan: Plan | None = None
-    completed_steps: list[int] = Field(default_factory=list)
-    messages: list[ChatMessage] = Field(default_factory=list)
-    events: list[Event] = Field(default_factory=list)
-    stats: TaskStats = Field(default_factory=TaskStats)
-    answer: str = ""
-    summary: str | None = None
-    quality_reviews: list[QualityReview] = Field(default_factory=list)
-    review_failures: dict[str, int] = Field(default_factory=dict)  # per file, for the cap
-    review_capped: list[str] = Field(default_factory=list)
-
-
-class TaskFailed(Exception):
-    """Internal: ends the run as failed with a stop reason and message."""
-
-    def __init__(self, stop_reason: str, message: str) -> None:
-        super().__init__(message)
-        self.stop_reason = stop_reason
-        self.message = message
+from workflows.agent_base import AgentState, TaskFailed, describe_failure
+from workflows.policies import LLM_CALL, MAX_REPLANS, TOOL_CALL, TOOL_RESULT_CHARS
+from workflows.reflection_phase import CompletenessPhase
+from workflows.review_phase import QualityReviewPhase
 
 
 @workflow.defn(name="AgentTaskWorkflow")
-class AgentTaskWorkflow:
+class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase):
     @workflow.init
     def __init__(self, inp: TaskInput) -> None:
         self.state = AgentState(input=inp, task_id=inp.task_id or workflow.info().workflow_id)
@@ -115,15 +73,22 @@ class AgentTaskWorkflow:
     async def run(self, inp: TaskInput) -> TaskResult:
         await self._record("running", input=inp.model_dump(mode="json"))
         try:
-            await self._classify_intent()
-            if logic.should_plan(self.state.intent, inp.enable_planning):
-                await self._make_plan()
+            if inp.preset_plan is not None:  # a supplement child: planned by its parent
+                self._adopt_plan(inp.preset_plan)
+            else:
+                await self._classify_intent()
+                if logic.should_plan(self.state.intent, inp.enable_planning):
+                    await self._make_plan()
             await self._react_loop()
         except TaskFailed as failure:
             return await self._finish_failed(failure.stop_reason, failure.message)
         except ActivityError as err:
-            return await self._finish_failed("activity_failed", _describe(err))
-        await self._summarize()
+            return await self._finish_failed("activity_failed", describe_failure(err))
+        # Runs recorded before completeness reflection existed replay without it.
+        if workflow.patched("completeness-reflection"):
+            await self._reflect_on_completeness()
+        if not inp.is_supplement:
+            await self._summarize()
         return await self._finish_completed()
 
     async def _classify_intent(self) -> None:
@@ -137,7 +102,9 @@ class AgentTaskWorkflow:
             )
         except ActivityError as err:
             # The gate only decides whether to plan; failing open keeps the task going.
-            self._emit("intent", {"intent": None, "error": _describe(err), "fail_open": True})
+            self._emit(
+                "intent", {"intent": None, "error": describe_failure(err), "fail_open": True}
+            )
             return
         self._account(result.usage)
         self.state.intent = result.intent
@@ -161,15 +128,18 @@ class AgentTaskWorkflow:
             self._account(result.usage)
             violations = logic.validate_plan(result.plan, TOOLS)
             if not violations:
-                self.state.plan = result.plan
-                self._emit("plan", result.plan.model_dump(mode="json"))
-                self._emit_step()
+                self._adopt_plan(result.plan)
                 return
             self._emit("plan_rejected", {"attempt": attempt + 1, "violations": violations})
             feedback = "\n".join(violations)
         raise TaskFailed(
             "invalid_plan", f"the plan stayed invalid after {MAX_REPLANS} re-plans: {feedback}"
         )
+
+    def _adopt_plan(self, plan: Plan) -> None:
+        self.state.plan = plan
+        self._emit("plan", plan.model_dump(mode="json"))
+        self._emit_step()
 
     async def _react_loop(self) -> None:
         inp = self.state.input
@@ -178,7 +148,10 @@ class AgentTaskWorkflow:
                 role="system",
                 content=logic.system_prompt(inp.system_prompt, self.tools, inp.workspace),
             ),
-            ChatMessage(role="user", content=logic.task_message(inp.task, self.state.plan)),
+            ChatMessage(
+                role="user",
+                content=logic.task_message(inp.task, self.state.plan, inp.prior_context),
+            ),
         ]
         for iteration in range(1, inp.max_iterations + 1):
             self.state.stats = self.state.stats.model_copy(update={"iterations": iteration})
@@ -288,89 +261,15 @@ class AgentTaskWorkflow:
             self._emit_step()
         return result
 
-    async def _maybe_review(self, call: ToolCall, result: ToolResult) -> QualityReview | None:
-        """The enforced hook of seed 000: a review activity after every successful edit."""
-        inp = self.state.input
-        if not inp.enable_quality_review or not review_logic.needs_review(
-            call, result, inp.quality_review_tools
-        ):
-            return None
-        file_path = result.data.get("file_path", "")
-        if file_path in self.state.review_capped:
-            self._emit("quality_review_skipped", {"file_path": file_path, "reason": "cap"})
-            return None
-        try:
-            outcome: QualityReviewResult = await workflow.execute_activity(
-                ActivityName.QUALITY_REVIEW,
-                QualityReviewInput(
-                    task=inp.task,
-                    workspace=inp.workspace,
-                    tool=call.name,
-                    arguments=call.arguments,
-                    data=result.data,
-                    rules=inp.quality_review_rules or review_logic.DEFAULT_RULES,
-                    model=inp.model,
-                    snippet_lines=inp.quality_review_snippet_lines,
-                ),
-                result_type=QualityReviewResult,
-                summary=f"quality review {file_path}",
-                **REVIEW_CALL.kwargs(),
-            )
-            review = outcome.review
-            if outcome.usage is not None:
-                self._account(outcome.usage)
-        except ActivityError as err:
-            # Fail-open: a broken reviewer never blocks the task; the outcome says so.
-            review = QualityReview(
-                file_path=file_path, passed=True, outcome="unavailable", tool=call.name,
-                summary=_describe(err)[:300],
-            )
-        self._count_review(review)
-        await workflow.execute_activity(
-            ActivityName.RECORD_QUALITY_REVIEW,
-            RecordQualityReviewInput(
-                task_id=self.state.task_id,
-                review_key=f"{self.state.task_id}:{len(self.state.quality_reviews)}",
-                session_id=inp.session_id,
-                review=review,
-            ),
-            summary=f"record review {file_path}",
-            **STORE_WRITE.kwargs(),
-        )
-        return review
-
-    def _count_review(self, review: QualityReview) -> None:
-        self.state.quality_reviews.append(review)
-        failures, capped = review_logic.count_failure(
-            self.state.review_failures, review, self.state.input.quality_review_max_rounds
-        )
-        self.state.review_failures = failures
-        if capped:
-            self.state.review_capped.append(review.file_path)
-        counts = self.state.stats.reviews
-        outcome = "unavailable" if review.outcome == "unavailable" else (
-            "passed" if review.passed else "failed")
-        self.state.stats.reviews = counts.model_copy(
-            update={"total": counts.total + 1, outcome: getattr(counts, outcome) + 1}
-        )
-        self._emit(
-            "quality_review",
-            {
-                "file_path": review.file_path,
-                "pass": review.passed,
-                "outcome": review.outcome,
-                "reasons": review.reasons,
-                "summary": review.summary,
-                "cap_reached": capped,
-            },
-        )
-
     async def _summarize(self) -> None:
         transcript = "\n".join(
             f"{event.type}: {json.dumps(event.data, ensure_ascii=False)[:300]}"
             for event in self.state.events
-            if event.type in ("plan", "tool_call", "tool_result", "step")
+            if event.type in ("plan", "tool_call", "tool_result", "step", "reflection",
+                              "reflection_plan", "reflection_exec")
         )
+        for record in self.state.supplements:
+            transcript += f"\nsupplement: {json.dumps(record, ensure_ascii=False)[:500]}"
         try:
             result: SummarizeResult = await workflow.execute_activity(
                 ActivityName.SUMMARIZE,
@@ -385,7 +284,7 @@ class AgentTaskWorkflow:
             )
         except ActivityError as err:
             # The task is done; a missing summary must not turn it into a failure.
-            self._emit("summary", {"summary": None, "error": _describe(err)})
+            self._emit("summary", {"summary": None, "error": describe_failure(err)})
             return
         self._account(result.usage)
         self.state.summary = result.summary
@@ -408,6 +307,7 @@ class AgentTaskWorkflow:
             events=self.state.events,
             stats=self.state.stats,
             quality_reviews=self.state.quality_reviews,
+            supplements=self.state.supplements,
         )
 
     async def _finish_completed(self) -> TaskResult:
@@ -429,58 +329,3 @@ class AgentTaskWorkflow:
 
     # ------------------------------------------------------------ helpers
 
-    async def _record(self, status: str, **fields: Any) -> None:
-        await workflow.execute_activity(
-            ActivityName.RECORD_TASK,
-            RecordTaskInput(
-                task_id=self.state.task_id,
-                workflow_id=workflow.info().workflow_id,
-                session_id=self.state.input.session_id,
-                status=status,
-                usage=self.state.stats.model_dump(mode="json"),
-                **fields,
-            ),
-            summary=f"record task {status}",
-            **STORE_WRITE.kwargs(),
-        )
-
-    def _append(self, message: ChatMessage) -> None:
-        self.state.messages = logic.trim_history(
-            [*self.state.messages, message], self.state.input.max_history_messages
-        )
-
-    def _account(self, record: LLMUsageRecord) -> None:
-        self.state.stats = logic.add_usage(self.state.stats, record)
-
-    def _emit(self, event_type: str, data: dict[str, Any]) -> None:
-        self.state.events.append(
-            Event(
-                seq=len(self.state.events) + 1,
-                type=event_type,
-                ts=workflow.now().isoformat(),
-                data=data,
-            )
-        )
-
-    def _emit_step(self) -> None:
-        step = logic.current_step(self.state.plan, self.state.completed_steps)
-        if self.state.plan is not None:
-            goal = self.state.plan.steps[step - 1].goal if step else None
-            self._emit(
-                "step",
-                {"step": step, "goal": goal, "completed": self.state.completed_steps},
-            )
-
-
-def _describe(err: BaseException) -> str:
-    """The first application error's message (our activities word those for users),
-    else the innermost failure."""
-    cause: BaseException | None = err
-    message = str(err)
-    while cause is not None:
-        if isinstance(cause, ApplicationError):
-            return f"{cause.type}: {cause.message}" if cause.type else cause.message
-        if str(cause):
-            message = str(cause)
-        cause = cause.__cause__
-    return message

@@ -204,13 +204,14 @@ def system_prompt(custom: str | None, tools: list[ToolSpec], workspace: str) -> 
     )
 
 
-def task_message(task: str, plan: Plan | None) -> str:
+def task_message(task: str, plan: Plan | None, prior_context: str | None = None) -> str:
+    text = f"{task}\n\n{prior_context}" if prior_context else task
     if plan is None:
-        return task
+        return text
     steps = "\n".join(
         f"{n}. {step.goal} (tool: {step.tool})" for n, step in enumerate(plan.steps, start=1)
     )
-    return f"{task}\n\nPlan ({plan.task_type.value}):\n{steps}"
+    return f"{text}\n\nPlan ({plan.task_type.value}):\n{steps}"
 
 
 def abnormal_output_message(reason: str) -> str:

@@ -45,7 +45,10 @@ async def run_task(
     task: str = "do the task",
     **overrides: Any,
 ) -> TaskResult:
-    """Run one AgentTaskWorkflow on a fresh worker; a failed run returns its result too."""
+    """Run one AgentTaskWorkflow on a fresh worker; a failed run returns its result too.
+
+    Completeness reflection is off unless a test asks for it: its own tests script it."""
+    overrides.setdefault("enable_reflection", False)
     inp = TaskInput(task=task, workspace=str(workspace), model=model, **overrides)
     async with build_worker(client, settings, task_queue):
         handle = await start(client, task_queue, inp)

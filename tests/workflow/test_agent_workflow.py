@@ -122,7 +122,7 @@ async def test_model_500_is_retried_by_temporal_then_succeeds(client, settings, 
     async with build_worker(client, settings, task_queue):
         from refloop.models import TaskInput
         handle = await start(client, task_queue, TaskInput(
-            task="list", workspace=str(inp_workspace), model=model))
+            task="list", workspace=str(inp_workspace), model=model, enable_reflection=False))
         result = await handle.result()
         history = await handle.fetch_history()
 
@@ -208,7 +208,7 @@ async def test_golden_history_recorded(client, settings, scripted_llm, workspace
     from refloop.models import TaskInput
     async with build_worker(client, settings, task_queue):
         handle = await start(client, task_queue, TaskInput(
-            task="write a", workspace=str(workspace), model=model))
+            task="write a", workspace=str(workspace), model=model, enable_reflection=False))
         result = await handle.result()
         history = await handle.fetch_history()
     assert result.status == "completed"

@@ -78,7 +78,8 @@ async def test_worker_killed_mid_task_resumes_on_a_new_worker(
     second = None
     try:
         handle = await start(client, task_queue, TaskInput(
-            task="edit then wait", workspace=str(workspace), model=model))
+            task="edit then wait", workspace=str(workspace), model=model,
+            enable_reflection=False))
         # Crash while the slow command runs: the edit before it has completed.
         await wait_for_event(
             handle, lambda e: e.type == "tool_call" and e.data["tool"] == "run_cmd"

@@ -1,0 +1,94 @@
+"""Seed 004 activities: the completeness judge and the supplement planner."""
+
+from __future__ import annotations
+
+import asyncio
+
+from temporalio import activity
+
+from activities.errors import call_model, heartbeating, to_application_error
+from refloop.llm import InvalidModelOutput, LLMError, LLMGateway
+from refloop.models import (
+    ActivityName,
+    ChatMessage,
+    CompletenessInput,
+    CompletenessResult,
+    CompletenessVerdict,
+    MakePlanResult,
+    Plan,
+    Purpose,
+    SupplementPlanInput,
+)
+from refloop.prompts import completeness_messages, supplement_plan_messages
+from refloop.tools import tool_specs
+from refloop.tools.base import ToolError
+from refloop.tools.sandbox import resolve, workspace_root
+
+NO_SUPPLEMENTS_REASK = (
+    "You judged the task incomplete but suggested no supplements. Either name the missing "
+    "operations as supplements (at most {n}) or judge the task complete."
+)
+
+
+def deterministic_evidence(inp: CompletenessInput) -> list[str]:
+    """No model needed: claimed files must exist, and every plan step must be done."""
+    root = workspace_root(inp.workspace)
+    evidence = []
+    for name in inp.claimed_files:
+        try:
+            exists = resolve(root, name).is_file()
+        except ToolError:
+            exists = False
+        if not exists:
+            evidence.append(f"the answer claims {name} was written, but it does not exist")
+    evidence += [f"plan {step} was not marked complete" for step in inp.missing_steps]
+    return evidence
+
+
+class ReflectionActivities:
+    def __init__(self, gateway: LLMGateway) -> None:
+        self.gateway = gateway
+
+    @activity.defn(name=ActivityName.CHECK_COMPLETENESS)
+    async def check_completeness(self, inp: CompletenessInput) -> CompletenessResult:
+        evidence = await asyncio.to_thread(deterministic_evidence, inp)
+        settings = self.gateway.settings
+        history = [f"{h.tool} {h.arguments} -> {h.outcome}" for h in inp.history]
+        messages = completeness_messages(inp.task, history, inp.tool_names, evidence,
+                                         inp.final_answer, inp.max_supplements)
+        options = {
+            "model": settings.reflection_fc_model or inp.model or settings.refloop_model,
+            "max_reasks": settings.fc_reflection_max_retries,
+            "temperature": settings.fc_reflection_temperature,
+            "top_p": settings.fc_reflection_top_p,
+        }
+        try:
+            async with heartbeating():
+                out = await self.gateway.structured(
+                    Purpose.completeness, messages, CompletenessVerdict, **options)
+                usage = out.usage
+                if not out.value.is_complete and not out.value.supplements:
+                    reask = [*messages,
+                             ChatMessage(role="assistant", content=out.value.model_dump_json()),
+                             ChatMessage(role="user", content=NO_SUPPLEMENTS_REASK.format(
+                                 n=inp.max_supplements))]
+                    out = await self.gateway.structured(
+                        Purpose.completeness, reask, CompletenessVerdict, **options)
+                    usage = usage.model_copy(
+                        update={"usage": usage.usage.add(out.usage.usage)})
+        except InvalidModelOutput as err:
+            # Fail open: an unreadable judge must not hold a finished task hostage.
+            activity.logger.warning("completeness judge unparseable: %s", err)
+            verdict = CompletenessVerdict(is_complete=True, analysis=f"judge unparseable: {err}")
+            return CompletenessResult(verdict=verdict, evidence=evidence, fail_open=True)
+        except LLMError as err:
+            raise to_application_error(err) from err
+        return CompletenessResult(verdict=out.value, evidence=evidence, usage=usage)
+
+    @activity.defn(name=ActivityName.PLAN_SUPPLEMENT)
+    async def plan_supplement(self, inp: SupplementPlanInput) -> MakePlanResult:
+        messages = supplement_plan_messages(inp.objective, tool_specs(inp.tool_names),
+                                            inp.completed_steps)
+        out = await call_model(self.gateway.structured(
+            Purpose.supplement_plan, messages, Plan, model=inp.model))
+        return MakePlanResult(plan=out.value, usage=out.usage)

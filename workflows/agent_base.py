@@ -1,0 +1,118 @@
+"""State, event and accounting helpers shared by the agent workflow and its phases."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+from temporalio import workflow
+from temporalio.exceptions import ApplicationError
+
+# Models are plain data; passed through so the sandbox does not re-import pydantic.
+with workflow.unsafe.imports_passed_through():
+    from refloop.models import (
+        ActivityName,
+        ChatMessage,
+        Event,
+        IntentResult,
+        LLMUsageRecord,
+        Plan,
+        QualityReview,
+        RecordTaskInput,
+        TaskInput,
+        TaskStats,
+    )
+
+from workflows import logic
+from workflows.policies import STORE_WRITE
+
+
+class AgentState(BaseModel):
+    """Everything the workflow knows; one object so it can cross continue-as-new whole."""
+
+    input: TaskInput
+    task_id: str
+    status: str = "running"
+    intent: IntentResult | None = None
+    plan: Plan | None = None
+    completed_steps: list[int] = Field(default_factory=list)
+    messages: list[ChatMessage] = Field(default_factory=list)
+    events: list[Event] = Field(default_factory=list)
+    stats: TaskStats = Field(default_factory=TaskStats)
+    answer: str = ""
+    summary: str | None = None
+    quality_reviews: list[QualityReview] = Field(default_factory=list)
+    review_failures: dict[str, int] = Field(default_factory=dict)  # per file, for the cap
+    review_capped: list[str] = Field(default_factory=list)
+    supplements: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class TaskFailed(Exception):
+    """Internal: ends the run as failed with a stop reason and message."""
+
+    def __init__(self, stop_reason: str, message: str) -> None:
+        super().__init__(message)
+        self.stop_reason = stop_reason
+        self.message = message
+
+
+class AgentBase:
+    """Helpers over `self.state`; the workflow class and its phase mixins share them."""
+
+    state: AgentState
+
+    async def _record(self, status: str, **fields: Any) -> None:
+        await workflow.execute_activity(
+            ActivityName.RECORD_TASK,
+            RecordTaskInput(
+                task_id=self.state.task_id,
+                workflow_id=workflow.info().workflow_id,
+                session_id=self.state.input.session_id,
+                status=status,
+                usage=self.state.stats.model_dump(mode="json"),
+                **fields,
+            ),
+            summary=f"record task {status}",
+            **STORE_WRITE.kwargs(),
+        )
+
+    def _append(self, message: ChatMessage) -> None:
+        self.state.messages = logic.trim_history(
+            [*self.state.messages, message], self.state.input.max_history_messages
+        )
+
+    def _account(self, record: LLMUsageRecord) -> None:
+        self.state.stats = logic.add_usage(self.state.stats, record)
+
+    def _emit(self, event_type: str, data: dict[str, Any]) -> None:
+        self.state.events.append(
+            Event(
+                seq=len(self.state.events) + 1,
+                type=event_type,
+                ts=workflow.now().isoformat(),
+                data=data,
+            )
+        )
+
+    def _emit_step(self) -> None:
+        step = logic.current_step(self.state.plan, self.state.completed_steps)
+        if self.state.plan is not None:
+            goal = self.state.plan.steps[step - 1].goal if step else None
+            self._emit(
+                "step",
+                {"step": step, "goal": goal, "completed": self.state.completed_steps},
+            )
+
+
+def describe_failure(err: BaseException) -> str:
+    """The first application error's message (our activities word those for users),
+    else the innermost failure."""
+    cause: BaseException | None = err
+    message = str(err)
+    while cause is not None:
+        if isinstance(cause, ApplicationError):
+            return f"{cause.type}: {cause.message}" if cause.type else cause.message
+        if str(cause):
+            message = str(cause)
+        cause = cause.__cause__
+    return message

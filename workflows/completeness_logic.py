@@ -1,0 +1,147 @@
+"""Pure decisions of seed 004's completeness reflection: the evidence handed to the judge,
+how its verdict is reconciled with deterministic findings, the supplement objective,
+the prior context a supplement child starts from, and the merged statistics."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from refloop.models import (
+    CompletenessVerdict,
+    Event,
+    HistoryItem,
+    Plan,
+    ReviewCounts,
+    Supplement,
+    TaskStats,
+    TokenUsage,
+)
+
+SUPPLEMENT_HEADER = "【需要补充的操作】"  # seed 004's marker for the supplement objective
+_CLAIMED_FILE = re.compile(
+    r"(?<![\w/.-])((?:[\w.-]+/)*[\w-][\w.-]*\.(?:md|txt|json|ya?ml|toml|csv|py|js|ts|html|css|"
+    r"ini|cfg|rst|sh|sql|xml))(?![\w/-])"
+)
+_WRITE_VERBS = re.compile(r"\b(wrote|written|write|saved|save|created|create|generated|"
+                          r"updated|added|exported|stored)\b|写入|保存|生成|创建", re.IGNORECASE)
+
+
+def claimed_files(texts: list[str]) -> list[str]:
+    """Files the model *says* it wrote: a file name in a sentence with a writing verb."""
+    found: list[str] = []
+    for text in texts:
+        for sentence in re.split(r"(?<=[.!?。\n])\s*", text or ""):
+            if not _WRITE_VERBS.search(sentence):
+                continue
+            for name in _CLAIMED_FILE.findall(sentence):
+                if name not in found:
+                    found.append(name)
+    return found
+
+
+def missing_steps(plan: Plan | None, completed: list[int]) -> list[str]:
+    if plan is None:
+        return []
+    return [f"step {n}: {step.goal}" for n, step in enumerate(plan.steps, start=1)
+            if n not in completed]
+
+
+def condensed_history(events: list[Event], limit: int = 300) -> list[HistoryItem]:
+    """Per tool call: tool, short arguments and outcome - never raw outputs."""
+    calls: dict[str, dict[str, Any]] = {}
+    items: list[HistoryItem] = []
+    for event in events:
+        if event.type == "tool_call":
+            calls[event.data["id"]] = event.data
+        elif event.type == "tool_result":
+            call = calls.get(event.data["id"], {})
+            args = json.dumps(call.get("args", {}), ensure_ascii=False)
+            outcome = "ok" if event.data.get("ok") else f"error: {event.data.get('error')}"
+            if event.data.get("ok") and event.data.get("output"):
+                outcome += f": {event.data['output'][:120]}"
+            items.append(HistoryItem(
+                tool=event.data.get("tool", ""),
+                arguments=args if len(args) <= limit else args[:limit] + "…",
+                outcome=outcome[:limit],
+            ))
+    return items
+
+
+def reconcile(
+    verdict: CompletenessVerdict, evidence: list[str], tools: list[str], max_supplements: int
+) -> CompletenessVerdict:
+    """Deterministic findings can make a task incomplete on their own; supplements only
+    name available tools and are capped."""
+    supplements = [
+        supplement.model_copy(update={
+            "suggested_tools": [t for t in supplement.suggested_tools if t in tools]})
+        for supplement in verdict.supplements
+    ]
+    missing = list(verdict.missing_aspects)
+    is_complete = verdict.is_complete and not evidence
+    if evidence and not supplements:
+        supplements = [Supplement(action=f"Resolve: {item}", reason="deterministic check",
+                                  suggested_tools=[]) for item in evidence]
+    if evidence:
+        missing = missing + [item for item in evidence if item not in missing]
+    if is_complete:
+        supplements = []
+    return verdict.model_copy(update={
+        "is_complete": is_complete,
+        "missing_aspects": missing,
+        "supplements": supplements[:max_supplements],
+    })
+
+
+def supplement_objective(task: str, supplements: list[Supplement]) -> str:
+    lines = [f"{n}. {s.action} (reason: {s.reason}"
+             + (f"; tools: {', '.join(s.suggested_tools)})" if s.suggested_tools else ")")
+             for n, s in enumerate(supplements, start=1)]
+    return f"{task}\n\n{SUPPLEMENT_HEADER}\n" + "\n".join(lines)
+
+
+def drop_repeated_steps(plan: Plan, done_steps: list[tuple[str, str]]) -> Plan | None:
+    """A supplement plan must not redo completed work: identical (goal, tool) steps go."""
+    done = {(goal.strip().lower(), tool) for goal, tool in done_steps}
+    steps = [step for step in plan.steps if (step.goal.strip().lower(), step.tool) not in done]
+    return plan.model_copy(update={"steps": steps}) if steps else None
+
+
+def prior_context(events: list[Event], answer: str, limit: int = 4000) -> str:
+    """What a supplement child inherits: condensed results, files touched, the answer."""
+    files: list[str] = []
+    for event in events:
+        path = event.data.get("data", {}).get("file_path") if event.type == "tool_result" else None
+        if path and event.data.get("ok") and path not in files:
+            files.append(path)
+    lines = ["Results of the earlier run (do not redo these):"]
+    lines += [f"- {item.tool} {item.arguments} -> {item.outcome}"
+              for item in condensed_history(events)]
+    if files:
+        lines.append("Files touched: " + ", ".join(files))
+    if answer:
+        lines.append(f"Earlier final answer: {answer}")
+    text = "\n".join(lines)
+    return text if len(text) <= limit else text[:limit] + "\n[... earlier context trimmed ...]"
+
+
+def merge_stats(parent: TaskStats, child: TaskStats) -> TaskStats:
+    """Global statistics over the parent run and a supplement child."""
+    by_purpose = dict(parent.usage_by_purpose)
+    for purpose, usage in child.usage_by_purpose.items():
+        by_purpose[purpose] = by_purpose.get(purpose, TokenUsage()).add(usage)
+    reviews = ReviewCounts(**{
+        name: getattr(parent.reviews, name) + getattr(child.reviews, name)
+        for name in ReviewCounts.model_fields
+    })
+    return TaskStats(
+        iterations=parent.iterations + child.iterations,
+        llm_calls=parent.llm_calls + child.llm_calls,
+        tool_calls=parent.tool_calls + child.tool_calls,
+        tool_errors=parent.tool_errors + child.tool_errors,
+        reviews=reviews,
+        usage=parent.usage.add(child.usage),
+        usage_by_purpose=by_purpose,
+    )

@@ -1,0 +1,170 @@
+"""Seed 004's completeness reflection: judge, supplement plan, supplement child workflow."""
+
+from __future__ import annotations
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ChildWorkflowError
+
+with workflow.unsafe.imports_passed_through():
+    from refloop.models import (
+        ActivityName,
+        CompletenessInput,
+        CompletenessResult,
+        MakePlanResult,
+        Plan,
+        Supplement,
+        SupplementPlanInput,
+        TaskResult,
+    )
+
+from workflows import completeness_logic
+from workflows.agent_base import AgentBase, describe_failure
+from workflows.policies import LLM_CALL
+
+
+class CompletenessPhase(AgentBase):
+    tool_names: list[str]
+
+    async def _reflect_on_completeness(self) -> None:
+        """Check, supplement through a child, re-check: bounded by reflection_max_rounds."""
+        inp = self.state.input
+        if not inp.enable_reflection or inp.is_supplement:
+            return
+        for round_number in range(1, inp.reflection_max_rounds + 1):
+            supplements = await self._check_completeness(round_number)
+            if not supplements or round_number == inp.reflection_max_rounds:
+                return
+            plan = await self._plan_supplement(supplements)
+            if plan is None:
+                return
+            if not await self._run_supplement(plan, supplements, round_number):
+                return
+
+    async def _check_completeness(self, round_number: int) -> list[Supplement]:
+        inp = self.state.input
+        texts = [self.state.answer] + [
+            str(event.data.get("args", {}).get("summary", ""))
+            for event in self.state.events
+            if event.type == "tool_call" and event.data.get("tool") == "complete_step"
+        ]
+        try:
+            result: CompletenessResult = await workflow.execute_activity(
+                ActivityName.CHECK_COMPLETENESS,
+                CompletenessInput(
+                    task=inp.task,
+                    workspace=inp.workspace,
+                    history=completeness_logic.condensed_history(self.state.events),
+                    tool_names=[n for n in self.tool_names if n != "complete_step"],
+                    claimed_files=completeness_logic.claimed_files(texts),
+                    missing_steps=completeness_logic.missing_steps(
+                        self.state.plan, self.state.completed_steps),
+                    final_answer=self.state.answer,
+                    model=inp.model,
+                    max_supplements=inp.reflection_max_supplements,
+                ),
+                result_type=CompletenessResult,
+                summary=f"completeness check {round_number}",
+                **LLM_CALL.kwargs(),
+            )
+        except ActivityError as err:
+            # Fail open: the work is done; an unreachable judge must not undo it.
+            self._emit("reflection", {"trigger": "completeness", "round": round_number,
+                                      "is_complete": True, "fail_open": True,
+                                      "analysis": describe_failure(err)[:300],
+                                      "missing_count": 0, "supplements_count": 0})
+            return []
+        if result.usage is not None:
+            self._account(result.usage)
+        verdict = completeness_logic.reconcile(
+            result.verdict, result.evidence, self.tool_names, inp.reflection_max_supplements)
+        self._emit("reflection", {
+            "trigger": "completeness",
+            "round": round_number,
+            "is_complete": verdict.is_complete,
+            "analysis": verdict.analysis,
+            "missing_count": len(verdict.missing_aspects),
+            "supplements_count": len(verdict.supplements),
+            "missing_aspects": verdict.missing_aspects,
+            "evidence": result.evidence,
+            "fail_open": result.fail_open,
+        })
+        return [] if verdict.is_complete else verdict.supplements
+
+    async def _plan_supplement(self, supplements: list[Supplement]) -> Plan | None:
+        inp = self.state.input
+        done = [
+            (step.goal, step.tool) for n, step in enumerate(
+                self.state.plan.steps if self.state.plan else [], start=1)
+            if n in self.state.completed_steps
+        ]
+        try:
+            result: MakePlanResult = await workflow.execute_activity(
+                ActivityName.PLAN_SUPPLEMENT,
+                SupplementPlanInput(
+                    objective=completeness_logic.supplement_objective(inp.task, supplements),
+                    tool_names=[n for n in self.tool_names if n != "complete_step"],
+                    completed_steps=[f"{goal} ({tool})" for goal, tool in done],
+                    model=inp.model,
+                ),
+                result_type=MakePlanResult,
+                summary="supplement plan",
+                **LLM_CALL.kwargs(),
+            )
+        except ActivityError as err:
+            self._record_supplement({"error": f"planning failed: {describe_failure(err)}"})
+            return None
+        self._account(result.usage)
+        plan = completeness_logic.drop_repeated_steps(result.plan, done)
+        if plan is None:
+            self._record_supplement({"error": "the supplement plan only repeated done steps"})
+            return None
+        self._emit("reflection_plan", {"plan": plan.model_dump(mode="json"),
+                                       "supplements_count": len(supplements)})
+        return plan
+
+    async def _run_supplement(self, plan: Plan, supplements: list[Supplement],
+                              round_number: int) -> bool:
+        """Run the plan as a child workflow seeded with this run's context; True if it ran."""
+        inp = self.state.input
+        child_id = f"{workflow.info().workflow_id}-supplement-{round_number}"
+        child_input = inp.model_copy(update={
+            "task": completeness_logic.supplement_objective(inp.task, supplements),
+            "task_id": child_id,
+            "is_supplement": True,
+            "enable_reflection": False,
+            "preset_plan": plan,
+            "prior_context": completeness_logic.prior_context(
+                self.state.events, self.state.answer),
+        })
+        try:
+            child: TaskResult = await workflow.execute_child_workflow(
+                "AgentTaskWorkflow",
+                child_input,
+                id=child_id,
+                result_type=TaskResult,
+                parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
+            )
+        except ChildWorkflowError as err:
+            # A failing supplement does not fail the task: recorded and said in the summary.
+            detail = describe_failure(err)
+            self._emit("reflection_exec", {"used": True, "attempted": len(plan.steps),
+                                           "succeeded": 0, "success_rate": 0.0,
+                                           "child_workflow_id": child_id, "error": detail})
+            self._record_supplement({"child_workflow_id": child_id, "status": "failed",
+                                     "error": detail})
+            return False
+        self.state.stats = completeness_logic.merge_stats(self.state.stats, child.stats)
+        self.state.quality_reviews += child.quality_reviews
+        attempted = child.stats.tool_calls
+        succeeded = attempted - child.stats.tool_errors
+        self._emit("reflection_exec", {
+            "used": True, "attempted": attempted, "succeeded": succeeded,
+            "success_rate": round(succeeded / attempted, 3) if attempted else 1.0,
+            "child_workflow_id": child_id,
+        })
+        self._record_supplement({"child_workflow_id": child_id, "status": child.status,
+                                 "answer": child.answer})
+        return True
+
+    def _record_supplement(self, record: dict) -> None:
+        self.state.supplements.append(record)

@@ -1,0 +1,101 @@
+"""Seed 000's enforced quality-review hook, as a phase of the agent workflow."""
+
+from __future__ import annotations
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from refloop.models import (
+        ActivityName,
+        QualityReview,
+        QualityReviewInput,
+        QualityReviewResult,
+        RecordQualityReviewInput,
+        ToolCall,
+        ToolResult,
+    )
+
+from workflows import review_logic
+from workflows.agent_base import AgentBase, describe_failure
+from workflows.policies import REVIEW_CALL, STORE_WRITE
+
+
+class QualityReviewPhase(AgentBase):
+    async def _maybe_review(self, call: ToolCall, result: ToolResult) -> QualityReview | None:
+        """The enforced hook of seed 000: a review activity after every successful edit."""
+        inp = self.state.input
+        if not inp.enable_quality_review or not review_logic.needs_review(
+            call, result, inp.quality_review_tools
+        ):
+            return None
+        file_path = result.data.get("file_path", "")
+        if file_path in self.state.review_capped:
+            self._emit("quality_review_skipped", {"file_path": file_path, "reason": "cap"})
+            return None
+        try:
+            outcome: QualityReviewResult = await workflow.execute_activity(
+                ActivityName.QUALITY_REVIEW,
+                QualityReviewInput(
+                    task=inp.task,
+                    workspace=inp.workspace,
+                    tool=call.name,
+                    arguments=call.arguments,
+                    data=result.data,
+                    rules=inp.quality_review_rules or review_logic.DEFAULT_RULES,
+                    model=inp.model,
+                    snippet_lines=inp.quality_review_snippet_lines,
+                ),
+                result_type=QualityReviewResult,
+                summary=f"quality review {file_path}",
+                **REVIEW_CALL.kwargs(),
+            )
+            review = outcome.review
+            if outcome.usage is not None:
+                self._account(outcome.usage)
+        except ActivityError as err:
+            # Fail-open: a broken reviewer never blocks the task; the outcome says so.
+            review = QualityReview(
+                file_path=file_path, passed=True, outcome="unavailable", tool=call.name,
+                summary=describe_failure(err)[:300],
+            )
+        self._count_review(review)
+        await workflow.execute_activity(
+            ActivityName.RECORD_QUALITY_REVIEW,
+            RecordQualityReviewInput(
+                task_id=self.state.task_id,
+                review_key=f"{self.state.task_id}:{len(self.state.quality_reviews)}",
+                session_id=inp.session_id,
+                review=review,
+            ),
+            summary=f"record review {file_path}",
+            **STORE_WRITE.kwargs(),
+        )
+        return review
+
+    def _count_review(self, review: QualityReview) -> None:
+        self.state.quality_reviews.append(review)
+        failures, capped = review_logic.count_failure(
+            self.state.review_failures, review, self.state.input.quality_review_max_rounds
+        )
+        self.state.review_failures = failures
+        if capped:
+            self.state.review_capped.append(review.file_path)
+        counts = self.state.stats.reviews
+        outcome = "unavailable" if review.outcome == "unavailable" else (
+            "passed" if review.passed else "failed")
+        self.state.stats.reviews = counts.model_copy(
+            update={"total": counts.total + 1, outcome: getattr(counts, outcome) + 1}
+        )
+        self._emit(
+            "quality_review",
+            {
+                "file_path": review.file_path,
+                "pass": review.passed,
+                "outcome": review.outcome,
+                "reasons": review.reasons,
+                "summary": review.summary,
+                "cap_reached": capped,
+            },
+        )
+
