@@ -35,4 +35,4 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.bench_review
 
 histories: $(STAMP)
-	REFLOOP_RECORD_HISTORIES=1 $(BIN)/pytest -q tests/workflow/test_agent_workflow.py -k golden
+	REFLOOP_RECORD_HISTORIES=1 $(BIN)/pytest -q tests/workflow -k "golden or child_that_writes"

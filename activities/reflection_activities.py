@@ -30,19 +30,22 @@ NO_SUPPLEMENTS_REASK = (
 )
 
 
-def deterministic_evidence(inp: CompletenessInput) -> list[str]:
-    """No model needed: claimed files must exist, and every plan step must be done."""
+def deterministic_evidence(inp: CompletenessInput) -> tuple[list[str], list[str]]:
+    """(decisive, advisory) findings, no model needed.
+
+    A file the model claims to have written but that does not exist is decisive. An
+    unmarked plan step is only advisory: the work may be done without the marker.
+    """
     root = workspace_root(inp.workspace)
-    evidence = []
+    decisive = []
     for name in inp.claimed_files:
         try:
             exists = resolve(root, name).is_file()
         except ToolError:
             exists = False
         if not exists:
-            evidence.append(f"the answer claims {name} was written, but it does not exist")
-    evidence += [f"plan {step} was not marked complete" for step in inp.missing_steps]
-    return evidence
+            decisive.append(f"the answer claims {name} was written, but it does not exist")
+    return decisive, [f"plan {step} was not marked complete" for step in inp.missing_steps]
 
 
 class ReflectionActivities:
@@ -51,7 +54,8 @@ class ReflectionActivities:
 
     @activity.defn(name=ActivityName.CHECK_COMPLETENESS)
     async def check_completeness(self, inp: CompletenessInput) -> CompletenessResult:
-        evidence = await asyncio.to_thread(deterministic_evidence, inp)
+        decisive, advisory = await asyncio.to_thread(deterministic_evidence, inp)
+        evidence = decisive + advisory
         settings = self.gateway.settings
         history = [f"{h.tool} {h.arguments} -> {h.outcome}" for h in inp.history]
         messages = completeness_messages(inp.task, history, inp.tool_names, evidence,
@@ -80,10 +84,12 @@ class ReflectionActivities:
             # Fail open: an unreadable judge must not hold a finished task hostage.
             activity.logger.warning("completeness judge unparseable: %s", err)
             verdict = CompletenessVerdict(is_complete=True, analysis=f"judge unparseable: {err}")
-            return CompletenessResult(verdict=verdict, evidence=evidence, fail_open=True)
+            return CompletenessResult(verdict=verdict, evidence=evidence, decisive=decisive,
+                                      fail_open=True)
         except LLMError as err:
             raise to_application_error(err) from err
-        return CompletenessResult(verdict=out.value, evidence=evidence, usage=usage)
+        return CompletenessResult(verdict=out.value, evidence=evidence, decisive=decisive,
+                                  usage=usage)
 
     @activity.defn(name=ActivityName.PLAN_SUPPLEMENT)
     async def plan_supplement(self, inp: SupplementPlanInput) -> MakePlanResult:

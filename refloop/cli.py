@@ -94,6 +94,7 @@ async def run_task(args: argparse.Namespace, settings: Settings) -> int:
     from temporalio.client import WorkflowFailureError
     from temporalio.exceptions import ApplicationError
 
+    from worker.replay import dump_history
     from worker.stack import embedded_stack
     from workflows.agent import AgentTaskWorkflow
 
@@ -108,6 +109,8 @@ async def run_task(args: argparse.Namespace, settings: Settings) -> int:
         enable_quality_review=bool(rules) and not args.no_quality_review,
         quality_review_rules=rules,
         enable_reflection=settings.enable_reflection and not args.no_reflection,
+        reflection_max_supplements=settings.reflection_max_supplements,
+        reflection_max_rounds=settings.reflection_max_rounds,
         max_iterations=args.max_iterations,
     )
     workflow_id = f"task-{uuid.uuid4().hex[:12]}"
@@ -139,7 +142,7 @@ async def run_task(args: argparse.Namespace, settings: Settings) -> int:
         await follower
         if args.save_history:
             history = await handle.fetch_history()
-            Path(args.save_history).write_text(history.to_json(), encoding="utf-8")
+            Path(args.save_history).write_text(dump_history(history), encoding="utf-8")
     emit_result(result, args.json)
     return 0 if result.status == "completed" else 1
 
@@ -171,6 +174,7 @@ def emit_result(result: TaskResult, as_json: bool) -> None:
 
 async def export_history(args: argparse.Namespace, settings: Settings) -> int:
     from worker.main import connect
+    from worker.replay import dump_history
 
     if not settings.temporal_address:
         fail(
@@ -179,7 +183,7 @@ async def export_history(args: argparse.Namespace, settings: Settings) -> int:
         )
     client = await connect(settings.temporal_address, settings.temporal_namespace)
     history = await client.get_workflow_handle(args.workflow_id).fetch_history()
-    Path(args.output).write_text(history.to_json(), encoding="utf-8")
+    Path(args.output).write_text(dump_history(history), encoding="utf-8")
     err_console.print(f"saved {len(history.events)} events to {args.output}")
     return 0
 

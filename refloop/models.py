@@ -240,7 +240,9 @@ class CompletenessInput(BaseModel):
 
 class CompletenessResult(BaseModel):
     verdict: CompletenessVerdict
-    evidence: list[str] = Field(default_factory=list)  # deterministic findings
+    evidence: list[str] = Field(default_factory=list)  # deterministic findings, for the judge
+    # The findings that make the task incomplete on their own (claimed files missing).
+    decisive: list[str] = Field(default_factory=list)
     fail_open: bool = False  # the judge's answer could not be parsed: counted complete
     usage: LLMUsageRecord | None = None
 

@@ -37,6 +37,7 @@ class Settings(BaseSettings):
     # Seed 004 completeness reflection
     enable_reflection: bool = True
     reflection_max_supplements: int = Field(default=3, ge=0, le=10)
+    reflection_max_rounds: int = Field(default=2, ge=1, le=5)
     reflection_fc_model: str | None = None
     fc_reflection_temperature: float = Field(default=0.2, ge=0.0, le=2.0)
     fc_reflection_top_p: float = Field(default=0.9, gt=0.0, le=1.0)

@@ -12,12 +12,16 @@ from temporalio.worker import Replayer
 from worker.main import WORKFLOWS
 
 
+def dump_history(history: WorkflowHistory) -> str:
+    """History JSON plus its workflow id, which replay needs (child ids derive from it)."""
+    data = json.loads(history.to_json())
+    return json.dumps({"workflowId": history.workflow_id, **data})
+
+
 def load_history(path: Path) -> WorkflowHistory:
-    raw = path.read_text(encoding="utf-8")
-    data = json.loads(raw)
-    first = data["events"][0]["workflowExecutionStartedEventAttributes"]
-    workflow_id = first.get("workflowId") or path.stem
-    return WorkflowHistory.from_json(workflow_id, raw)
+    data = json.loads(path.read_text(encoding="utf-8"))
+    workflow_id = data.pop("workflowId", None) or path.stem
+    return WorkflowHistory.from_json(workflow_id, data)
 
 
 async def replay_files(paths: list[Path]) -> dict[str, str]:

@@ -32,7 +32,7 @@ def claimed_files(texts: list[str]) -> list[str]:
     """Files the model *says* it wrote: a file name in a sentence with a writing verb."""
     found: list[str] = []
     for text in texts:
-        for sentence in re.split(r"(?<=[.!?。\n])\s*", text or ""):
+        for sentence in re.split(r"(?<=[.!?。])\s+|\n", text or ""):
             if not _WRITE_VERBS.search(sentence):
                 continue
             for name in _CLAIMED_FILE.findall(sentence):

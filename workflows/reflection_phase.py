@@ -76,7 +76,7 @@ class CompletenessPhase(AgentBase):
         if result.usage is not None:
             self._account(result.usage)
         verdict = completeness_logic.reconcile(
-            result.verdict, result.evidence, self.tool_names, inp.reflection_max_supplements)
+            result.verdict, result.decisive, self.tool_names, inp.reflection_max_supplements)
         self._emit("reflection", {
             "trigger": "completeness",
             "round": round_number,

@@ -180,4 +180,5 @@ def test_demo_scenario_is_valid():
     from worker.stack import demo_scenario_path
 
     scenario = load_scenario(demo_scenario_path())
-    assert {p.value for p in scenario.responses} == {"intent", "plan", "act", "summary"}
+    assert {p.value for p in scenario.responses} == {"intent", "plan", "act", "completeness",
+                                                     "summary"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from pathlib import Path
 from typing import Any
@@ -12,8 +13,10 @@ from temporalio.exceptions import ApplicationError
 from refloop.models import TaskInput, TaskResult
 from refloop.settings import Settings
 from worker.main import build_worker
+from worker.replay import dump_history
 from workflows.agent import AgentTaskWorkflow
 
+HISTORIES = Path(__file__).parent.parent / "histories"
 CODING = {"json": {"intent": "CODING_TASK", "confidence": 0.9, "reason": "edit"}}
 CHAT = {"json": {"intent": "GENERAL_CHAT", "confidence": 0.95, "reason": "greeting"}}
 SUMMARY = {"content": "summary of the run"}
@@ -43,6 +46,7 @@ async def run_task(
     model: str,
     workspace: Path,
     task: str = "do the task",
+    record_as: str | None = None,
     **overrides: Any,
 ) -> TaskResult:
     """Run one AgentTaskWorkflow on a fresh worker; a failed run returns its result too.
@@ -52,7 +56,12 @@ async def run_task(
     inp = TaskInput(task=task, workspace=str(workspace), model=model, **overrides)
     async with build_worker(client, settings, task_queue):
         handle = await start(client, task_queue, inp)
-        return await result_of(handle)
+        result = await result_of(handle)
+        if record_as and os.environ.get("REFLOOP_RECORD_HISTORIES"):
+            history = await handle.fetch_history()
+            HISTORIES.mkdir(exist_ok=True)
+            (HISTORIES / f"{record_as}.json").write_text(dump_history(history))
+        return result
 
 
 async def start(client: Client, task_queue: str, inp: TaskInput) -> WorkflowHandle:

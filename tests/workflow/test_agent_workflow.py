@@ -21,6 +21,7 @@ from tests.workflow.helpers import (
     start,
 )
 from worker.main import build_worker
+from worker.replay import dump_history
 
 HISTORIES = Path(__file__).parent.parent / "histories"
 
@@ -214,4 +215,4 @@ async def test_golden_history_recorded(client, settings, scripted_llm, workspace
     assert result.status == "completed"
     if os.environ.get("REFLOOP_RECORD_HISTORIES"):
         HISTORIES.mkdir(exist_ok=True)
-        (HISTORIES / "agent_task_completed.json").write_text(history.to_json())
+        (HISTORIES / "agent_task_completed.json").write_text(dump_history(history))
