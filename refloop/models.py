@@ -254,6 +254,14 @@ class SupplementPlanInput(BaseModel):
     model: str | None = None
 
 
+class ApprovalDecision(BaseModel):
+    """Body of the approval update: the `call_id` of an `approval_required` event."""
+
+    call_id: str
+    approved: bool
+    comment: str | None = None
+
+
 class RecordQualityReviewInput(BaseModel):
     task_id: str
     review_key: str  # deterministic per review: a retried write never duplicates a row
@@ -293,6 +301,9 @@ class TaskInput(BaseModel):
     prior_context: str | None = None
     enable_planning: bool = True
     allow_network: bool = False
+    # auto | confirm_writes (writes and run_cmd wait for a decision) | confirm_all
+    approval_mode: Literal["auto", "confirm_writes", "confirm_all"] = "auto"
+    approval_timeout_s: float = Field(default=600.0, gt=0)  # no decision = rejection
     max_iterations: int = Field(default=20, ge=1, le=500)
     max_history_messages: int = Field(default=30, ge=4)
 

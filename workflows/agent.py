@@ -6,6 +6,7 @@ activities and applies their results to one serializable `AgentState`.
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 from temporalio import workflow
@@ -18,6 +19,7 @@ with workflow.unsafe.imports_passed_through():
         ActInput,
         ActivityName,
         ActResult,
+        ApprovalDecision,
         ChatMessage,
         ClassifyIntentInput,
         ClassifyIntentResult,
@@ -38,13 +40,14 @@ with workflow.unsafe.imports_passed_through():
 
 from workflows import logic, review_logic
 from workflows.agent_base import AgentState, TaskFailed, describe_failure
+from workflows.approval_phase import ApprovalPhase, validate_decision
 from workflows.policies import LLM_CALL, MAX_REPLANS, TOOL_CALL, TOOL_RESULT_CHARS
 from workflows.reflection_phase import CompletenessPhase
 from workflows.review_phase import QualityReviewPhase
 
 
 @workflow.defn(name="AgentTaskWorkflow")
-class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase):
+class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase):
     @workflow.init
     def __init__(self, inp: TaskInput) -> None:
         self.state = AgentState(input=inp, task_id=inp.task_id or workflow.info().workflow_id)
@@ -67,11 +70,33 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase):
             event_count=len(self.state.events),
         )
 
+    # ------------------------------------------------------------ updates
+
+    @workflow.update
+    async def decide_approval(self, decision: ApprovalDecision) -> str:
+        self.state.pending_approvals[decision.call_id] = decision
+        return "approved" if decision.approved else "rejected"
+
+    @decide_approval.validator
+    def _validate_decision(self, decision: ApprovalDecision) -> None:
+        validate_decision(self.state.pending_approvals, decision)
+
     # ------------------------------------------------------------ run
 
     @workflow.run
     async def run(self, inp: TaskInput) -> TaskResult:
         await self._record("running", input=inp.model_dump(mode="json"))
+        try:
+            return await self._run(inp)
+        except asyncio.CancelledError:
+            # Cancelled by a user (API/CLI): say so in the events and the DB, then stop.
+            self.state.status = "cancelled"
+            self._emit("failed", {"stop_reason": "cancelled", "error": "cancelled by request"})
+            result = self._result("failed", "cancelled", "cancelled by request")
+            await self._record("cancelled", result=result.model_dump(mode="json"))
+            raise
+
+    async def _run(self, inp: TaskInput) -> TaskResult:
         try:
             if inp.preset_plan is not None:  # a supplement child: planned by its parent
                 self._adopt_plan(inp.preset_plan)
@@ -89,6 +114,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase):
             await self._reflect_on_completeness()
         if not inp.is_supplement:
             await self._summarize()
+        await workflow.wait_condition(workflow.all_handlers_finished)
         return await self._finish_completed()
 
     async def _classify_intent(self) -> None:
@@ -217,6 +243,8 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase):
             )
             if result.ok:
                 self.state.completed_steps = done
+        elif (denied := await self._await_approval(call, f"{iteration}.{index}")) is not None:
+            result = denied
         elif call.name not in TOOLS:
             result = ToolResult(
                 ok=False,

@@ -12,6 +12,7 @@ from temporalio.exceptions import ApplicationError
 with workflow.unsafe.imports_passed_through():
     from refloop.models import (
         ActivityName,
+        ApprovalDecision,
         ChatMessage,
         Event,
         IntentResult,
@@ -45,6 +46,8 @@ class AgentState(BaseModel):
     review_failures: dict[str, int] = Field(default_factory=dict)  # per file, for the cap
     review_capped: list[str] = Field(default_factory=list)
     supplements: list[dict[str, Any]] = Field(default_factory=list)
+    # call key -> decision (None while waiting); the update validator reads it
+    pending_approvals: dict[str, ApprovalDecision | None] = Field(default_factory=dict)
 
 
 class TaskFailed(Exception):

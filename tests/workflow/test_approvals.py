@@ -1,0 +1,129 @@
+"""Approvals through a validated workflow update, and cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
+from temporalio.service import RPCError
+
+from refloop.models import ApprovalDecision, TaskInput
+from refloop.store import store_for
+from tests.llm_fixtures import unique_scenario
+from tests.workflow.helpers import (
+    CODING,
+    SUMMARY,
+    call,
+    events_of,
+    final,
+    plan_of,
+    result_of,
+    start,
+)
+from worker.main import build_worker
+from workflows.agent import AgentTaskWorkflow
+from workflows.approval_phase import needs_approval
+
+
+def scenario() -> dict:
+    return {"intent": [CODING], "plan": [plan_of("write_file")],
+            "act": [call("read_file", path="."), call("write_file", path="a.txt", content="a"),
+                    final("done")],
+            "summary": [SUMMARY]}
+
+
+async def wait_for(handle, kind: str) -> dict:
+    for _ in range(200):
+        try:
+            found = [e for e in await handle.query(AgentTaskWorkflow.events, 0) if e.type == kind]
+        except Exception:  # not picked up yet
+            found = []
+        if found:
+            return found[0].data
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"no {kind} event")
+
+
+async def start_task(client, task_queue, workspace, model, **overrides):
+    inp = TaskInput(task="write a", workspace=str(workspace), model=model,
+                    approval_mode="confirm_writes", enable_reflection=False, **overrides)
+    return await start(client, task_queue, inp)
+
+
+async def test_approved_write_runs(client, settings, scripted_llm, workspace, task_queue):
+    model = unique_scenario(scripted_llm, scenario())
+    async with build_worker(client, settings, task_queue):
+        handle = await start_task(client, task_queue, workspace, model)
+        pending = await wait_for(handle, "approval_required")
+        assert pending["tool"] == "write_file"  # the read before it needed no approval
+        answer = await handle.execute_update(
+            AgentTaskWorkflow.decide_approval,
+            ApprovalDecision(call_id=pending["call_id"], approved=True, comment="ok"))
+        assert answer == "approved"
+        result = await result_of(handle)
+    assert result.status == "completed" and (workspace / "a.txt").read_text() == "a"
+    assert events_of(result, "approval_decided")[0]["approved"] is True
+
+
+async def test_rejected_write_is_fed_back_as_denied(client, settings, scripted_llm, workspace,
+                                                    task_queue):
+    model = unique_scenario(scripted_llm, scenario())
+    async with build_worker(client, settings, task_queue):
+        handle = await start_task(client, task_queue, workspace, model)
+        pending = await wait_for(handle, "approval_required")
+        await handle.execute_update(
+            AgentTaskWorkflow.decide_approval,
+            ApprovalDecision(call_id=pending["call_id"], approved=False, comment="not now"))
+        # Deciding twice, or an unknown call, is refused by the validator.
+        for call_id in (pending["call_id"], "99.9"):
+            with pytest.raises((WorkflowUpdateFailedError, RPCError)):
+                await handle.execute_update(
+                    AgentTaskWorkflow.decide_approval,
+                    ApprovalDecision(call_id=call_id, approved=True))
+        result = await result_of(handle)
+    assert result.status == "completed" and not (workspace / "a.txt").exists()
+    denied = [r for r in events_of(result, "tool_result") if r["tool"] == "write_file"][0]
+    assert denied["ok"] is False and "rejected this call: not now" in denied["error"]
+    fed_back = str(scripted_llm.requests(model=model, purpose="act")[2]["body"]["messages"])
+    assert "E_DENIED" in fed_back
+
+
+async def test_no_decision_in_time_is_a_rejection(client, settings, scripted_llm, workspace,
+                                                  task_queue):
+    model = unique_scenario(scripted_llm, scenario())
+    async with build_worker(client, settings, task_queue):
+        handle = await start_task(client, task_queue, workspace, model, approval_timeout_s=1)
+        result = await result_of(handle)
+    decided = events_of(result, "approval_decided")[0]
+    assert decided["approved"] is False and "no decision within 1s" in decided["comment"]
+    assert not (workspace / "a.txt").exists()
+
+
+async def test_cancel_records_the_run_as_cancelled(client, settings, scripted_llm, workspace,
+                                                   task_queue):
+    model = unique_scenario(scripted_llm, scenario())
+    async with build_worker(client, settings, task_queue):
+        handle = await start_task(client, task_queue, workspace, model)
+        await wait_for(handle, "approval_required")
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+    row = store_for(settings.effective_database_url).get_task(handle.id)
+    assert row.status == "cancelled"
+
+
+def test_approval_modes():
+    from refloop.models import ToolCall
+
+    def c(name, **args):
+        return ToolCall(id="x", name=name, arguments=args)
+
+    assert not needs_approval("auto", c("write_file"))
+    assert needs_approval("confirm_writes", c("write_file"))
+    assert needs_approval("confirm_writes", c("run_cmd", command="ls"))
+    assert needs_approval("confirm_writes", c("str_replace_based_edit_tool", command="insert"))
+    assert not needs_approval("confirm_writes", c("str_replace_based_edit_tool", command="view"))
+    assert not needs_approval("confirm_writes", c("read_file", path="a"))
+    assert needs_approval("confirm_all", c("read_file", path="a"))
+    assert not needs_approval("confirm_all", c("complete_step", step=1))
