@@ -215,8 +215,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--save-history", metavar="FILE", help="write the event history")
 
     sub.add_parser("worker", help="run a worker against TEMPORAL_ADDRESS")
-    up = sub.add_parser("up", help="the embedded stack: Temporal, worker (and API)")
-    up.add_argument("--port", type=int, default=8000)
+    for name, text in (("up", "the embedded stack: Temporal, worker and API"),
+                       ("api", "the HTTP API against TEMPORAL_ADDRESS")):
+        serve = sub.add_parser(name, help=text)
+        serve.add_argument("--port", type=int, default=8000)
+        serve.add_argument("--host", default="127.0.0.1")
 
     history = sub.add_parser("history", help="export a workflow's event history")
     history.add_argument("workflow_id")
@@ -231,14 +234,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+async def serve_api(settings: Settings, client: Any, host: str, port: int) -> None:
+    import uvicorn
+
+    from api.main import create_app
+
+    config = uvicorn.Config(create_app(settings, client=client), host=host, port=port,
+                            log_level="warning")
+    await uvicorn.Server(config).serve()
+
+
 async def run_up(args: argparse.Namespace, settings: Settings) -> int:
     from worker.stack import embedded_stack
 
     async with embedded_stack(settings) as stack:
         where = stack.temporal.address if stack.temporal else settings.temporal_address
-        err_console.print(f"[bold]refloop up[/]: Temporal {where}, worker on "
-                          f"{settings.refloop_task_queue}; Ctrl-C to stop")
-        await asyncio.Event().wait()
+        ui = f", Web UI {stack.temporal.ui_url}" if stack.temporal and stack.temporal.ui_url \
+            else ""
+        err_console.print(f"[bold]refloop up[/]: Temporal {where}{ui}, worker on "
+                          f"{settings.refloop_task_queue}, API http://{args.host}:{args.port} "
+                          "(docs at /docs); Ctrl-C to stop")
+        await serve_api(stack.settings, stack.client, args.host, args.port)
+    return 0
+
+
+async def run_api(args: argparse.Namespace, settings: Settings) -> int:
+    if not settings.temporal_address:
+        fail("refloop api needs TEMPORAL_ADDRESS (or use `refloop up`)")
+    await serve_api(settings, None, args.host, args.port)
     return 0
 
 
@@ -263,6 +286,8 @@ def main(argv: list[str] | None = None) -> None:
         runner = run_task(args, settings)
     elif args.command == "up":
         runner = run_up(args, settings)
+    elif args.command == "api":
+        runner = run_api(args, settings)
     elif args.command == "history":
         runner = export_history(args, settings)
     else:

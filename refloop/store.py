@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import JSON, Boolean, Column
 from sqlalchemy.engine import Engine
@@ -79,6 +79,41 @@ class PromptRecord(SQLModel, table=True):
     quality_review_rules: str | None = None
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
+
+
+class ModelConfigRecord(SQLModel, table=True):
+    """A named model choice. Keys are never stored: only the env var that holds one."""
+
+    __tablename__ = "model_configs"
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(index=True)
+    model: str
+    base_url: str | None = None
+    api_key_env: str | None = None
+    temperature: float | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class SessionRecord(SQLModel, table=True):
+    """An interactive session: the settings its tasks inherit (seed 000)."""
+
+    __tablename__ = "sessions"
+
+    session_id: str = Field(primary_key=True)
+    workspace: str
+    prompt_id: int | None = None
+    system_prompt: str | None = None
+    enable_quality_review: bool = False
+    quality_review_rules: str | None = None
+    model: str | None = None
+    model_config_id: int | None = None
+    approval_mode: str = "auto"
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+T = TypeVar("T", bound=SQLModel)
 
 
 class Store:
@@ -172,6 +207,56 @@ class Store:
             query = query.where(QualityReviewRecord.task_id == task_id)
         with Session(self.engine) as session:
             return list(session.exec(query))
+
+
+    # ------------------------------------------------------------ generic rows (API CRUD)
+
+    def add(self, row: T) -> T:
+        self.init()
+        with Session(self.engine) as session:
+            session.add(row)
+            session.commit()
+            session.refresh(row)
+            return row
+
+    def get(self, model: type[T], key: Any) -> T | None:
+        self.init()
+        with Session(self.engine) as session:
+            return session.get(model, key)
+
+    def update(self, model: type[T], key: Any, fields: dict[str, Any]) -> T | None:
+        self.init()
+        with Session(self.engine) as session:
+            row = session.get(model, key)
+            if row is None:
+                return None
+            for name, value in fields.items():
+                setattr(row, name, value)
+            if hasattr(row, "updated_at"):
+                row.updated_at = utcnow()
+            session.add(row)
+            session.commit()
+            session.refresh(row)
+            return row
+
+    def delete(self, model: type[T], key: Any) -> bool:
+        self.init()
+        with Session(self.engine) as session:
+            row = session.get(model, key)
+            if row is None:
+                return False
+            session.delete(row)
+            session.commit()
+            return True
+
+    def all(self, model: type[T], limit: int = 500) -> list[T]:
+        self.init()
+        with Session(self.engine) as session:
+            return list(session.exec(select(model).limit(limit)))
+
+    def ping(self) -> None:
+        with self.engine.connect() as connection:
+            connection.exec_driver_sql("SELECT 1")
 
 
 @functools.cache

@@ -85,8 +85,8 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase):
 
     @workflow.run
     async def run(self, inp: TaskInput) -> TaskResult:
-        await self._record("running", input=inp.model_dump(mode="json"))
         try:
+            await self._record("running", input=inp.model_dump(mode="json"))
             return await self._run(inp)
         except asyncio.CancelledError:
             # Cancelled by a user (API/CLI): say so in the events and the DB, then stop.

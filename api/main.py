@@ -1,0 +1,72 @@
+"""The FastAPI app: one router per resource, Temporal client from the lifespan."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import JSONResponse
+from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
+from starlette.responses import Response
+from temporalio.client import Client
+
+from api.deps import require_token
+from api.routes import health, prompts, reviews, tasks
+from refloop.settings import Settings
+from refloop.store import store_for
+
+log = logging.getLogger("refloop.api")
+MAX_BODY_BYTES = 1_000_000
+
+
+class BodyLimit(BaseHTTPMiddleware):
+    """Refuse oversized bodies before they are read."""
+
+    async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
+        length = request.headers.get("content-length")
+        if length and length.isdigit() and int(length) > MAX_BODY_BYTES:
+            return JSONResponse({"detail": f"body larger than {MAX_BODY_BYTES} bytes"},
+                                status_code=413)
+        return await call_next(request)
+
+
+def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
+    """`client` given (tests, `refloop up`): used as is; else connect to TEMPORAL_ADDRESS."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if app.state.client is None and settings.temporal_address:
+            from worker.main import connect
+
+            try:
+                app.state.client = await connect(settings.temporal_address,
+                                                 settings.temporal_namespace)
+            except Exception as err:  # /healthz reports it; routes answer 503
+                log.error("cannot reach Temporal at %s: %s", settings.temporal_address, err)
+        yield
+
+    app = FastAPI(
+        title="refloop",
+        version="0.1.0",
+        description="Durable, reflective LLM agents on Temporal.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.store = store_for(settings.effective_database_url)
+    app.state.client = client
+    app.add_middleware(BodyLimit)
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, exc: Exception) -> JSONResponse:
+        # No stack trace leaves the server; the log has it.
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return JSONResponse({"detail": "internal error"}, status_code=500)
+
+    secured = [Depends(require_token)]
+    app.include_router(health.router)
+    for router in (tasks.interactive, tasks.tasks, prompts.prompts, prompts.model_configs,
+                   reviews.router):
+        app.include_router(router, dependencies=secured)
+    return app

@@ -1,0 +1,158 @@
+"""Request and response bodies of the HTTP API (stored tables stay in refloop.store)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from refloop.models import TaskProgress
+
+ApprovalMode = Literal["auto", "confirm_writes", "confirm_all"]
+
+
+class SessionStart(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
+        "workspace": "/srv/repos/demo", "system_prompt": "You are a careful writer.",
+        "enable_quality_review": True,
+        "quality_review_rules": "Every report needs a Summary section.",
+    }]})
+
+    workspace: str = Field(min_length=1, max_length=4096)
+    prompt_id: int | None = None
+    system_prompt: str | None = Field(default=None, max_length=100_000)
+    enable_quality_review: bool | None = None  # None: the prompt's setting
+    quality_review_rules: str | None = Field(default=None, max_length=100_000)
+    model: str | None = Field(default=None, max_length=200)
+    model_config_id: int | None = None
+    approval_mode: ApprovalMode = "auto"
+
+
+class SessionStarted(BaseModel):
+    session_id: str
+
+
+class TaskCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
+        "session_id": "sess-1a2b3c", "task": "Write report.md summarising data.csv",
+        "enable_quality_review": False,
+    }]})
+
+    session_id: str = Field(min_length=1, max_length=200)
+    task: str = Field(min_length=1, max_length=100_000)
+    enable_quality_review: bool | None = None  # None: the session's setting
+    quality_review_rules: str | None = Field(default=None, max_length=100_000)
+    approval_mode: ApprovalMode | None = None
+    enable_reflection: bool | None = None
+    max_iterations: int = Field(default=20, ge=1, le=500)
+
+
+class TaskAccepted(BaseModel):
+    task_id: str
+    workflow_id: str
+
+
+class TaskState(BaseModel):
+    task_id: str
+    workflow_id: str
+    session_id: str | None
+    kind: str
+    status: str
+    progress: TaskProgress | None = None
+    result: dict[str, Any] | None = None
+    error: str | None = None
+    created_at: datetime
+    finished_at: datetime | None = None
+
+
+class ApprovalBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    call_id: str = Field(min_length=1, max_length=100)
+    approved: bool
+    comment: str | None = Field(default=None, max_length=10_000)
+
+
+class ApprovalOutcome(BaseModel):
+    call_id: str
+    outcome: str
+
+
+class PromptBase(BaseModel):
+    name: str = Field(min_length=1, max_length=200)
+    system_prompt: str = Field(min_length=1, max_length=100_000)
+    enable_quality_review: bool = False
+    quality_review_rules: str | None = Field(default=None, max_length=100_000)
+
+
+class PromptCreate(PromptBase):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
+        "name": "report writer", "system_prompt": "You write short reports.",
+        "enable_quality_review": True, "quality_review_rules": "Use British spelling.",
+    }]})
+
+
+class PromptUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = Field(default=None, min_length=1, max_length=200)
+    system_prompt: str | None = Field(default=None, min_length=1, max_length=100_000)
+    enable_quality_review: bool | None = None
+    quality_review_rules: str | None = Field(default=None, max_length=100_000)
+
+
+class PromptPublic(PromptBase):
+    id: int
+    created_at: datetime
+    updated_at: datetime
+
+
+class ModelConfigBase(BaseModel):
+    name: str = Field(min_length=1, max_length=200)
+    model: str = Field(min_length=1, max_length=200)
+    base_url: str | None = Field(default=None, max_length=2000)
+    # The name of the environment variable holding the key; keys never enter the API.
+    api_key_env: str | None = Field(default=None, pattern=r"^[A-Z_][A-Z0-9_]*$", max_length=200)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+
+
+class ModelConfigCreate(ModelConfigBase):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
+        "name": "small", "model": "gpt-4o-mini", "api_key_env": "OPENAI_API_KEY"}]})
+
+
+class ModelConfigUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = Field(default=None, min_length=1, max_length=200)
+    model: str | None = Field(default=None, min_length=1, max_length=200)
+    base_url: str | None = Field(default=None, max_length=2000)
+    api_key_env: str | None = Field(default=None, pattern=r"^[A-Z_][A-Z0-9_]*$", max_length=200)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+
+
+class ModelConfigPublic(ModelConfigBase):
+    id: int
+    created_at: datetime
+    updated_at: datetime
+
+
+class QualityReviewPublic(BaseModel):
+    id: int
+    session_id: str | None
+    task_id: str
+    file_path: str
+    passed: bool = Field(serialization_alias="pass")
+    outcome: str
+    reasons: list[str]
+    suggestions: str
+    summary: str
+    created_at: datetime
+
+
+class Health(BaseModel):
+    status: Literal["ok", "degraded"]
+    temporal: bool
+    database: bool
+    detail: dict[str, str] = Field(default_factory=dict)
