@@ -39,7 +39,7 @@ with workflow.unsafe.imports_passed_through():
     from refloop.tools import TOOLS, tool_specs
 
 from workflows import logic, review_logic
-from workflows.agent_base import AgentState, TaskFailed, describe_failure
+from workflows.agent_base import AgentState, TaskFailed, describe_failure, raise_if_cancelled
 from workflows.approval_phase import ApprovalPhase, validate_decision
 from workflows.policies import LLM_CALL, MAX_REPLANS, TOOL_CALL, TOOL_RESULT_CHARS
 from workflows.reflection_phase import CompletenessPhase
@@ -86,7 +86,11 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase):
     @workflow.run
     async def run(self, inp: TaskInput) -> TaskResult:
         try:
-            await self._record("running", input=inp.model_dump(mode="json"))
+            try:
+                await self._record("running", input=inp.model_dump(mode="json"))
+            except ActivityError as err:
+                raise_if_cancelled(err)
+                raise
             return await self._run(inp)
         except asyncio.CancelledError:
             # Cancelled by a user (API/CLI): say so in the events and the DB, then stop.
@@ -108,6 +112,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase):
         except TaskFailed as failure:
             return await self._finish_failed(failure.stop_reason, failure.message)
         except ActivityError as err:
+            raise_if_cancelled(err)
             return await self._finish_failed("activity_failed", describe_failure(err))
         # Runs recorded before completeness reflection existed replay without it.
         if workflow.patched("completeness-reflection"):
@@ -127,6 +132,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase):
                 **LLM_CALL.kwargs(),
             )
         except ActivityError as err:
+            raise_if_cancelled(err)
             # The gate only decides whether to plan; failing open keeps the task going.
             self._emit(
                 "intent", {"intent": None, "error": describe_failure(err), "fail_open": True}
@@ -311,6 +317,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase):
                 **LLM_CALL.kwargs(),
             )
         except ActivityError as err:
+            raise_if_cancelled(err)
             # The task is done; a missing summary must not turn it into a failure.
             self._emit("summary", {"summary": None, "error": describe_failure(err)})
             return

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from pydantic import BaseModel, Field
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, CancelledError
 
 # Models are plain data; passed through so the sandbox does not re-import pydantic.
 with workflow.unsafe.imports_passed_through():
@@ -105,6 +106,15 @@ class AgentBase:
                 "step",
                 {"step": step, "goal": goal, "completed": self.state.completed_steps},
             )
+
+
+def raise_if_cancelled(err: BaseException) -> None:
+    """A cancelled run surfaces as an activity/child error caused by cancellation; it must
+    end the run as cancelled, never be swallowed by a fail-open branch."""
+    if isinstance(err.__cause__, CancelledError) or isinstance(
+        getattr(err, "cause", None), CancelledError
+    ):
+        raise asyncio.CancelledError() from err
 
 
 def describe_failure(err: BaseException) -> str:

@@ -18,7 +18,7 @@ with workflow.unsafe.imports_passed_through():
     )
 
 from workflows import completeness_logic
-from workflows.agent_base import AgentBase, describe_failure
+from workflows.agent_base import AgentBase, describe_failure, raise_if_cancelled
 from workflows.policies import LLM_CALL
 
 
@@ -67,6 +67,7 @@ class CompletenessPhase(AgentBase):
                 **LLM_CALL.kwargs(),
             )
         except ActivityError as err:
+            raise_if_cancelled(err)
             # Fail open: the work is done; an unreachable judge must not undo it.
             self._emit("reflection", {"trigger": "completeness", "round": round_number,
                                       "is_complete": True, "fail_open": True,
@@ -111,6 +112,7 @@ class CompletenessPhase(AgentBase):
                 **LLM_CALL.kwargs(),
             )
         except ActivityError as err:
+            raise_if_cancelled(err)
             self._record_supplement({"error": f"planning failed: {describe_failure(err)}"})
             return None
         self._account(result.usage)
@@ -145,6 +147,7 @@ class CompletenessPhase(AgentBase):
                 parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
             )
         except ChildWorkflowError as err:
+            raise_if_cancelled(err)
             # A failing supplement does not fail the task: recorded and said in the summary.
             detail = describe_failure(err)
             self._emit("reflection_exec", {"used": True, "attempted": len(plan.steps),

@@ -17,7 +17,7 @@ with workflow.unsafe.imports_passed_through():
     )
 
 from workflows import review_logic
-from workflows.agent_base import AgentBase, describe_failure
+from workflows.agent_base import AgentBase, describe_failure, raise_if_cancelled
 from workflows.policies import REVIEW_CALL, STORE_WRITE
 
 
@@ -54,6 +54,7 @@ class QualityReviewPhase(AgentBase):
             if outcome.usage is not None:
                 self._account(outcome.usage)
         except ActivityError as err:
+            raise_if_cancelled(err)
             # Fail-open: a broken reviewer never blocks the task; the outcome says so.
             review = QualityReview(
                 file_path=file_path, passed=True, outcome="unavailable", tool=call.name,

@@ -40,7 +40,7 @@ def not_found(what: str) -> HTTPException:
 @interactive.post("/start", response_model=SessionStarted, status_code=201)
 def start_session(body: SessionStart, store: StoreDep) -> SessionStarted:
     if not Path(body.workspace).is_dir():
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY,
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
                             f"workspace {body.workspace!r} is not an existing directory")
     prompt = None
     if body.prompt_id is not None:

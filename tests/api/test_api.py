@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 
@@ -13,6 +14,7 @@ from api.main import create_app
 from tests.llm_fixtures import unique_scenario
 from tests.workflow.helpers import CODING, SUMMARY, call, final, plan_of
 from worker.main import build_worker
+from workflows.agent import AgentTaskWorkflow
 
 REVIEW_FAIL = {"json": {"pass": False, "reasons": ["no summary"], "suggestions": "add one",
                         "summary": "bad"}}
@@ -222,11 +224,14 @@ async def test_cancel_a_waiting_task(api, scripted_llm, workspace):
                                 approval_mode="confirm_all")
     task_id = (await api.post("/agent/interactive/task", json={
         "session_id": session, "task": "write"})).json()["task_id"]
-    for _ in range(100):
-        cancelled = await api.post(f"/tasks/{task_id}/cancel")
-        if cancelled.status_code == 202:
-            break
+    handle = api.app.state.client.get_workflow_handle(task_id)
+    for _ in range(200):  # cancel once it waits for an approval
+        with contextlib.suppress(Exception):
+            events = await handle.query(AgentTaskWorkflow.events, 0)
+            if events and events[-1].type == "approval_required":
+                break
         await asyncio.sleep(0.05)
+    assert (await api.post(f"/tasks/{task_id}/cancel")).status_code == 202
     assert (await wait_done(api, task_id))["status"] == "cancelled"
     assert (await api.post(f"/tasks/{task_id}/cancel")).status_code == 409
 
