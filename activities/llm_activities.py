@@ -21,6 +21,7 @@ from refloop.models import (
     SummarizeResult,
 )
 from refloop.prompts import intent_messages, plan_messages, summary_messages
+from refloop.task_rules import constraints_for, infer_task_type, keyword_type, load_task_rules
 from refloop.tools import tool_specs
 
 
@@ -39,11 +40,15 @@ class LLMActivities:
 
     @activity.defn(name=ActivityName.MAKE_PLAN)
     async def make_plan(self, inp: MakePlanInput) -> MakePlanResult:
-        messages = plan_messages(inp.task, tool_specs(inp.tool_names), inp.feedback)
+        rules = load_task_rules(self.gateway.settings.refloop_task_rules)
+        guidance = constraints_for(keyword_type(inp.task, rules), rules)
+        messages = plan_messages(inp.task, tool_specs(inp.tool_names), inp.feedback, guidance)
         out = await call_model(
             self.gateway.structured(Purpose.plan, messages, Plan, model=inp.model)
         )
-        return MakePlanResult(plan=out.value, usage=out.usage)
+        task_type = infer_task_type(inp.task, out.value.task_type.value, rules)
+        return MakePlanResult(plan=out.value, usage=out.usage,
+                              constraints=constraints_for(task_type, rules))
 
     @activity.defn(name=ActivityName.ACT)
     async def act(self, inp: ActInput) -> ActResult:

@@ -129,9 +129,19 @@ class MakePlanInput(BaseModel):
     feedback: str | None = None  # violations of a previous plan, for a bounded re-plan
 
 
+class ToolConstraints(BaseModel):
+    """Seed 001: what the task type allows (guides planning) and forbids (enforced)."""
+
+    task_type: str | None = None
+    allowed: list[str] = Field(default_factory=list)  # empty: no guidance
+    forbidden: list[str] = Field(default_factory=list)
+    generation_tools: list[str] = Field(default_factory=list)  # only in the final step(s)
+
+
 class MakePlanResult(BaseModel):
     plan: Plan
     usage: LLMUsageRecord
+    constraints: ToolConstraints | None = None  # added with seed 001; None for old runs
 
 
 class ActInput(BaseModel):
@@ -279,6 +289,18 @@ class Event(BaseModel):
     data: dict[str, Any] = Field(default_factory=dict)
 
 
+class TriggerConfig(BaseModel):
+    """Seed 001 early-reflection thresholds."""
+
+    enabled: bool = True
+    repeat_threshold: int = Field(default=2, ge=2)  # identical (tool, args) calls
+    stuck_iterations: int = Field(default=3, ge=2)  # iterations on one plan step
+    stuck_tool_executions: int = Field(default=3, ge=1)  # more than this on one step
+    slow_window: int = Field(default=2, ge=1)  # iterations without advance or new result
+    cooldown_iterations: int = Field(default=3, ge=0)  # before the same trigger fires again
+    enforce_constraints: bool = True
+
+
 class TaskInput(BaseModel):
     task: str = Field(min_length=1)
     workspace: str
@@ -305,6 +327,7 @@ class TaskInput(BaseModel):
     approval_mode: Literal["auto", "confirm_writes", "confirm_all"] = "auto"
     approval_timeout_s: float = Field(default=600.0, gt=0)  # no decision = rejection
     max_iterations: int = Field(default=20, ge=1, le=500)
+    triggers: TriggerConfig = Field(default_factory=lambda: TriggerConfig())
     max_history_messages: int = Field(default=30, ge=4)
 
 
@@ -339,6 +362,8 @@ class TaskResult(BaseModel):
     stats: TaskStats = Field(default_factory=TaskStats)
     quality_reviews: list[QualityReview] = Field(default_factory=list)
     supplements: list[dict[str, Any]] = Field(default_factory=list)  # one per child run
+    tool_violations: list[dict[str, Any]] = Field(default_factory=list)
+    allowed_tools_snapshot: list[str] = Field(default_factory=list)
 
 
 class TaskProgress(BaseModel):

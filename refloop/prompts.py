@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from refloop.models import ChatMessage, ToolSpec
+from refloop.models import ChatMessage, ToolConstraints, ToolSpec
 
 INTENT_SYSTEM = (
     "Classify the user's request. Answer only JSON: "
@@ -31,9 +31,18 @@ def intent_messages(task: str) -> list[ChatMessage]:
     ]
 
 
-def plan_messages(task: str, tools: list[ToolSpec], feedback: str | None) -> list[ChatMessage]:
+def plan_messages(task: str, tools: list[ToolSpec], feedback: str | None,
+                  constraints: ToolConstraints | None = None) -> list[ChatMessage]:
     catalog = "\n".join(f"- {spec.name}: {spec.description}" for spec in tools)
     user = f"Task: {task}\n\nTools:\n{catalog}"
+    if constraints and constraints.task_type:
+        user += f"\n\nThis looks like a {constraints.task_type} task."
+        if constraints.allowed:
+            user += f" Prefer these tools: {', '.join(constraints.allowed)}."
+        if constraints.forbidden:
+            user += f" Never use: {', '.join(constraints.forbidden)}."
+        user += (" Every step names one tool; generation tools "
+                 f"({', '.join(constraints.generation_tools)}) belong in the final steps only.")
     if feedback:
         user += f"\n\nYour previous plan was rejected:\n{feedback}\nFix these problems."
     return [

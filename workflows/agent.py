@@ -38,7 +38,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from refloop.tools import TOOLS, tool_specs
 
-from workflows import logic, review_logic
+from workflows import logic, review_logic, triggers
 from workflows.agent_base import AgentState, TaskFailed, describe_failure, raise_if_cancelled
 from workflows.approval_phase import ApprovalPhase, validate_decision
 from workflows.policies import LLM_CALL, MAX_REPLANS, TOOL_CALL, TOOL_RESULT_CHARS
@@ -158,8 +158,11 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase):
                 **LLM_CALL.kwargs(),
             )
             self._account(result.usage)
-            violations = logic.validate_plan(result.plan, TOOLS)
+            violations = logic.validate_plan(result.plan, TOOLS, result.constraints)
             if not violations:
+                self.state.constraints = result.constraints
+                if result.constraints and result.constraints.task_type:
+                    self._emit("constraints", result.constraints.model_dump(mode="json"))
                 self._adopt_plan(result.plan)
                 return
             self._emit("plan_rejected", {"attempt": attempt + 1, "violations": violations})
@@ -232,10 +235,50 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase):
             )
             if reflection:
                 self._emit("reflection", {"trigger": "quality_review", "message": reflection})
-                self._append(ChatMessage(role="user", content=reflection))
+            # One injection point for review-driven and early reflection (no duplicates).
+            message = triggers.guidance(self._fire_triggers(iteration), reflection)
+            if message:
+                self._append(ChatMessage(role="user", content=message))
         raise TaskFailed(
             "max_iterations",
             f"stopped: max iterations ({inp.max_iterations}) reached without a final answer",
+        )
+
+    def _fire_triggers(self, iteration: int) -> list[triggers.Trigger]:
+        inp, state = self.state.input, self.state
+        fired, state.trigger_state = triggers.evaluate(
+            state.loop_records, iteration, inp.max_iterations,
+            logic.current_step(state.plan, state.completed_steps), state.step_started,
+            len(state.plan.steps) if state.plan else 0, len(state.completed_steps),
+            inp.triggers, state.trigger_state,
+        )
+        for trigger in fired:
+            self._emit("reflection", {"trigger": trigger.name, "evidence": trigger.evidence,
+                                      "level": trigger.level, "iteration": iteration})
+        return fired
+
+    def _check_constraints(self, call: ToolCall, iteration: int) -> ToolResult | None:
+        """Seed 001 runtime enforcement: a forbidden tool is refused unless justified once."""
+        constraints = self.state.constraints
+        if (constraints is None or not self.state.input.triggers.enforce_constraints
+                or call.name not in constraints.forbidden):
+            return None
+        step = logic.current_step(self.state.plan, self.state.completed_steps)
+        justification = call.arguments.get("justification")
+        justified = bool(justification) and call.name not in self.state.exceptions_used
+        record = {"tool": call.name, "step": step, "iteration": iteration,
+                  "justified": justified, "justification": justification}
+        self.state.tool_violations.append(record)
+        self._emit("tool_violation", record)
+        if justified:
+            self.state.exceptions_used.append(call.name)
+            return None
+        allowed = ", ".join(constraints.allowed) or "any other tool"
+        return ToolResult(
+            ok=False,
+            error=f"E_FORBIDDEN: '{call.name}' is not allowed for {constraints.task_type} "
+            f"tasks; use one of: {allowed}. If it is truly necessary, call it again with a "
+            "'justification' argument (allowed once).",
         )
 
     async def _run_tool_call(self, call: ToolCall, iteration: int, index: int) -> ToolResult:
@@ -243,12 +286,27 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase):
             "tool_call",
             {"iteration": iteration, "id": call.id, "tool": call.name, "args": call.arguments},
         )
+        step_before = logic.current_step(self.state.plan, self.state.completed_steps)
+        result = await self._execute_call(call, iteration, index)
+        advanced = call.name == logic.COMPLETE_STEP and result.ok
+        self.state.loop_records.append(triggers.LoopRecord(
+            iteration=iteration, step=step_before, tool=call.name,
+            args_key=triggers.args_key(call.arguments),
+            anomaly=triggers.anomaly_of(call.name, result), advanced=advanced,
+        ))
+        if advanced:
+            self.state.step_started = iteration + 1
+        return result
+
+    async def _execute_call(self, call: ToolCall, iteration: int, index: int) -> ToolResult:
         if call.name == logic.COMPLETE_STEP:
             result, done = logic.complete_step(
                 self.state.plan, self.state.completed_steps, call.arguments
             )
             if result.ok:
                 self.state.completed_steps = done
+        elif (refused := self._check_constraints(call, iteration)) is not None:
+            result = refused
         elif (denied := await self._await_approval(call, f"{iteration}.{index}")) is not None:
             result = denied
         elif call.name not in TOOLS:
@@ -264,7 +322,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase):
                 RunToolInput(
                     call_id=f"{info.workflow_id}.{info.run_id[:8]}.{iteration}.{index}",
                     name=call.name,
-                    arguments=call.arguments,
+                    arguments={k: v for k, v in call.arguments.items() if k != "justification"},
                     workspace=self.state.input.workspace,
                     allow_network=self.state.input.allow_network,
                 ),
@@ -343,6 +401,9 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase):
             stats=self.state.stats,
             quality_reviews=self.state.quality_reviews,
             supplements=self.state.supplements,
+            tool_violations=self.state.tool_violations,
+            allowed_tools_snapshot=self.state.constraints.allowed if self.state.constraints
+            else [],
         )
 
     async def _finish_completed(self) -> TaskResult:

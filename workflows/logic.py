@@ -18,6 +18,7 @@ from refloop.models import (
     Plan,
     TaskStats,
     ToolCall,
+    ToolConstraints,
     ToolResult,
     ToolSpec,
 )
@@ -39,15 +40,37 @@ def should_plan(intent: IntentResult | None, enable_planning: bool) -> bool:
     return intent is None or intent.intent not in NO_PLANNING_INTENTS
 
 
-def validate_plan(plan: Plan, known_tools: Iterable[str]) -> list[str]:
-    """Violations that send the plan back for a bounded re-plan; empty when valid."""
+def validate_plan(
+    plan: Plan, known_tools: Iterable[str], constraints: ToolConstraints | None = None
+) -> list[str]:
+    """Violations that send the plan back for a bounded re-plan; empty when valid.
+
+    Every step names a known tool; no forbidden tool appears (seed 001); generation tools
+    come last - after the first one, at most one other (verifying) step may follow.
+    """
     known = set(known_tools) - {COMPLETE_STEP}
     violations = []
+    forbidden = set(constraints.forbidden) if constraints else set()
     for number, step in enumerate(plan.steps, start=1):
         if step.tool not in known:
             violations.append(
                 f"step {number} uses unknown tool '{step.tool}'; choose one of: "
                 + ", ".join(sorted(known))
+            )
+        elif step.tool in forbidden:
+            violations.append(
+                f"step {number} uses '{step.tool}', forbidden for {constraints.task_type} "
+                f"tasks; allowed: {', '.join(constraints.allowed) or 'any other tool'}"
+            )
+    generation = set(constraints.generation_tools) if constraints else set()
+    positions = [n for n, step in enumerate(plan.steps, start=1) if step.tool in generation]
+    if positions:
+        trailing = [n for n in range(positions[0], len(plan.steps) + 1)
+                    if plan.steps[n - 1].tool not in generation]
+        if len(trailing) > 1:
+            violations.append(
+                f"step {positions[0]} generates output ({plan.steps[positions[0] - 1].tool}) "
+                f"too early: steps {trailing} come after it; put generation steps last"
             )
     return violations
 
