@@ -199,6 +199,23 @@ async def replay_histories(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
+async def run_eval(args: argparse.Namespace) -> int:
+    from refloop.eval_harness import load_suite, render, run_suite, summarise
+
+    try:
+        scenarios = load_suite(args.suite)
+    except ValueError as err:
+        fail(str(err))
+    outcomes = await run_suite(scenarios)
+    table = summarise(outcomes)
+    if args.json:
+        print(json.dumps({"metrics": table,
+                          "runs": [o.model_dump(mode="json") for o in outcomes]}))
+    else:
+        print(render(table, outcomes))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="refloop", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -226,6 +243,10 @@ def build_parser() -> argparse.ArgumentParser:
     history.add_argument("-o", "--output", required=True)
     replay = sub.add_parser("replay", help="replay histories against the current code")
     replay.add_argument("files", nargs="+")
+
+    evaluate = sub.add_parser("eval", help="seed 001 metrics over a scenario suite")
+    evaluate.add_argument("--suite", help="a folder of scenario YAML files")
+    evaluate.add_argument("--json", action="store_true")
 
     scripted = sub.add_parser("scripted-llm", help="the scripted OpenAI-compatible model")
     scripted.add_argument("--scenario", required=True)
@@ -288,6 +309,8 @@ def main(argv: list[str] | None = None) -> None:
         runner = run_up(args, settings)
     elif args.command == "api":
         runner = run_api(args, settings)
+    elif args.command == "eval":
+        runner = run_eval(args)
     elif args.command == "history":
         runner = export_history(args, settings)
     else:

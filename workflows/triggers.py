@@ -122,11 +122,11 @@ def slow_progress(records: list[LoopRecord], iteration: int, window: int) -> str
 
 def checkpoint(iteration: int, max_iterations: int, plan_steps: int,
                completed: int) -> str | None:
-    """At 1/3 and 2/3 of the budget: fire only when behind schedule."""
+    """At 1/3 and 2/3 of the budget: fire only when behind schedule by more than one step."""
     marks = {max_iterations // 3: 1 / 3, (2 * max_iterations) // 3: 2 / 3}
     if plan_steps == 0 or iteration not in marks or iteration == 0:
         return None
-    if completed / plan_steps >= marks[iteration]:
+    if (completed + 1) / plan_steps >= marks[iteration]:
         return None
     return (f"checkpoint {iteration}/{max_iterations} iterations with {completed}/"
             f"{plan_steps} plan steps done")

@@ -96,10 +96,11 @@ def test_slow_progress_needs_no_advance_and_no_new_result():
 
 
 def test_checkpoint_fires_only_when_behind():
-    assert "checkpoint 6/20" in t.checkpoint(6, 20, 6, 1)
-    assert t.checkpoint(6, 20, 6, 2) is None
-    assert t.checkpoint(13, 20, 6, 3) and t.checkpoint(13, 20, 6, 4) is None
+    assert "checkpoint 6/20" in t.checkpoint(6, 20, 6, 0)
+    assert t.checkpoint(6, 20, 6, 1) is None  # one step of slack
+    assert t.checkpoint(13, 20, 6, 2) and t.checkpoint(13, 20, 6, 3) is None
     assert t.checkpoint(5, 20, 6, 0) is None
+    assert t.checkpoint(2, 6, 1, 0) is None  # a one-step plan is never behind by a step
 
 
 def test_cooldown_and_escalation():
