@@ -16,7 +16,8 @@ from refloop.models import ToolResult, TriggerConfig
 
 COMPLETE_STEP = "complete_step"
 EMPTY_OUTPUTS = frozenset({"", "(empty)", "(no matches)", "(empty file)"})
-CONTENT_TOOLS = frozenset({"read_file", "grep", "glob_file_search", "list_dir"})
+# An empty directory listing is an answer; an empty read or search is not what was expected.
+CONTENT_TOOLS = frozenset({"read_file", "grep", "glob_file_search"})
 ADVICE = {
     "result_anomaly": "Read the error or empty result, then fix the arguments or choose "
                       "another tool; do not retry the same call unchanged.",

@@ -31,7 +31,8 @@ def test_run_json_offline_demo(tmp_path: Path):
     assert out["status"] == "completed"
     assert [e["type"] for e in out["events"]][-1] == "completed"
     reflection = [e["data"] for e in out["events"] if e["type"] == "reflection"]
-    assert reflection and reflection[0]["is_complete"] and not reflection[0]["fail_open"]
+    assert [r["trigger"] for r in reflection] == ["completeness"]  # no false trigger
+    assert reflection[0]["is_complete"] and not reflection[0]["fail_open"]
     assert (workspace / "report.md").read_text().startswith("# refloop")
     assert "SCRIPTED" in done.stderr  # the offline model says what it is
     assert "embedded Temporal" in done.stderr
