@@ -103,3 +103,40 @@ def supplement_plan_messages(
         ChatMessage(role="user", content=f"Task: {objective}\n\nAlready completed (do not "
                                          f"repeat):\n{done}\n\nTools:\n{catalog}"),
     ]
+
+
+CODE_REVIEW_SYSTEM = (
+    "You are the Review agent of a code-review supervisor. Review the content for the task "
+    "and answer only JSON: {\"task_id\": str, \"issues\": [{\"id\": \"ISSUE-001\", "
+    "\"relevantFile\": str, \"existingCode\": str, \"suggestionContent\": str, "
+    "\"improvedCode\": str, \"label\": \"Quality|Security|Performance|Functionality\", "
+    "\"suggestionLine\": int, \"severity\": \"Critical|High|Medium|Low\"}], \"summary\": "
+    "{\"total_issues\": int, \"severity_distribution\": {...}, \"overall_assessment\": str, "
+    "\"priority_recommendations\": [str]}}. Cite only files and line numbers present in the "
+    "content. If you cannot review, answer {\"task_id\": str, \"status\": \"ERROR\", "
+    "\"message\": str}."
+)
+
+CODE_VERIFY_SYSTEM = (
+    "You are the Verify agent. Check the Review agent's findings against the content: "
+    "accuracy, rule compliance (the task's requirements), and overall quality (0-100; "
+    "below 50 means the review must be redone). Answer only JSON: {\"task_id\": str, "
+    "\"verification_result\": {\"accuracy_check\": [{\"issue_id\", \"accuracy_status\", "
+    "\"evidence\", \"deletion_required\": bool, \"deletion_reason\"}], "
+    "\"rule_compliance_check\": [{\"issue_id\", \"compliance_status\", \"violated_rules\", "
+    "\"deletion_required\": bool, \"violation_reason\"}], \"quality_assessment\": "
+    "{\"overall_score\": int, \"quality_level\", \"strengths\": [str], \"weaknesses\": [str], "
+    "\"missing_issues\": [{\"description\", \"evidence\", \"suggested_severity\"}]}}}."
+)
+
+
+def code_agent_messages(system: str, task_json: dict, files: dict[str, str],
+                        review: dict | None = None) -> list[ChatMessage]:
+    import json
+
+    body = "Task JSON:\n" + json.dumps(task_json, ensure_ascii=False, indent=1)
+    body += "\n\nContent under review:\n" + "\n\n".join(
+        f"=== {name} ===\n{text}" for name, text in files.items())
+    if review is not None:
+        body += "\n\nReview agent output:\n" + json.dumps(review, ensure_ascii=False)
+    return [ChatMessage(role="system", content=system), ChatMessage(role="user", content=body)]

@@ -113,6 +113,20 @@ class SessionRecord(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow)
 
 
+class CodeReviewContentRecord(SQLModel, table=True):
+    """Seed 003's review content record: content, then review, then verification."""
+
+    __tablename__ = "code_review_contents"
+
+    task_id: str = Field(primary_key=True)
+    review_type: str
+    content: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
+    review_result: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
+    verification_result: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
 T = TypeVar("T", bound=SQLModel)
 
 

@@ -11,6 +11,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.worker import Worker
 
+from activities.code_review_activities import CodeReviewActivities
 from activities.llm_activities import LLMActivities
 from activities.reflection_activities import ReflectionActivities
 from activities.review_activities import ReviewActivities
@@ -20,10 +21,11 @@ from refloop.llm import LLMGateway
 from refloop.settings import Settings
 from refloop.store import store_for
 from workflows.agent import AgentTaskWorkflow
+from workflows.code_review import CodeReviewWorkflow
 
 log = logging.getLogger("refloop.worker")
 
-WORKFLOWS = [AgentTaskWorkflow]
+WORKFLOWS = [AgentTaskWorkflow, CodeReviewWorkflow]
 
 
 # Core SDK warnings (e.g. about test-server capabilities) would drown the CLI's progress.
@@ -48,6 +50,7 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
     reflection = ReflectionActivities(gateway)
     tools = ToolActivities(settings)
     store = StoreActivities(store_for(settings.effective_database_url))
+    code_review = CodeReviewActivities(gateway, store.store, settings.refloop_data_dir)
     return Worker(
         client,
         task_queue=task_queue or settings.refloop_task_queue,
@@ -62,6 +65,11 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
             reflection.plan_supplement,
             store.record_task,
             store.record_quality_review,
+            code_review.load_content,
+            code_review.review,
+            code_review.verify,
+            code_review.format_output,
+            code_review.record_content,
             *tools.activities(),
         ],
         activity_executor=ThreadPoolExecutor(8),

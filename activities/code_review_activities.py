@@ -1,0 +1,150 @@
+"""Activities of the code-review supervisor (seed 003): content, Review, Verify, format."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pydantic import BaseModel, ValidationError
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.errors import call_model
+from refloop.code_review_content import cap_content, split_diff
+from refloop.code_review_models import (
+    AgentCallInput,
+    AgentCallResult,
+    FormatInput,
+    FormatResult,
+    LoadContentInput,
+    RecordContentInput,
+    ReviewContent,
+    ReviewOutput,
+    VerifyOutput,
+)
+from refloop.llm import LLMGateway
+from refloop.models import ChatMessage, Purpose
+from refloop.prompts import CODE_REVIEW_SYSTEM, CODE_VERIFY_SYSTEM, code_agent_messages
+from refloop.store import CodeReviewContentRecord, Store
+from refloop.textguard import first_json_object
+from refloop.tools.base import ToolError
+from refloop.tools.sandbox import read_text, relative, resolve, workspace_root
+
+
+class Names:
+    LOAD = "refloop.code_review.load_content"
+    REVIEW = "refloop.code_review.review"
+    VERIFY = "refloop.code_review.verify"
+    FORMAT = "refloop.code_review.format_output"
+    RECORD = "refloop.code_review.record_content"
+
+
+def load(inp: LoadContentInput) -> ReviewContent:
+    request = inp.request
+    if request.review_type == "diff":
+        files, lines = split_diff(request.content or "")
+        if not files:
+            raise ValueError("the diff names no files (no '+++ b/<path>' lines)")
+    elif request.review_type == "snippet":
+        text = request.content or ""
+        files = {"snippet": text}
+        lines = {"snippet": list(range(1, text.count("\n") + 2))}
+    else:
+        root = workspace_root(request.working_directory)
+        files, lines = {}, {}
+        for raw in request.file_paths:
+            path = resolve(root, raw)
+            text = read_text(path, raw)
+            name = relative(root, path)
+            files[name] = text
+            lines[name] = list(range(1, text.count("\n") + 2))
+    return cap_content(files, lines, request.max_content_lines)
+
+
+def parse_agent(text: str | None, schema: type[BaseModel]) -> tuple[BaseModel | None, str | None]:
+    candidate = first_json_object(text or "")
+    if candidate is None:
+        return None, "no JSON object in the answer"
+    try:
+        return schema.model_validate_json(candidate), None
+    except ValidationError as err:
+        return None, str(err)[:500]
+
+
+class CodeReviewActivities:
+    def __init__(self, gateway: LLMGateway, store: Store, data_dir: Path) -> None:
+        self.gateway = gateway
+        self.store = store
+        self.mirror_dir = data_dir / "review_content"
+
+    def _model(self, requested: str | None) -> str:
+        settings = self.gateway.settings
+        return settings.refloop_review_model or requested or settings.refloop_model
+
+    @activity.defn(name=Names.LOAD)
+    async def load_content(self, inp: LoadContentInput) -> ReviewContent:
+        try:
+            return await asyncio.to_thread(load, inp)
+        except (ToolError, ValueError) as err:
+            raise ApplicationError(str(err), type="BadReviewInput", non_retryable=True) from err
+
+    async def _agent(self, purpose: Purpose, system: str, inp: AgentCallInput,
+                     schema: type[BaseModel]) -> AgentCallResult:
+        review = inp.review.model_dump(mode="json") if inp.review else None
+        messages = code_agent_messages(system, inp.task_json, inp.content.files, review)
+        out = await call_model(self.gateway.chat(
+            purpose, messages, model=self._model(inp.model),
+            response_format={"type": "json_object"}))
+        parsed, invalid = parse_agent(out.content, schema)
+        info = activity.info()
+        key = "review" if schema is ReviewOutput else "verify"
+        return AgentCallResult(**{key: parsed}, invalid=invalid, activity_id=info.activity_id,
+                               attempt=info.attempt)
+
+    @activity.defn(name=Names.REVIEW)
+    async def review(self, inp: AgentCallInput) -> AgentCallResult:
+        return await self._agent(Purpose.code_review, CODE_REVIEW_SYSTEM, inp, ReviewOutput)
+
+    @activity.defn(name=Names.VERIFY)
+    async def verify(self, inp: AgentCallInput) -> AgentCallResult:
+        return await self._agent(Purpose.code_verify, CODE_VERIFY_SYSTEM, inp, VerifyOutput)
+
+    @activity.defn(name=Names.FORMAT)
+    async def format_output(self, inp: FormatInput) -> FormatResult:
+        out = await call_model(self.gateway.chat(
+            Purpose.summary, format_messages(inp), model=self._model(inp.model)))
+        return FormatResult(text=out.content or "")
+
+    @activity.defn(name=Names.RECORD)
+    async def record_content(self, inp: RecordContentInput) -> None:
+        await asyncio.to_thread(self._record, inp)
+
+    def _record(self, inp: RecordContentInput) -> None:
+        """DB row and `{data_dir}/review_content/{task_id}_content.json`, growing per stage."""
+        row = self.store.get(CodeReviewContentRecord, inp.task_id)
+        if row is None:
+            row = self.store.add(CodeReviewContentRecord(task_id=inp.task_id,
+                                                         review_type=inp.review_type))
+        field = {"content": "content", "review": "review_result",
+                 "verification": "verification_result"}[inp.stage]
+        payload = {**inp.payload, "completed_at": datetime.now(UTC).isoformat()}
+        row = self.store.update(CodeReviewContentRecord, inp.task_id, {field: payload})
+        self.mirror_dir.mkdir(parents=True, exist_ok=True)
+        document = {"task_id": row.task_id, "review_type": row.review_type,
+                    "created_at": row.created_at.isoformat(), "content": row.content}
+        for key in ("review_result", "verification_result"):
+            if getattr(row, key) is not None:
+                document[key] = getattr(row, key)
+        target = self.mirror_dir / f"{inp.task_id}_content.json"
+        target.write_text(json.dumps(document, ensure_ascii=False, indent=1), encoding="utf-8")
+
+
+def format_messages(inp: FormatInput) -> list[ChatMessage]:
+    return [
+        ChatMessage(role="system", content="Rewrite the code-review report exactly as the user "
+                    "asks. Keep every finding, with its id, file and line."),
+        ChatMessage(role="user", content=f"Format instruction: {inp.instruction}\n\nReport:\n"
+                    + json.dumps(inp.report, ensure_ascii=False)),
+    ]

@@ -1,0 +1,169 @@
+"""Seed 003's code-review protocol: the unified task JSON, the Review (§5.1) and Verify
+(§5.2) outputs, and the activity inputs/results of CodeReviewWorkflow."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+MAX_ATTEMPTS = 3
+QUALITY_THRESHOLD = 50
+
+
+class CodeReviewInput(BaseModel):
+    task_id: str | None = None  # generated from the workflow id when absent
+    review_type: Literal["diff", "file", "snippet"]
+    working_directory: str
+    task_desc: str = ""
+    priority_focus: list[str] = Field(default_factory=list)
+    extra_requirements: list[str] = Field(default_factory=list)
+    content: str | None = None  # the diff or the snippet
+    file_paths: list[str] = Field(default_factory=list)  # review_type=file
+    output_format: str = "detailed"  # detailed | simple | a free-text instruction
+    model: str | None = None
+    max_content_lines: int = Field(default=3000, ge=10)
+
+
+class RetryContext(BaseModel):
+    attempt_number: int = 1
+    previous_errors: list[str] = Field(default_factory=list)
+    recovery_actions_taken: list[str] = Field(default_factory=list)
+
+
+class ReviewIssue(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    relevantFile: str  # noqa: N815 (protocol field name)
+    existingCode: str = ""  # noqa: N815
+    suggestionContent: str  # noqa: N815
+    improvedCode: str = ""  # noqa: N815
+    label: str = "Quality"
+    suggestionLine: int  # noqa: N815
+    severity: str = "Medium"
+
+
+class ReviewOutput(BaseModel):
+    """§5.1, or the error form (`status: ERROR`, `message`)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    task_id: str = ""
+    issues: list[ReviewIssue] = Field(default_factory=list)
+    summary: dict[str, Any] = Field(default_factory=dict)
+    status: str | None = None
+    message: str | None = None
+
+
+class AccuracyCheck(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    issue_id: str
+    accuracy_status: str = "CORRECT"
+    evidence: str = ""
+    deletion_required: bool = False
+    deletion_reason: str | None = None
+
+
+class ComplianceCheck(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    issue_id: str
+    compliance_status: str = "COMPLIANT"
+    violated_rules: list[str] = Field(default_factory=list)
+    deletion_required: bool = False
+    violation_reason: str | None = None
+
+
+class MissingIssue(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    description: str
+    evidence: str = ""
+    suggested_severity: str = "Medium"
+
+
+class QualityAssessment(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    overall_score: int
+    quality_level: str = ""
+    strengths: list[str] = Field(default_factory=list)
+    weaknesses: list[str] = Field(default_factory=list)
+    missing_issues: list[MissingIssue] = Field(default_factory=list)
+
+
+class VerificationResult(BaseModel):
+    accuracy_check: list[AccuracyCheck] = Field(default_factory=list)
+    rule_compliance_check: list[ComplianceCheck] = Field(default_factory=list)
+    quality_assessment: QualityAssessment
+
+
+class VerifyOutput(BaseModel):
+    """§5.2, or the error form."""
+
+    model_config = ConfigDict(extra="allow")
+
+    task_id: str = ""
+    verification_result: VerificationResult | None = None
+    status: str | None = None
+    message: str | None = None
+
+
+class ReviewContent(BaseModel):
+    """What is under review: per-file text and the line numbers findings may cite."""
+
+    files: dict[str, str] = Field(default_factory=dict)
+    lines: dict[str, list[int]] = Field(default_factory=dict)
+    skipped: list[str] = Field(default_factory=list)
+
+
+class LoadContentInput(BaseModel):
+    request: CodeReviewInput
+    task_id: str
+
+
+class AgentCallInput(BaseModel):
+    task_json: dict[str, Any]
+    content: ReviewContent
+    review: ReviewOutput | None = None  # for Verify
+    model: str | None = None
+
+
+class AgentCallResult(BaseModel):
+    """One sub-agent call: its parsed output, or why it could not be parsed."""
+
+    review: ReviewOutput | None = None
+    verify: VerifyOutput | None = None
+    invalid: str | None = None  # invalid JSON or schema: a supervisor retry
+    activity_id: str
+    attempt: int
+
+
+class RecordContentInput(BaseModel):
+    task_id: str
+    review_type: str
+    stage: Literal["content", "review", "verification"]
+    payload: dict[str, Any]
+
+
+class FormatInput(BaseModel):
+    instruction: str
+    report: dict[str, Any]
+    model: str | None = None
+
+
+class FormatResult(BaseModel):
+    text: str
+
+
+class CodeReviewResult(BaseModel):
+    task_id: str
+    status: Literal["completed", "failed"]
+    output: Any  # the formatted report (detailed object, simple array, or text)
+    attempts: list[dict[str, Any]] = Field(default_factory=list)
+    provenance: list[dict[str, Any]] = Field(default_factory=list)  # activity ids per call
+    dropped_hallucinations: int = 0
+    skipped_content: list[str] = Field(default_factory=list)
+    format_note: str | None = None

@@ -1,0 +1,143 @@
+"""CodeReviewWorkflow: seed 003's supervisor. Review agent -> Verify agent -> merge -> format.
+
+Every sub-agent call is an activity, so the result can only come from recorded activity
+results (listed in `provenance`); supervisor retries (agent ERROR, invalid JSON,
+QUALITY_TOO_LOW) share a budget of 3 attempts, while transport failures are Temporal's
+activity retries and cost no attempt.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from activities.code_review_activities import Names
+    from refloop.code_review_models import (
+        MAX_ATTEMPTS,
+        AgentCallInput,
+        AgentCallResult,
+        CodeReviewInput,
+        CodeReviewResult,
+        FormatInput,
+        FormatResult,
+        LoadContentInput,
+        RecordContentInput,
+        RetryContext,
+        ReviewContent,
+        ReviewOutput,
+    )
+
+from workflows import code_review_logic as logic
+from workflows.policies import LLM_CALL, STORE_WRITE, TOOL_CALL
+
+
+@workflow.defn(name="CodeReviewWorkflow")
+class CodeReviewWorkflow:
+    @workflow.init
+    def __init__(self, request: CodeReviewInput) -> None:
+        self.request = request
+        self.task_id = request.task_id or workflow.info().workflow_id
+        self.attempts: list[dict[str, Any]] = []
+        self.provenance: list[dict[str, Any]] = []
+        self.stage = "content"
+
+    @workflow.query
+    def status(self) -> dict[str, Any]:
+        return {"stage": self.stage, "attempts": self.attempts}
+
+    @workflow.run
+    async def run(self, request: CodeReviewInput) -> CodeReviewResult:
+        content: ReviewContent = await workflow.execute_activity(
+            Names.LOAD, LoadContentInput(request=request, task_id=self.task_id),
+            result_type=ReviewContent, summary="load review content", **TOOL_CALL.kwargs())
+        await self._record("content", {"files": content.files, "skipped": content.skipped})
+        retry, requirements = RetryContext(), []
+        review: ReviewOutput | None = None
+        dropped_total = 0
+        while retry.attempt_number <= MAX_ATTEMPTS:
+            task = logic.task_json(request, self.task_id, retry, requirements)
+            if review is None:
+                self.stage = "review"
+                call = await self._agent(Names.REVIEW, task, content, None)
+                error = logic.review_error(call.review, call.invalid)
+                if error:
+                    retry = self._failed(retry, "review", error, "re-run review with context")
+                    continue
+                kept, dropped = logic.drop_hallucinated(call.review.issues, content)
+                dropped_total += len(dropped)
+                review = call.review.model_copy(update={"issues": kept})
+                await self._record("review", review.model_dump(mode="json"))
+            self.stage = "verify"
+            call = await self._agent(Names.VERIFY, task, content, review)
+            verdict, detail = logic.verify_verdict(call.verify, call.invalid)
+            if verdict == "error":
+                retry = self._failed(retry, "verify", detail, "re-run verify with context")
+                continue
+            if verdict == "quality_too_low":
+                requirements = logic.raised_requirements(call.verify)
+                retry = self._failed(retry, "verify", f"QUALITY_TOO_LOW: {detail}",
+                                     "re-run review with raised quality requirements")
+                review = None
+                continue
+            await self._record("verification", call.verify.model_dump(mode="json"))
+            return await self._finish(review, call, dropped_total, content)
+        return CodeReviewResult(
+            task_id=self.task_id, status="failed",
+            output=logic.error_output(self.task_id, self.attempts), attempts=self.attempts,
+            provenance=self.provenance, dropped_hallucinations=dropped_total,
+            skipped_content=content.skipped)
+
+    async def _finish(self, review: ReviewOutput, verify_call: AgentCallResult,
+                      dropped: int, content: ReviewContent) -> CodeReviewResult:
+        self.stage = "format"
+        issues, _ = logic.merge(review, verify_call.verify)
+        report = logic.detailed_report(self.task_id, issues, review, verify_call.verify)
+        output: Any = report
+        note = None
+        fmt = self.request.output_format
+        if fmt == "simple":
+            output = logic.simple_items(issues)
+        elif fmt != "detailed":
+            formatted: FormatResult = await workflow.execute_activity(
+                Names.FORMAT, FormatInput(instruction=fmt, report=report,
+                                          model=self.request.model),
+                result_type=FormatResult, summary="format output", **LLM_CALL.kwargs())
+            lost = logic.lost_findings(formatted.text, issues)
+            if lost:  # the user's format wins, but never at the cost of findings
+                note = f"custom format dropped findings {lost}; returning the detailed report"
+            else:
+                output = formatted.text
+        self.stage = "done"
+        return CodeReviewResult(
+            task_id=self.task_id, status="completed", output=output, attempts=self.attempts,
+            provenance=self.provenance, dropped_hallucinations=dropped,
+            skipped_content=content.skipped, format_note=note)
+
+    async def _agent(self, name: str, task: dict[str, Any], content: ReviewContent,
+                     review: ReviewOutput | None) -> AgentCallResult:
+        kind = "review" if name == Names.REVIEW else "verify"
+        result: AgentCallResult = await workflow.execute_activity(
+            name, AgentCallInput(task_json=task, content=content, review=review,
+                                 model=self.request.model),
+            result_type=AgentCallResult,
+            summary=f"{kind} agent (attempt {task['retry_context']['attempt_number']})",
+            **LLM_CALL.kwargs())
+        self.provenance.append({"agent": kind, "activity_id": result.activity_id,
+                                "activity_attempt": result.attempt,
+                                "supervisor_attempt": task["retry_context"]["attempt_number"]})
+        return result
+
+    def _failed(self, retry: RetryContext, agent: str, error: str, action: str
+                ) -> RetryContext:
+        self.attempts.append({"attempt": retry.attempt_number, "agent": agent, "error": error,
+                              "retry_context": retry.model_dump()})
+        return logic.next_retry(retry, error, action)
+
+    async def _record(self, stage: str, payload: dict[str, Any]) -> None:
+        await workflow.execute_activity(
+            Names.RECORD, RecordContentInput(task_id=self.task_id,
+                                             review_type=self.request.review_type,
+                                             stage=stage, payload=payload),
+            summary=f"record {stage}", **STORE_WRITE.kwargs())
