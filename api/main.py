@@ -13,7 +13,7 @@ from starlette.responses import Response
 from temporalio.client import Client
 
 from api.deps import require_token
-from api.routes import health, prompts, reviews, tasks
+from api.routes import code_reviews, health, prompts, reviews, tasks
 from refloop.settings import Settings
 from refloop.store import store_for
 
@@ -67,6 +67,6 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
     secured = [Depends(require_token)]
     app.include_router(health.router)
     for router in (tasks.interactive, tasks.tasks, prompts.prompts, prompts.model_configs,
-                   reviews.router):
+                   reviews.router, code_reviews.router):
         app.include_router(router, dependencies=secured)
     return app

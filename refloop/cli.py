@@ -199,6 +199,68 @@ async def replay_histories(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
+def review_request(args: argparse.Namespace) -> Any:
+    """The unified task JSON of seed 003 from the command line."""
+    import subprocess
+
+    from refloop.code_review_models import CodeReviewInput
+
+    workdir = Path(args.workdir).resolve()
+    if not workdir.is_dir():
+        fail(f"--workdir: not a directory: {workdir}")
+    common = {"working_directory": str(workdir), "task_desc": args.desc,
+              "output_format": args.format, "model": args.model}
+    if args.snippet is not None:
+        return CodeReviewInput(review_type="snippet", content=args.snippet, **common)
+    if args.file:
+        return CodeReviewInput(review_type="file", file_paths=args.file, **common)
+    if args.git_range:
+        done = subprocess.run(["git", "diff", args.git_range], cwd=workdir,
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            fail(f"--git-range: git diff failed: {done.stderr.strip()}")
+        diff = done.stdout
+    elif args.diff == "-":
+        diff = sys.stdin.read()
+    else:
+        path = Path(args.diff)
+        if not path.is_file():
+            fail(f"--diff: file not found: {path}")
+        diff = path.read_text(encoding="utf-8")
+    if not diff.strip():
+        fail("the diff is empty: nothing to review")
+    return CodeReviewInput(review_type="diff", content=diff, **common)
+
+
+async def run_review(args: argparse.Namespace, settings: Settings) -> int:
+    from refloop.code_review_models import CodeReviewResult
+    from worker.stack import embedded_stack
+    from workflows.code_review import CodeReviewWorkflow
+
+    request = review_request(args)
+    workflow_id = f"review-{uuid.uuid4().hex[:12]}"
+    async with embedded_stack(settings, with_worker=settings.temporal_address is None) as stack:
+        err_console.print(f"[bold]code review[/] {workflow_id} ({request.review_type})")
+        result: CodeReviewResult = await stack.client.execute_workflow(
+            CodeReviewWorkflow.run, request, id=workflow_id,
+            task_queue=stack.settings.refloop_task_queue, result_type=CodeReviewResult)
+    for attempt in result.attempts:
+        err_console.print(f"[yellow]attempt {attempt['attempt']} ({attempt['agent']}): "
+                          f"{attempt['error']}[/]")
+    if result.dropped_hallucinations:
+        err_console.print(f"dropped {result.dropped_hallucinations} findings citing lines "
+                          "that are not in the content")
+    if result.skipped_content:
+        err_console.print(f"skipped (over the size cap): {', '.join(result.skipped_content)}")
+    if args.json:
+        print(result.model_dump_json())
+    elif isinstance(result.output, str):
+        print(result.output)
+    else:
+        print(json.dumps(result.output, ensure_ascii=False, indent=2))
+    return 0 if result.status == "completed" else 1
+
+
 async def run_eval(args: argparse.Namespace) -> int:
     from refloop.eval_harness import load_suite, render, run_suite, summarise
 
@@ -243,6 +305,19 @@ def build_parser() -> argparse.ArgumentParser:
     history.add_argument("-o", "--output", required=True)
     replay = sub.add_parser("replay", help="replay histories against the current code")
     replay.add_argument("files", nargs="+")
+
+    review = sub.add_parser("review", help="the code-review supervisor (seed 003)")
+    source = review.add_mutually_exclusive_group(required=True)
+    source.add_argument("--diff", metavar="FILE", help="a unified diff file, or - for stdin")
+    source.add_argument("--git-range", metavar="A..B", help="git diff A..B in --workdir")
+    source.add_argument("--file", nargs="+", metavar="PATH", help="files to review")
+    source.add_argument("--snippet", metavar="TEXT", help="inline code")
+    review.add_argument("--format", default="detailed",
+                        help='detailed | simple | "a free-text format instruction"')
+    review.add_argument("--workdir", default=".", help="working directory (default: .)")
+    review.add_argument("--desc", default="", help="task description / focus")
+    review.add_argument("--json", action="store_true", help="the whole result as JSON")
+    review.add_argument("--model", help="model name (default REFLOOP_REVIEW_MODEL)")
 
     evaluate = sub.add_parser("eval", help="seed 001 metrics over a scenario suite")
     evaluate.add_argument("--suite", help="a folder of scenario YAML files")
@@ -311,6 +386,8 @@ def main(argv: list[str] | None = None) -> None:
         runner = run_api(args, settings)
     elif args.command == "eval":
         runner = run_eval(args)
+    elif args.command == "review":
+        runner = run_review(args, settings)
     elif args.command == "history":
         runner = export_history(args, settings)
     else:

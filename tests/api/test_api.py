@@ -245,3 +245,33 @@ def test_openapi_is_complete(client, settings):
         assert path in spec["paths"], path
     start = spec["components"]["schemas"]["SessionStart"]
     assert start.get("examples") and "quality_review_rules" in start["properties"]
+
+
+async def test_code_review_routes(api, scripted_llm, workspace):
+    model = unique_scenario(scripted_llm, {
+        "code_review": [{"json": {"task_id": "t", "issues": [{
+            "id": "ISSUE-001", "relevantFile": "snippet", "existingCode": "eval(x)",
+            "suggestionContent": "unsafe eval", "improvedCode": "literal_eval(x)",
+            "label": "Security", "suggestionLine": 1, "severity": "Critical"}],
+            "summary": {"overall_assessment": "bad"}}}],
+        "code_verify": [{"json": {"task_id": "t", "verification_result": {
+            "accuracy_check": [], "rule_compliance_check": [],
+            "quality_assessment": {"overall_score": 90}}}}],
+    })
+    started = await api.post("/code-reviews", json={
+        "review_type": "snippet", "working_directory": str(workspace), "content": "eval(x)",
+        "output_format": "simple", "model": model})
+    assert started.status_code == 202
+    task_id = started.json()["task_id"]
+    for _ in range(200):
+        state = (await api.get(f"/code-reviews/{task_id}")).json()
+        if state["status"] in ("completed", "failed"):
+            break
+        await asyncio.sleep(0.05)
+    assert state["status"] == "completed"
+    assert state["result"]["output"][0]["suggestionContent"] == "unsafe eval"
+    assert state["content_record"]["review_result"]["issues"][0]["id"] == "ISSUE-001"
+    assert (await api.get("/code-reviews/nope")).status_code == 404
+    bad = await api.post("/code-reviews", json={"review_type": "poem",
+                                                "working_directory": "/"})
+    assert bad.status_code == 422

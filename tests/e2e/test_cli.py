@@ -58,3 +58,17 @@ def test_replay_flags_a_tampered_history(tmp_path: Path):
     tampered.write_text(source.replace("refloop.llm.act", "refloop.llm.renamed"))
     done = refloop("replay", str(tampered), tmp_path=tmp_path)
     assert done.returncode == 1 and "NON-DETERMINISTIC" in done.stderr
+
+
+def test_review_snippet_offline(tmp_path: Path):
+    done = refloop("review", "--snippet", "eval(user_input)", "--format", "simple", "--json",
+                   tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["status"] == "completed"
+    assert result["output"][0]["label"] == "Security"
+    assert [p["agent"] for p in result["provenance"]] == ["review", "verify"]
+    empty = tmp_path / "empty.diff"
+    empty.write_text("")
+    bad = refloop("review", "--diff", str(empty), tmp_path=tmp_path)
+    assert bad.returncode == 2 and "the diff is empty" in bad.stderr

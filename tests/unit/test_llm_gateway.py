@@ -180,5 +180,5 @@ def test_demo_scenario_is_valid():
     from worker.stack import demo_scenario_path
 
     scenario = load_scenario(demo_scenario_path())
-    assert {p.value for p in scenario.responses} == {"intent", "plan", "act", "completeness",
-                                                     "summary"}
+    assert {p.value for p in scenario.responses} == {
+        "intent", "plan", "act", "completeness", "summary", "code_review", "code_verify"}
