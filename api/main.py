@@ -5,9 +5,11 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 from fastapi import Depends, FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, RedirectResponse
+from fastapi.staticfiles import StaticFiles
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.responses import Response
 from temporalio.client import Client
@@ -63,6 +65,14 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
         # No stack trace leaves the server; the log has it.
         log.exception("unhandled error on %s %s", request.method, request.url.path)
         return JSONResponse({"detail": "internal error"}, status_code=500)
+
+    # The web console: static files, no build step; its data calls carry the token.
+    app.mount("/ui", StaticFiles(directory=Path(__file__).parent / "static", html=True),
+              name="ui")
+
+    @app.get("/", include_in_schema=False)
+    async def root() -> RedirectResponse:
+        return RedirectResponse("/ui/")
 
     secured = [Depends(require_token)]
     app.include_router(health.router)

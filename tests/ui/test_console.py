@@ -1,0 +1,124 @@
+"""The web console in a real headless Chromium (Debian's package, driven by Playwright)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from refloop.scripted_llm import ScriptedLLMServer
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+ARTIFACTS = Path(__file__).parents[2] / "test-artifacts"
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None, reason="Chromium is not installed (apt-get install chromium): "
+    "browser tests skipped")
+
+SCENARIO = {"name": "ui", "responses": {
+    "intent": [{"json": {"intent": "CODING_TASK", "confidence": 0.9, "reason": "write"}}],
+    "plan": [{"json": {"task_type": "creation",
+                       "steps": [{"goal": "write the report", "tool": "write_file"}]}}],
+    "act": [
+        {"tool_calls": [{"name": "write_file",
+                         "arguments": {"path": "report.md", "content": "# Report\n\nBody.\n"}}]},
+        {"tool_calls": [{"name": "str_replace_based_edit_tool", "arguments": {
+            "command": "str_replace", "path": "report.md", "old_str": "Body.",
+            "new_str": "Body.\n\n## Summary\n\nDone."}}]},
+        {"content": "report.md written with a summary"},
+    ],
+    "quality_review": [
+        {"json": {"pass": False, "reasons": ["no Summary section"],
+                  "suggestions": "add ## Summary", "summary": "missing summary"}},
+        {"json": {"pass": True, "reasons": [], "suggestions": "", "summary": "good"}},
+    ],
+    "completeness": [{"json": {"is_complete": True, "analysis": "done", "missing_aspects": [],
+                               "supplements": []}}],
+    "summary": [{"content": "wrote report.md"}],
+}}
+
+
+@pytest.fixture
+def console(tmp_path):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with ScriptedLLMServer(SCENARIO) as llm:
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("TEMPORAL_ADDRESS", "DATABASE_URL")}
+        env.update({"OPENAI_BASE_URL": llm.base_url, "OPENAI_API_KEY": "ui",
+                    "REFLOOP_DATA_DIR": str(tmp_path / "data")})
+        server = subprocess.Popen([sys.executable, "-m", "refloop", "up", "--port", str(port)],
+                                  env=env, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL, start_new_session=True)
+        base = f"http://127.0.0.1:{port}"
+        try:
+            for _ in range(150):
+                try:
+                    if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.2)
+            yield base
+        finally:
+            server.terminate()
+            server.wait(timeout=20)
+
+
+def test_prompt_task_reviews_approval_and_stats(console, tmp_path):
+    from playwright.sync_api import expect, sync_playwright
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=[
+            "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync"])
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.set_default_timeout(20_000)
+        # A prompt with review on: the rules box is disabled until the box is ticked.
+        page.goto(f"{console}/ui/prompts.html")
+        page.get_by_role("button", name="New system prompt").click()
+        page.get_by_label("Name").fill("report writer")
+        page.get_by_role("textbox", name="System prompt").fill("You write short reports.")
+        expect(page.get_by_label("Quality review rules")).to_be_disabled()
+        page.get_by_label("Enable quality review").check()
+        page.get_by_label("Quality review rules").fill("Every report needs a Summary section.")
+        page.get_by_role("button", name="Save").click()
+        expect(page.get_by_text("quality review on")).to_be_visible()
+        # A task with that prompt, confirming writes.
+        page.goto(f"{console}/ui/new-task.html")
+        page.get_by_label("System prompt").select_option(label="report writer")
+        page.get_by_label("Workspace").fill(str(workspace))
+        page.get_by_label("Task", exact=True).fill("write report.md")
+        page.get_by_label("Approvals").select_option("confirm_writes")
+        page.get_by_role("button", name="Start").click()
+        page.wait_for_url("**/task.html?id=*")
+        # Approve the write, watch the review fail, approve the fix, watch it pass.
+        page.get_by_role("button", name="Approve").click()
+        expect(page.locator(".quality-review.fail")).to_contain_text("no Summary section")
+        page.get_by_role("button", name="Approve").click()
+        expect(page.locator(".quality-review.pass")).to_be_visible()
+        expect(page.locator('[data-stat="reviews failed"]')).to_have_text("1")
+        expect(page.locator('[data-stat="reviews passed"]')).to_have_text("1")
+        expect(page.locator("#status")).to_have_text("completed")
+        page.screenshot(path=str(ARTIFACTS / "task-1280.png"), full_page=True)
+        # A reload resumes without duplicates.
+        reviews_before = page.locator(".quality-review").count()
+        page.reload()
+        expect(page.locator("#status")).to_have_text("completed")
+        assert page.locator(".quality-review").count() == reviews_before
+        page.set_viewport_size({"width": 390, "height": 844})
+        page.screenshot(path=str(ARTIFACTS / "task-390.png"), full_page=True)
+        page.goto(f"{console}/ui/reviews.html")
+        expect(page.locator("#rows tr")).to_have_count(2)
+        browser.close()
+    assert (workspace / "report.md").read_text().endswith("## Summary\n\nDone.\n")
