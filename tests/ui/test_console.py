@@ -41,6 +41,15 @@ SCENARIO = {"name": "ui", "responses": {
     "completeness": [{"json": {"is_complete": True, "analysis": "done", "missing_aspects": [],
                                "supplements": []}}],
     "summary": [{"content": "wrote report.md"}],
+    "code_review": [{"json": {"task_id": "t", "summary": {}, "issues": [
+        {"id": "ISSUE-001", "relevantFile": "snippet", "suggestionContent": "eval is unsafe",
+         "suggestionLine": 1, "severity": "Critical", "label": "Security"},
+        {"id": "ISSUE-002", "relevantFile": "snippet", "suggestionContent": "bad name",
+         "suggestionLine": 1, "severity": "Low", "label": "Quality"}]}}],
+    "code_verify": [{"json": {"task_id": "t", "verification_result": {
+        "accuracy_check": [{"issue_id": "ISSUE-002", "accuracy_status": "INCORRECT",
+                            "deletion_required": True}],
+        "rule_compliance_check": [], "quality_assessment": {"overall_score": 80}}}}],
 }}
 
 
@@ -122,3 +131,24 @@ def test_prompt_task_reviews_approval_and_stats(console, tmp_path):
         expect(page.locator("#rows tr")).to_have_count(2)
         browser.close()
     assert (workspace / "report.md").read_text().endswith("## Summary\n\nDone.\n")
+
+
+def test_code_review_page_groups_by_severity_and_strikes_deletions(console):
+    from playwright.sync_api import expect, sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=[
+            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        page = browser.new_page(viewport={"width": 390, "height": 844})
+        page.set_default_timeout(20_000)
+        page.goto(f"{console}/ui/code-review.html")
+        page.get_by_label("Review", exact=True).select_option("snippet")
+        page.get_by_label("Diff, paths (one per line) or snippet").fill("eval(x)")
+        page.keyboard.press("Tab")
+        page.get_by_role("button", name="Review").click()
+        expect(page.get_by_role("heading", name="Critical")).to_be_visible()
+        expect(page.get_by_role("heading", name="Low")).to_be_visible()
+        expect(page.locator(".struck")).to_contain_text("ISSUE-002")
+        expect(page.locator(".card:not(.struck)", has_text="ISSUE-001")).to_be_visible()
+        page.screenshot(path=str(ARTIFACTS / "code-review-390.png"), full_page=True)
+        browser.close()
