@@ -14,6 +14,7 @@ from pydantic import BaseModel, ValidationError
 
 from refloop.models import ChatMessage, LLMUsageRecord, Purpose, TokenUsage, ToolCall, ToolSpec
 from refloop.settings import Settings
+from refloop.telemetry import tracer
 from refloop.textguard import detect_abnormal_output, first_json_object
 
 T = TypeVar("T", bound=BaseModel)
@@ -169,7 +170,17 @@ class LLMGateway:
                             ("response_format", response_format)):
             if value is not None:
                 kwargs[name] = value
-        response = await self._create(purpose, **kwargs)
+        with tracer.start_as_current_span(f"chat {model}") as span:
+            span.set_attributes({"gen_ai.operation.name": "chat", "gen_ai.system": "openai",
+                                 "gen_ai.request.model": model,
+                                 "refloop.purpose": purpose.value})
+            response = await self._create(purpose, **kwargs)
+            usage = getattr(response, "usage", None)
+            span.set_attributes({
+                "gen_ai.response.model": getattr(response, "model", "") or "",
+                "gen_ai.usage.input_tokens": getattr(usage, "prompt_tokens", 0) or 0,
+                "gen_ai.usage.output_tokens": getattr(usage, "completion_tokens", 0) or 0,
+            })
         if not response.choices:
             raise LLMTransportError("model endpoint answered with no choices")
         choice = response.choices[0]

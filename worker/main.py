@@ -7,6 +7,7 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 
 from temporalio.client import Client
+from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.worker import Worker
@@ -20,6 +21,7 @@ from activities.tool_activities import ToolActivities
 from refloop.llm import LLMGateway
 from refloop.settings import Settings
 from refloop.store import store_for
+from refloop.telemetry import configure_tracing
 from workflows.agent import AgentTaskWorkflow
 from workflows.code_review import CodeReviewWorkflow
 
@@ -37,8 +39,11 @@ RUNTIME = Runtime(
 
 
 async def connect(address: str, namespace: str) -> Client:
+    configure_tracing()
+    # Workers built on this client inherit the interceptor: one trace per task.
     return await Client.connect(
-        address, namespace=namespace, data_converter=pydantic_data_converter, runtime=RUNTIME
+        address, namespace=namespace, data_converter=pydantic_data_converter, runtime=RUNTIME,
+        interceptors=[TracingInterceptor()],
     )
 
 

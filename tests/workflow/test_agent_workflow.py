@@ -216,3 +216,25 @@ async def test_golden_history_recorded(client, settings, scripted_llm, workspace
     if os.environ.get("REFLOOP_RECORD_HISTORIES"):
         HISTORIES.mkdir(exist_ok=True)
         (HISTORIES / "agent_task_completed.json").write_text(dump_history(history))
+
+
+async def test_secrets_never_reach_history_or_events(client, settings, scripted_llm,
+                                                     workspace, task_queue, monkeypatch):
+    secret = "sk-refloop-secret-4242"
+    monkeypatch.setenv("MY_SERVICE_TOKEN", secret)
+    secret_settings = settings.model_copy(update={"openai_api_key": secret})
+    model = unique_scenario(scripted_llm, {
+        "intent": [CODING], "plan": [plan_of("run_cmd")],
+        "act": [call("run_cmd", command="env"), final("listed the environment")],
+        "summary": [SUMMARY],
+    })
+    async with build_worker(client, secret_settings, task_queue):
+        from refloop.models import TaskInput
+        handle = await start(client, task_queue, TaskInput(
+            task="show env", workspace=str(workspace), model=model, enable_reflection=False))
+        result = await handle.result()
+        history = await handle.fetch_history()
+    assert result.status == "completed"
+    assert secret not in history.to_json()
+    assert secret not in result.model_dump_json()
+    assert scripted_llm.requests(model=model)[0]["body"]  # the key went only to the header

@@ -1,0 +1,14 @@
+# refloop worker/API image: `refloop worker` or `refloop api` against TEMPORAL_ADDRESS.
+FROM python:3.11.7-slim
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY refloop ./refloop
+COPY workflows ./workflows
+COPY activities ./activities
+COPY worker ./worker
+COPY api ./api
+RUN pip install --no-cache-dir . && useradd --create-home refloop
+USER refloop
+ENV REFLOOP_DATA_DIR=/home/refloop/data
+EXPOSE 8000
+CMD ["refloop", "worker"]
