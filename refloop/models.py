@@ -327,6 +327,8 @@ class TaskInput(BaseModel):
     approval_mode: Literal["auto", "confirm_writes", "confirm_all"] = "auto"
     approval_timeout_s: float = Field(default=600.0, gt=0)  # no decision = rejection
     max_iterations: int = Field(default=20, ge=1, le=500)
+    # Stop cleanly once the task (children included) has spent this many tokens.
+    token_budget: int | None = Field(default=None, gt=0)
     triggers: TriggerConfig = Field(default_factory=lambda: TriggerConfig())
     max_history_messages: int = Field(default=30, ge=4)
 
@@ -346,6 +348,7 @@ class TaskStats(BaseModel):
     reviews: ReviewCounts = Field(default_factory=ReviewCounts)
     usage: TokenUsage = Field(default_factory=TokenUsage)
     usage_by_purpose: dict[str, TokenUsage] = Field(default_factory=dict)
+    usage_by_model: dict[str, TokenUsage] = Field(default_factory=dict)  # the cost ledger
 
 
 class TaskResult(BaseModel):

@@ -203,6 +203,9 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase):
                 **LLM_CALL.kwargs(),
             )
             self._account(act.usage)
+            exhausted = logic.budget_exceeded(self.state.stats, inp.token_budget)
+            if exhausted:
+                raise TaskFailed("budget_exhausted", exhausted)
             if act.abnormal:
                 self._emit("abnormal_output", {"iteration": iteration, "reason": act.abnormal})
                 self._append(ChatMessage(role="assistant", content=act.content or ""))

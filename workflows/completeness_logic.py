@@ -132,6 +132,9 @@ def merge_stats(parent: TaskStats, child: TaskStats) -> TaskStats:
     by_purpose = dict(parent.usage_by_purpose)
     for purpose, usage in child.usage_by_purpose.items():
         by_purpose[purpose] = by_purpose.get(purpose, TokenUsage()).add(usage)
+    by_model = dict(parent.usage_by_model)
+    for model, usage in child.usage_by_model.items():
+        by_model[model] = by_model.get(model, TokenUsage()).add(usage)
     reviews = ReviewCounts(**{
         name: getattr(parent.reviews, name) + getattr(child.reviews, name)
         for name in ReviewCounts.model_fields
@@ -144,4 +147,5 @@ def merge_stats(parent: TaskStats, child: TaskStats) -> TaskStats:
         reviews=reviews,
         usage=parent.usage.add(child.usage),
         usage_by_purpose=by_purpose,
+        usage_by_model=by_model,
     )

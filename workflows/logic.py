@@ -17,6 +17,7 @@ from refloop.models import (
     LLMUsageRecord,
     Plan,
     TaskStats,
+    TokenUsage,
     ToolCall,
     ToolConstraints,
     ToolResult,
@@ -247,17 +248,26 @@ def abnormal_output_message(reason: str) -> str:
 # ---------------------------------------------------------------- accounting
 
 
+def _add_to(
+    ledger: dict[str, TokenUsage], key: str, usage: TokenUsage
+) -> dict[str, TokenUsage]:
+    return {**ledger, key: ledger[key].add(usage) if key in ledger else usage}
+
+
 def add_usage(stats: TaskStats, record: LLMUsageRecord) -> TaskStats:
-    by_purpose = dict(stats.usage_by_purpose)
-    key = record.purpose.value
-    if key in by_purpose:
-        by_purpose[key] = by_purpose[key].add(record.usage)
-    else:
-        by_purpose[key] = record.usage
     return stats.model_copy(
         update={
             "llm_calls": stats.llm_calls + record.usage.calls,
             "usage": stats.usage.add(record.usage),
-            "usage_by_purpose": by_purpose,
+            "usage_by_purpose": _add_to(stats.usage_by_purpose, record.purpose.value,
+                                        record.usage),
+            "usage_by_model": _add_to(stats.usage_by_model, record.model, record.usage),
         }
     )
+
+
+def budget_exceeded(stats: TaskStats, budget: int | None) -> str | None:
+    if budget is None or stats.usage.total_tokens <= budget:
+        return None
+    return (f"stopped: token budget exhausted ({stats.usage.total_tokens} tokens used, "
+            f"budget {budget})")

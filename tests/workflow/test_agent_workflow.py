@@ -238,3 +238,17 @@ async def test_secrets_never_reach_history_or_events(client, settings, scripted_
     assert secret not in history.to_json()
     assert secret not in result.model_dump_json()
     assert scripted_llm.requests(model=model)[0]["body"]  # the key went only to the header
+
+
+async def test_token_budget_stops_the_task_cleanly(client, settings, scripted_llm, workspace,
+                                                   task_queue):
+    model = unique_scenario(scripted_llm, {
+        "intent": [CODING], "plan": [plan_of("list_dir")],
+        "act": [call("list_dir", path=".")] * 5 + [final("done")],
+    })
+    result = await run_task(client, settings, task_queue, model, workspace, token_budget=300)
+    assert result.status == "failed" and result.stop_reason == "budget_exhausted"
+    assert result.answer.startswith("stopped: token budget exhausted")
+    assert result.stats.usage.total_tokens > 300
+    assert set(result.stats.usage_by_model) == {model}
+    assert result.stats.usage_by_model[model].calls == result.stats.llm_calls
