@@ -183,6 +183,7 @@ class RunToolInput(BaseModel):
     arguments: dict[str, Any] = Field(default_factory=dict)
     workspace: str
     allow_network: bool = False
+    allow_shell_operators: bool = False  # ; && || ` $() in run_cmd (off: one command per call)
 
 
 class QualityReviewInput(BaseModel):
@@ -323,6 +324,7 @@ class TaskInput(BaseModel):
     prior_context: str | None = None
     enable_planning: bool = True
     allow_network: bool = False
+    allow_shell_operators: bool = False
     # auto | confirm_writes (writes and run_cmd wait for a decision) | confirm_all
     approval_mode: Literal["auto", "confirm_writes", "confirm_all"] = "auto"
     approval_timeout_s: float = Field(default=600.0, gt=0)  # no decision = rejection

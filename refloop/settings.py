@@ -48,6 +48,14 @@ class Settings(BaseSettings):
     refloop_max_read_bytes: int = Field(default=200_000, gt=0)
     refloop_max_output_bytes: int = Field(default=20_000, gt=0)
     refloop_cmd_timeout_s: float = Field(default=60.0, gt=0)
+    # Allowlist mode for run_cmd: comma-separated first words (e.g. "pytest,ls,cat"); unset: off
+    refloop_cmd_allowlist: str | None = None
+
+    @property
+    def cmd_allowlist(self) -> list[str] | None:
+        if not self.refloop_cmd_allowlist:
+            return None
+        return [word.strip() for word in self.refloop_cmd_allowlist.split(",") if word.strip()]
 
     @field_validator("temporal_address", "openai_base_url", "database_url", "openai_api_key")
     @classmethod

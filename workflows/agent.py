@@ -328,6 +328,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase):
                     arguments={k: v for k, v in call.arguments.items() if k != "justification"},
                     workspace=self.state.input.workspace,
                     allow_network=self.state.input.allow_network,
+                    allow_shell_operators=self.state.input.allow_shell_operators,
                 ),
                 result_type=ToolResult,
                 summary=logic.tool_call_summary(call),

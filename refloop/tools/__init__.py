@@ -47,7 +47,8 @@ async def execute_tool(call: RunToolInput, settings: Settings) -> ToolResult:
         return ToolResult(ok=False, error=f"E_INVALID_ARGS: {details}")
     try:
         root = workspace_root(call.workspace)
-        ctx = ToolContext(root, settings, call.call_id, call.allow_network)
+        ctx = ToolContext(root, settings, call.call_id, call.allow_network,
+                          call.allow_shell_operators)
         if definition.edits:
             return await asyncio.to_thread(_journaled, definition, ctx, args)
         if definition.blocking:  # file I/O stays off the worker's event loop

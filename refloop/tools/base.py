@@ -26,6 +26,7 @@ class ToolContext:
     settings: Settings
     call_id: str
     allow_network: bool = False
+    allow_shell_operators: bool = False
     # Set by the journal for edit tools: records a file's pre-image before it is written.
     snapshot: Callable[[Path], None] = field(default=lambda path: None)
 

@@ -45,8 +45,31 @@ class RunCmdArgs(BaseModel):
     timeout_s: float | None = Field(default=None, gt=0)
 
 
-def evaluate_command(command: str, allow_network: bool) -> PolicyDecision:
-    """The deny list, and network commands unless the task allows network."""
+# Chaining and substitution let one approved command smuggle in another.
+SHELL_OPERATORS = [
+    (r";", "';' command chaining"), (r"&&", "'&&' command chaining"),
+    (r"\|\|", "'||' command chaining"), (r"`", "backtick substitution"),
+    (r"\$\(", "$() substitution"),
+]
+# A redirect to an absolute path (other than /dev/null) or upwards leaves the workspace.
+REDIRECT_OUT = re.compile(r"(?<![0-9&])>>?\s*(?!/dev/null\b)(/|~|\.\./|\S*/\.\./)")
+
+
+def evaluate_command(command: str, allow_network: bool, allow_shell_operators: bool = False,
+                     allowlist: list[str] | None = None) -> PolicyDecision:
+    """Allowlist (when configured), deny list, shell operators, redirects, network."""
+    if allowlist:
+        first = command.strip().split()[0] if command.strip() else ""
+        if first not in allowlist:
+            return PolicyDecision(ok=False, reason=f"denied by policy: '{first}' is not in the "
+                                                   f"allowlist ({', '.join(allowlist)})")
+    if not allow_shell_operators:
+        for pattern, why in SHELL_OPERATORS:
+            if re.search(pattern, command):
+                return PolicyDecision(ok=False, reason=f"denied by policy: {why}; run one "
+                                                       "command per call")
+    if REDIRECT_OUT.search(command):
+        return PolicyDecision(ok=False, reason="denied by policy: redirect out of the workspace")
     for pattern, why in DENIED:
         if re.search(pattern, command):
             return PolicyDecision(ok=False, reason=f"denied by policy: {why}")
@@ -69,7 +92,8 @@ def sanitized_env() -> dict[str, str]:
 @tool("run_cmd", RunCmdArgs, "Run a shell command in the workspace (policy-checked, timed out).",
       blocking=False)
 async def run_cmd(ctx: ToolContext, args: RunCmdArgs) -> ToolResult:
-    decision = evaluate_command(args.command, ctx.allow_network)
+    decision = evaluate_command(args.command, ctx.allow_network, ctx.allow_shell_operators,
+                                ctx.settings.cmd_allowlist)
     if not decision.ok:
         raise ToolError(f"E_POLICY: {decision.reason}: {args.command}")
     timeout = min(args.timeout_s or ctx.settings.refloop_cmd_timeout_s,

@@ -29,9 +29,10 @@ SETTINGS = Settings(refloop_max_read_bytes=400, refloop_max_output_bytes=300,
 
 
 async def run(ws: Path, name: str, call_id: str | None = None, allow_network: bool = False,
-              **arguments):
+              allow_shell_operators: bool = False, **arguments):
     call = RunToolInput(call_id=call_id or uuid.uuid4().hex, name=name, arguments=arguments,
-                        workspace=str(ws), allow_network=allow_network)
+                        workspace=str(ws), allow_network=allow_network,
+                        allow_shell_operators=allow_shell_operators)
     return await execute_tool(call, SETTINGS)
 
 
@@ -250,7 +251,7 @@ def test_command_policy():
 async def test_run_cmd_success_failure_and_truncation(ws):
     ok = await run(ws, "run_cmd", command="cat a.txt")
     assert ok.ok and ok.output == "exit code 0\none\ntwo\nthree\n"
-    failed = await run(ws, "run_cmd", command="echo oops; exit 3")
+    failed = await run(ws, "run_cmd", command="echo oops; exit 3", allow_shell_operators=True)
     assert not failed.ok and failed.data["exit_code"] == 3 and "oops" in failed.output
     long = await run(ws, "run_cmd", command="yes | head -c 5000")
     assert long.ok and "truncated" in long.output and len(long.output) < 500
@@ -268,3 +269,17 @@ async def test_run_cmd_denied_and_env_sanitised(ws, monkeypatch):
     monkeypatch.setenv("MY_TOKEN", "t0k")
     env = await run(ws, "run_cmd", command="env")
     assert "sk-secret" not in env.output and "t0k" not in env.output
+
+
+def test_shell_operators_redirects_and_allowlist():
+    for chained in ("ls; rm x", "make && make install", "a || b", "echo `id`", "echo $(id)"):
+        decision = evaluate_command(chained, False)
+        assert not decision.ok and "one command per call" in decision.reason, chained
+        assert evaluate_command(chained, False, allow_shell_operators=True).ok
+    for redirect in ("echo x > /tmp/x", "echo x >> ../up.txt", "cat a > ~/x", "echo > sub/../../x"):
+        assert not evaluate_command(redirect, False).ok, redirect
+    for fine in ("echo x > out.txt", "pytest -q 2>&1", "make > /dev/null", "yes | head -3"):
+        assert evaluate_command(fine, False).ok, fine
+    allow = ["pytest", "ls"]
+    assert evaluate_command("pytest -q", False, allowlist=allow).ok
+    assert "not in the allowlist" in evaluate_command("rm -f a", False, allowlist=allow).reason

@@ -62,13 +62,14 @@ async def test_worker_killed_mid_task_resumes_on_a_new_worker(
     client, temporal_server, settings, scripted_llm, workspace, task_queue
 ):
     (workspace / "notes.md").write_text("line one\n")
+    (workspace / "slow.sh").write_text("sleep 4\necho slept\n")
     responses = {
         "intent": [CODING],
         "plan": [plan_of("str_replace_based_edit_tool", "run_cmd")],
         "act": [
             call("str_replace_based_edit_tool", command="insert", path="notes.md",
                  insert_line=1, new_str="line two"),
-            call("run_cmd", command="sleep 4 && echo slept"),
+            call("run_cmd", command="sh slow.sh"),
             final("inserted and slept"),
         ],
         "summary": [SUMMARY],
