@@ -7,7 +7,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle, WorkflowHistory
 from temporalio.exceptions import ApplicationError
 
 from refloop.models import TaskInput, TaskResult
@@ -54,14 +54,19 @@ async def run_task(
     Completeness reflection is off unless a test asks for it: its own tests script it."""
     overrides.setdefault("enable_reflection", False)
     inp = TaskInput(task=task, workspace=str(workspace), model=model, **overrides)
+    result, history = await run_with_history(client, settings, task_queue, inp)
+    if record_as and os.environ.get("REFLOOP_RECORD_HISTORIES"):
+        HISTORIES.mkdir(exist_ok=True)
+        (HISTORIES / f"{record_as}.json").write_text(dump_history(history))
+    return result
+
+
+async def run_with_history(client: Client, settings: Settings, task_queue: str,
+                           inp: TaskInput) -> tuple[TaskResult, WorkflowHistory]:
     async with build_worker(client, settings, task_queue):
         handle = await start(client, task_queue, inp)
         result = await result_of(handle)
-        if record_as and os.environ.get("REFLOOP_RECORD_HISTORIES"):
-            history = await handle.fetch_history()
-            HISTORIES.mkdir(exist_ok=True)
-            (HISTORIES / f"{record_as}.json").write_text(dump_history(history))
-        return result
+        return result, await handle.fetch_history()
 
 
 async def start(client: Client, task_queue: str, inp: TaskInput) -> WorkflowHandle:

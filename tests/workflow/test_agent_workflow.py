@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from refloop.store import store_for
@@ -18,10 +17,10 @@ from tests.workflow.helpers import (
     final,
     plan_of,
     run_task,
+    run_with_history,
     start,
 )
 from worker.main import build_worker
-from worker.replay import dump_history
 
 HISTORIES = Path(__file__).parent.parent / "histories"
 
@@ -206,16 +205,9 @@ async def test_golden_history_recorded(client, settings, scripted_llm, workspace
                 call("complete_step", step=1, summary="ok"), final("ok")],
         "summary": [SUMMARY],
     })
-    from refloop.models import TaskInput
-    async with build_worker(client, settings, task_queue):
-        handle = await start(client, task_queue, TaskInput(
-            task="write a", workspace=str(workspace), model=model, enable_reflection=False))
-        result = await handle.result()
-        history = await handle.fetch_history()
+    result = await run_task(client, settings, task_queue, model, workspace, task="write a",
+                            record_as="agent_task_completed")
     assert result.status == "completed"
-    if os.environ.get("REFLOOP_RECORD_HISTORIES"):
-        HISTORIES.mkdir(exist_ok=True)
-        (HISTORIES / "agent_task_completed.json").write_text(dump_history(history))
 
 
 async def test_secrets_never_reach_history_or_events(client, settings, scripted_llm,
@@ -228,12 +220,10 @@ async def test_secrets_never_reach_history_or_events(client, settings, scripted_
         "act": [call("run_cmd", command="env"), final("listed the environment")],
         "summary": [SUMMARY],
     })
-    async with build_worker(client, secret_settings, task_queue):
-        from refloop.models import TaskInput
-        handle = await start(client, task_queue, TaskInput(
-            task="show env", workspace=str(workspace), model=model, enable_reflection=False))
-        result = await handle.result()
-        history = await handle.fetch_history()
+    from refloop.models import TaskInput
+
+    result, history = await run_with_history(client, secret_settings, task_queue, TaskInput(
+        task="show env", workspace=str(workspace), model=model, enable_reflection=False))
     assert result.status == "completed"
     assert secret not in history.to_json()
     assert secret not in result.model_dump_json()

@@ -14,15 +14,20 @@ def act_text(scripted_llm, model, index):
                       ensure_ascii=False)
 
 
-async def test_repetition_guidance_reaches_the_next_act(client, settings, scripted_llm,
-                                                        workspace, task_queue):
+def repeated_read(scripted_llm, workspace) -> str:
+    """A scenario that reads the same file twice, then answers."""
     (workspace / "a.txt").write_text("x\n")
-    model = unique_scenario(scripted_llm, {
+    return unique_scenario(scripted_llm, {
         "intent": [CODING], "plan": [plan_of("read_file")],
         "act": [call("read_file", path="a.txt"), call("read_file", path="a.txt"),
                 final("done")],
         "summary": [SUMMARY],
     })
+
+
+async def test_repetition_guidance_reaches_the_next_act(client, settings, scripted_llm,
+                                                        workspace, task_queue):
+    model = repeated_read(scripted_llm, workspace)
     result = await run_agent_task(client, settings, task_queue, model, workspace)
     reflections = events_of(result, "reflection")
     assert [r["trigger"] for r in reflections] == ["repetition"]
@@ -36,13 +41,7 @@ async def test_repetition_guidance_reaches_the_next_act(client, settings, script
 
 async def test_triggers_off_inject_nothing(client, settings, scripted_llm, workspace,
                                            task_queue):
-    (workspace / "a.txt").write_text("x\n")
-    model = unique_scenario(scripted_llm, {
-        "intent": [CODING], "plan": [plan_of("read_file")],
-        "act": [call("read_file", path="a.txt"), call("read_file", path="a.txt"),
-                final("done")],
-        "summary": [SUMMARY],
-    })
+    model = repeated_read(scripted_llm, workspace)
     result = await run_agent_task(client, settings, task_queue, model, workspace,
                                   triggers={"enabled": False})
     assert "reflection" not in event_types(result)
