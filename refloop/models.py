@@ -331,6 +331,11 @@ class TaskInput(BaseModel):
     max_iterations: int = Field(default=20, ge=1, le=500)
     # Stop cleanly once the task (children included) has spent this many tokens.
     token_budget: int | None = Field(default=None, gt=0)
+    # Continue-as-new at a step boundary past this many history events (0: only when
+    # Temporal suggests it; the test server never does).
+    continue_as_new_after_events: int = Field(default=0, ge=0)
+    # Set by continue-as-new: the previous run's AgentState, resumed as is.
+    resume_state: dict[str, Any] | None = None
     triggers: TriggerConfig = Field(default_factory=lambda: TriggerConfig())
     max_history_messages: int = Field(default=30, ge=4)
 

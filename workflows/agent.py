@@ -41,7 +41,13 @@ with workflow.unsafe.imports_passed_through():
 from workflows import logic, review_logic, triggers
 from workflows.agent_base import AgentState, TaskFailed, describe_failure, raise_if_cancelled
 from workflows.approval_phase import ApprovalPhase, validate_decision
-from workflows.policies import LLM_CALL, MAX_REPLANS, TOOL_CALL, TOOL_RESULT_CHARS
+from workflows.policies import (
+    CARRIED_EVENTS,
+    LLM_CALL,
+    MAX_REPLANS,
+    TOOL_CALL,
+    TOOL_RESULT_CHARS,
+)
 from workflows.reflection_phase import CompletenessPhase
 from workflows.review_phase import QualityReviewPhase
 
@@ -50,7 +56,11 @@ from workflows.review_phase import QualityReviewPhase
 class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase):
     @workflow.init
     def __init__(self, inp: TaskInput) -> None:
-        self.state = AgentState(input=inp, task_id=inp.task_id or workflow.info().workflow_id)
+        if inp.resume_state is not None:  # continued-as-new: the same task, a fresh history
+            self.state = AgentState.model_validate(inp.resume_state)
+        else:
+            self.state = AgentState(input=inp,
+                                    task_id=inp.task_id or workflow.info().workflow_id)
         self.tools = tool_specs()
         self.tool_names = [spec.name for spec in self.tools]
 
@@ -67,7 +77,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase):
             current_step=logic.current_step(self.state.plan, self.state.completed_steps),
             plan=self.state.plan,
             stats=self.state.stats,
-            event_count=len(self.state.events),
+            event_count=self.state.last_seq,
         )
 
     # ------------------------------------------------------------ updates
@@ -87,7 +97,8 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase):
     async def run(self, inp: TaskInput) -> TaskResult:
         try:
             try:
-                await self._record("running", input=inp.model_dump(mode="json"))
+                if inp.resume_state is None:
+                    await self._record("running", input=inp.model_dump(mode="json"))
             except ActivityError as err:
                 raise_if_cancelled(err)
                 raise
@@ -102,7 +113,9 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase):
 
     async def _run(self, inp: TaskInput) -> TaskResult:
         try:
-            if inp.preset_plan is not None:  # a supplement child: planned by its parent
+            if inp.resume_state is not None:
+                pass  # intent and plan were settled by an earlier run of this task
+            elif inp.preset_plan is not None:  # a supplement child: planned by its parent
                 self._adopt_plan(inp.preset_plan)
             else:
                 await self._classify_intent()
@@ -176,7 +189,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase):
         self._emit("plan", plan.model_dump(mode="json"))
         self._emit_step()
 
-    async def _react_loop(self) -> None:
+    def _start_conversation(self) -> None:
         inp = self.state.input
         self.state.messages = [
             ChatMessage(
@@ -188,7 +201,13 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase):
                 content=logic.task_message(inp.task, self.state.plan, inp.prior_context),
             ),
         ]
-        for iteration in range(1, inp.max_iterations + 1):
+
+    async def _react_loop(self) -> None:
+        inp = self.state.input
+        if not self.state.messages:
+            self._start_conversation()
+        # A continued run resumes after the last completed iteration.
+        for iteration in range(self.state.stats.iterations + 1, inp.max_iterations + 1):
             self.state.stats = self.state.stats.model_copy(update={"iterations": iteration})
             act: ActResult = await workflow.execute_activity(
                 ActivityName.ACT,
@@ -242,6 +261,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase):
             message = triggers.guidance(self._fire_triggers(iteration), reflection)
             if message:
                 self._append(ChatMessage(role="user", content=message))
+            await self._maybe_continue_as_new()
         raise TaskFailed(
             "max_iterations",
             f"stopped: max iterations ({inp.max_iterations}) reached without a final answer",
@@ -283,6 +303,21 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase):
             f"tasks; use one of: {allowed}. If it is truly necessary, call it again with a "
             "'justification' argument (allowed once).",
         )
+
+    async def _maybe_continue_as_new(self) -> None:
+        """At a step boundary, hand the whole state to a fresh run when history grows long."""
+        info, inp = workflow.info(), self.state.input
+        threshold = inp.continue_as_new_after_events
+        if not (info.is_continue_as_new_suggested()
+                or (threshold and info.get_current_history_length() > threshold)):
+            return
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        self._emit("continued_as_new", {"iteration": self.state.stats.iterations,
+                                        "history_length": info.get_current_history_length()})
+        # Events keep their sequence numbers; only the recent ones travel (payload limits).
+        self.state.events = self.state.events[-CARRIED_EVENTS:]
+        state = self.state.model_dump(mode="json")
+        workflow.continue_as_new(inp.model_copy(update={"resume_state": state}))
 
     async def _run_tool_call(self, call: ToolCall, iteration: int, index: int) -> ToolResult:
         self._emit(

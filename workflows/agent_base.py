@@ -42,6 +42,7 @@ class AgentState(BaseModel):
     completed_steps: list[int] = Field(default_factory=list)
     messages: list[ChatMessage] = Field(default_factory=list)
     events: list[Event] = Field(default_factory=list)
+    last_seq: int = 0  # event numbering survives continue-as-new, which trims `events`
     stats: TaskStats = Field(default_factory=TaskStats)
     answer: str = ""
     summary: str | None = None
@@ -98,9 +99,10 @@ class AgentBase:
         self.state.stats = logic.add_usage(self.state.stats, record)
 
     def _emit(self, event_type: str, data: dict[str, Any]) -> None:
+        self.state.last_seq += 1
         self.state.events.append(
             Event(
-                seq=len(self.state.events) + 1,
+                seq=self.state.last_seq,
                 type=event_type,
                 ts=workflow.now().isoformat(),
                 data=data,

@@ -83,4 +83,5 @@ REVIEW_CALL = ActivityOptions(
 )
 
 MAX_REPLANS = 2
+CARRIED_EVENTS = 200  # events a continued run carries over (older ones keep their seq gap)
 TOOL_RESULT_CHARS = 8_000

@@ -242,3 +242,32 @@ async def test_token_budget_stops_the_task_cleanly(client, settings, scripted_ll
     assert result.stats.usage.total_tokens > 300
     assert set(result.stats.usage_by_model) == {model}
     assert result.stats.usage_by_model[model].calls == result.stats.llm_calls
+
+
+async def test_long_task_continues_as_new_with_identical_results(
+    client, settings, scripted_llm, workspace, task_queue
+):
+    """A 500-iteration task spans several runs and ends like a single run would."""
+    steps = 499
+    acts = [call("write_file", path=f"f{n % 7}.txt", content=str(n)) for n in range(steps)]
+    model = unique_scenario(scripted_llm, {
+        "intent": [CODING], "plan": [plan_of("write_file")],
+        "act": [*acts, final("all written")], "summary": [SUMMARY],
+    })
+    from refloop.models import TaskInput
+
+    result, history = await run_with_history(client, settings, task_queue, TaskInput(
+        task="write many", workspace=str(workspace), model=model, max_iterations=500,
+        enable_reflection=False, triggers={"enabled": False},
+        continue_as_new_after_events=400))
+    assert result.status == "completed" and result.answer == "all written"
+    assert result.stats.iterations == 500 and result.stats.tool_calls == steps
+    assert result.stats.usage_by_purpose["act"].calls == 500
+    assert len(history.events) < 500  # the last run's own history stays short
+    continued = [e for e in result.events if e.type == "continued_as_new"]
+    assert continued and result.events[-1].type == "completed"
+    seqs = [e.seq for e in result.events]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+    assert (workspace / "f0.txt").read_text() == str(max(n for n in range(steps) if n % 7 == 0))
+    row = store_for(settings.effective_database_url).get_task(result.task_id)
+    assert row.status == "completed" and row.result["stats"]["iterations"] == 500
