@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+
 from temporalio import activity
 
 from activities.errors import call_model
+from refloop.blobs import offload_args
+from refloop.conversation import for_model, trim_history
 from refloop.llm import LLMGateway
 from refloop.models import (
     ActInput,
     ActivityName,
     ActResult,
+    ChatMessage,
     ClassifyIntentInput,
     ClassifyIntentResult,
     IntentResult,
@@ -21,13 +27,27 @@ from refloop.models import (
     SummarizeResult,
 )
 from refloop.prompts import intent_messages, plan_messages, summary_messages
+from refloop.store import Store
 from refloop.task_rules import constraints_for, infer_task_type, keyword_type, load_task_rules
 from refloop.tools import tool_specs
 
+TOOL_RESULT_CHARS = 8_000  # what the model reads of one tool output
+
 
 class LLMActivities:
-    def __init__(self, gateway: LLMGateway) -> None:
+    def __init__(self, gateway: LLMGateway, store: Store) -> None:
         self.gateway = gateway
+        self.store = store
+
+    def _conversation(self, inp: ActInput) -> tuple[list[ChatMessage], str]:
+        """Stored conversation + the new turns, trimmed and stored again (sync DB I/O)."""
+        earlier: list[ChatMessage] = []
+        if inp.conversation_ref:
+            earlier = [ChatMessage.model_validate(m)
+                       for m in json.loads(self.store.get_blob(inp.conversation_ref))]
+        messages = trim_history([*earlier, *inp.messages], inp.max_history_messages)
+        ref = self.store.put_blob(json.dumps([m.model_dump(mode="json") for m in messages]))
+        return for_model(messages, self.store.get_blob, TOOL_RESULT_CHARS), ref
 
     @activity.defn(name=ActivityName.CLASSIFY_INTENT)
     async def classify_intent(self, inp: ClassifyIntentInput) -> ClassifyIntentResult:
@@ -52,18 +72,25 @@ class LLMActivities:
 
     @activity.defn(name=ActivityName.ACT)
     async def act(self, inp: ActInput) -> ActResult:
+        messages, ref = await asyncio.to_thread(self._conversation, inp)
         out = await call_model(
             self.gateway.chat(
                 Purpose.act,
-                inp.messages,
+                messages,
                 model=inp.model,
                 tools=tool_specs(inp.tool_names),
                 parallel_tool_calls=inp.parallel_tool_calls,
             )
         )
+        threshold = self.gateway.settings.refloop_blob_threshold_bytes
+        calls = await asyncio.to_thread(lambda: [
+            call.model_copy(update={"arguments": offload_args(call.arguments, threshold,
+                                                              self.store.put_blob)})
+            for call in out.tool_calls])
         return ActResult(
             content=out.content,
-            tool_calls=out.tool_calls,
+            tool_calls=calls,
+            conversation_ref=ref,
             finish_reason=out.finish_reason,
             abnormal=out.abnormal,
             usage=out.usage,

@@ -3,32 +3,43 @@ shows what ran; each looks the tool up in the one registry."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.errors import heartbeating
+from refloop.blobs import offload_output, resolve_args
 from refloop.models import ActivityName, RunToolInput, ToolResult
 from refloop.settings import Settings
+from refloop.store import Store
 from refloop.tools import TOOLS, UnknownToolError, execute_tool
 
 ToolActivity = Callable[[RunToolInput], Awaitable[ToolResult]]
 
 
 class ToolActivities:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, store: Store) -> None:
         self.settings = settings
+        self.store = store
 
     async def run(self, inp: RunToolInput) -> ToolResult:
         activity.logger.info("tool %s (%s)", inp.name, inp.call_id)
+        # Offloaded arguments come back whole; a large output goes out as a marker.
+        arguments = await asyncio.to_thread(resolve_args, inp.arguments, self.store.get_blob)
         async with heartbeating(2.0):
             try:
-                return await execute_tool(inp, self.settings)
+                result = await execute_tool(inp.model_copy(update={"arguments": arguments}),
+                                            self.settings)
             except UnknownToolError as err:
                 raise ApplicationError(
                     str(err), type="UnknownToolError", non_retryable=True
                 ) from err
+        output = await asyncio.to_thread(offload_output, result.output,
+                                         self.settings.refloop_blob_threshold_bytes,
+                                         self.store.put_blob)
+        return result.model_copy(update={"output": output})
 
     def activities(self) -> list[ToolActivity]:
         """A named activity per registered tool, all sharing `run`."""

@@ -78,6 +78,7 @@ async def main(steps: int, latency_ms: int, verbose: bool = False) -> None:
         await plain_loop(LLMGateway(env.settings), "plain", plain_ws, env.settings)
         plain_time = time.perf_counter() - started
     history_bytes = len(history.to_json().encode())
+    stored_bytes = sum(event.ByteSize() for event in history.events)  # what Temporal keeps
     if verbose:
         previous = None
         for event in history.events:
@@ -90,8 +91,9 @@ async def main(steps: int, latency_ms: int, verbose: bool = False) -> None:
     print(f"workflow      wall={workflow_time:.2f}s ratio={workflow_time / model_time:.3f}")
     print(f"plain asyncio wall={plain_time:.2f}s ratio={plain_time / model_time:.3f}")
     print(f"workflow/plain={workflow_time / plain_time:.3f}")
-    print(f"history: {len(history.events)} events, {history_bytes} bytes, "
-          f"{history_bytes / steps:.0f} bytes/step")
+    print(f"history: {len(history.events)} events, {stored_bytes} bytes stored "
+          f"({stored_bytes / steps:.0f} bytes/step); JSON export {history_bytes} bytes "
+          f"({history_bytes / steps:.0f} bytes/step)")
 
 
 if __name__ == "__main__":

@@ -145,8 +145,12 @@ class MakePlanResult(BaseModel):
 
 
 class ActInput(BaseModel):
+    # History-lean: the conversation so far lives in the blob store under this ref; only
+    # the turns added since the last act travel in `messages`.
     messages: list[ChatMessage]
     tool_names: list[str] = Field(default_factory=list)  # specs resolved by the activity
+    conversation_ref: str | None = None
+    max_history_messages: int = 30
     model: str | None = None
     parallel_tool_calls: bool | None = None
 
@@ -157,6 +161,7 @@ class ActResult(BaseModel):
     finish_reason: str | None = None
     abnormal: str | None = None  # set when the output was runaway repetition (seed 002)
     usage: LLMUsageRecord
+    conversation_ref: str | None = None  # the stored conversation this answer replied to
 
 
 class SummarizeInput(BaseModel):

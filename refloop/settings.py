@@ -48,6 +48,8 @@ class Settings(BaseSettings):
     refloop_max_read_bytes: int = Field(default=200_000, gt=0)
     refloop_max_output_bytes: int = Field(default=20_000, gt=0)
     refloop_cmd_timeout_s: float = Field(default=60.0, gt=0)
+    # Strings larger than this go to the blob store; histories carry a marker (history-lean)
+    refloop_blob_threshold_bytes: int = Field(default=2048, ge=256)
     # Allowlist mode for run_cmd: comma-separated first words (e.g. "pytest,ls,cat"); unset: off
     refloop_cmd_allowlist: str | None = None
 

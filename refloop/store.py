@@ -10,8 +10,9 @@ import functools
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import JSON, Boolean, Column
+from sqlalchemy import JSON, Boolean, Column, Text
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError
 from sqlmodel import Field, Session, SQLModel, create_engine, select
 
 from refloop.models import RecordQualityReviewInput, RecordTaskInput
@@ -125,6 +126,17 @@ class CodeReviewContentRecord(SQLModel, table=True):
     verification_result: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
+
+
+class BlobRecord(SQLModel, table=True):
+    """Content-addressed large strings referenced from workflow histories."""
+
+    __tablename__ = "blobs"
+
+    key: str = Field(primary_key=True)  # sha256 of the text
+    text: str = Field(sa_column=Column(Text, nullable=False))
+    size: int
+    created_at: datetime = Field(default_factory=utcnow)
 
 
 T = TypeVar("T", bound=SQLModel)
@@ -267,6 +279,29 @@ class Store:
         self.init()
         with Session(self.engine) as session:
             return list(session.exec(select(model).limit(limit)))
+
+    def put_blob(self, text: str) -> str:
+        """Store once per content; the key is the text's sha256."""
+        from refloop.blobs import digest
+
+        key = digest(text)
+        self.init()
+        with Session(self.engine) as session:
+            if session.get(BlobRecord, key) is None:
+                session.add(BlobRecord(key=key, text=text, size=len(text)))
+                try:
+                    session.commit()
+                except IntegrityError:  # stored concurrently by another worker
+                    session.rollback()
+        return key
+
+    def get_blob(self, key: str) -> str:
+        self.init()
+        with Session(self.engine) as session:
+            row = session.get(BlobRecord, key)
+        if row is None:
+            raise KeyError(f"blob {key} is not in the store")
+        return row.text
 
     def ping(self) -> None:
         with self.engine.connect() as connection:

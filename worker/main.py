@@ -50,11 +50,12 @@ async def connect(address: str, namespace: str) -> Client:
 def build_worker(client: Client, settings: Settings, task_queue: str | None = None) -> Worker:
     """A worker with every workflow and activity, built with its dependencies."""
     gateway = LLMGateway(settings)
-    llm = LLMActivities(gateway)
+    database = store_for(settings.effective_database_url)
+    llm = LLMActivities(gateway, database)
     review = ReviewActivities(gateway)
     reflection = ReflectionActivities(gateway)
-    tools = ToolActivities(settings)
-    store = StoreActivities(store_for(settings.effective_database_url))
+    tools = ToolActivities(settings, database)
+    store = StoreActivities(database)
     code_review = CodeReviewActivities(gateway, store.store, settings.refloop_data_dir)
     return Worker(
         client,

@@ -191,7 +191,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase):
 
     def _start_conversation(self) -> None:
         inp = self.state.input
-        self.state.messages = [
+        self.state.pending = [
             ChatMessage(
                 role="system",
                 content=logic.system_prompt(inp.system_prompt, self.tools, inp.workspace),
@@ -204,7 +204,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase):
 
     async def _react_loop(self) -> None:
         inp = self.state.input
-        if not self.state.messages:
+        if self.state.conversation_ref is None and not self.state.pending:
             self._start_conversation()
         # A continued run resumes after the last completed iteration.
         for iteration in range(self.state.stats.iterations + 1, inp.max_iterations + 1):
@@ -212,7 +212,9 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase):
             act: ActResult = await workflow.execute_activity(
                 ActivityName.ACT,
                 ActInput(
-                    messages=self.state.messages,
+                    messages=self.state.pending,
+                    conversation_ref=self.state.conversation_ref,
+                    max_history_messages=inp.max_history_messages,
                     tool_names=self.tool_names,
                     model=inp.model,
                     parallel_tool_calls=False if inp.enable_quality_review else None,
@@ -222,6 +224,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase):
                 **LLM_CALL.kwargs(),
             )
             self._account(act.usage)
+            self.state.conversation_ref, self.state.pending = act.conversation_ref, []
             exhausted = logic.budget_exceeded(self.state.stats, inp.token_budget)
             if exhausted:
                 raise TaskFailed("budget_exhausted", exhausted)

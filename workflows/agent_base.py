@@ -40,7 +40,9 @@ class AgentState(BaseModel):
     intent: IntentResult | None = None
     plan: Plan | None = None
     completed_steps: list[int] = Field(default_factory=list)
-    messages: list[ChatMessage] = Field(default_factory=list)
+    # History-lean: the conversation lives in the blob store; only new turns wait here.
+    conversation_ref: str | None = None
+    pending: list[ChatMessage] = Field(default_factory=list)
     events: list[Event] = Field(default_factory=list)
     last_seq: int = 0  # event numbering survives continue-as-new, which trims `events`
     stats: TaskStats = Field(default_factory=TaskStats)
@@ -91,9 +93,8 @@ class AgentBase:
         )
 
     def _append(self, message: ChatMessage) -> None:
-        self.state.messages = logic.trim_history(
-            [*self.state.messages, message], self.state.input.max_history_messages
-        )
+        """A turn for the next `act`, which adds it to the stored conversation and trims."""
+        self.state.pending.append(message)
 
     def _account(self, record: LLMUsageRecord) -> None:
         self.state.stats = logic.add_usage(self.state.stats, record)

@@ -10,6 +10,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from refloop.conversation import TRIM_NOTE, trim_history  # noqa: F401  (re-exported)
 from refloop.models import (
     ChatMessage,
     IntentLabel,
@@ -27,7 +28,6 @@ from refloop.textguard import first_json_object
 
 COMPLETE_STEP = "complete_step"
 NO_PLANNING_INTENTS = frozenset({IntentLabel.GENERAL_CHAT, IntentLabel.CAPABILITY_QUERY})
-TRIM_NOTE = "[earlier turns were trimmed to keep the context small]"
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(\{.*?\})\s*```", re.DOTALL)
 
 
@@ -77,25 +77,6 @@ def validate_plan(
 
 
 # ---------------------------------------------------------------- history
-
-
-def trim_history(messages: list[ChatMessage], max_messages: int) -> list[ChatMessage]:
-    """Seed 002 trimming: keep the system prompt and start the rest on a user turn.
-
-    The first user turn (the task) stays pinned so the model never loses its goal;
-    the kept tail starts at an assistant turn so roles still alternate and no tool
-    result is left without the call that produced it.
-    """
-    if len(messages) <= max_messages:
-        return list(messages)
-    pinned = messages[:2]
-    start = len(messages) - (max_messages - len(pinned))
-    while start < len(messages) and messages[start].role != "assistant":
-        start += 1
-    task = pinned[1]
-    if TRIM_NOTE not in (task.content or ""):
-        task = task.model_copy(update={"content": f"{task.content}\n\n{TRIM_NOTE}"})
-    return [pinned[0], task, *messages[start:]]
 
 
 # ---------------------------------------------------------------- tool-call parsing

@@ -271,3 +271,38 @@ async def test_long_task_continues_as_new_with_identical_results(
     assert (workspace / "f0.txt").read_text() == str(max(n for n in range(steps) if n % 7 == 0))
     row = store_for(settings.effective_database_url).get_task(result.task_id)
     assert row.status == "completed" and row.result["stats"]["iterations"] == 500
+
+
+async def test_history_stays_lean_with_megabyte_files(client, settings, scripted_llm,
+                                                      workspace, task_queue):
+    """A 1 MB write and read: the file is exact, the history carries only markers."""
+    from refloop.models import TaskInput
+
+    body = "".join(f"row {n:07d}\n" for n in range(80_000))  # ~1 MB
+    model = unique_scenario(scripted_llm, {
+        "intent": [CODING], "plan": [plan_of("write_file")],
+        "act": [call("write_file", path="big.txt", content=body),
+                call("read_file", path="big.txt"), final("done")],
+        "summary": [SUMMARY],
+    })
+    big = settings.model_copy(update={"refloop_max_read_bytes": 2_000_000})
+    result, history = await run_with_history(client, big, task_queue, TaskInput(
+        task="write and read", workspace=str(workspace), model=model,
+        enable_reflection=False))
+    assert result.status == "completed"
+    assert (workspace / "big.txt").read_text() == body
+    stored = sum(event.ByteSize() for event in history.events)
+    assert stored < 40_000, stored  # 1 MB went in and out; the history never saw it
+    step_types = {"refloop.llm.act", "refloop.tool.write_file", "refloop.tool.read_file"}
+    scheduled = {e.event_id: e.activity_task_scheduled_event_attributes.activity_type.name
+                 for e in history.events if e.HasField("activity_task_scheduled_event_attributes")}
+    per_step = sum(
+        e.ByteSize() for e in history.events
+        if scheduled.get(e.event_id) in step_types or (
+            e.HasField("activity_task_completed_event_attributes") and scheduled.get(
+                e.activity_task_completed_event_attributes.scheduled_event_id) in step_types))
+    assert per_step / result.stats.iterations <= 8_000, per_step
+    # The model read a capped view of the output, not the megabyte.
+    third = json.dumps(scripted_llm.requests(model=model, purpose="act")[2]["body"])
+    assert "row 0000000" in third and "more characters not shown" in third
+    assert len(third) < 60_000

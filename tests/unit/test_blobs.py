@@ -1,0 +1,50 @@
+"""History-lean markers: offload, resolve and what the model reads."""
+
+from __future__ import annotations
+
+from refloop import blobs
+from refloop.conversation import for_model
+from refloop.models import ChatMessage, ToolCall
+
+STORE: dict[str, str] = {}
+
+
+def put(text: str) -> str:
+    key = blobs.digest(text)
+    STORE[key] = text
+    return key
+
+
+def test_small_values_stay_inline():
+    assert blobs.offload_output("short", 100, put) == "short"
+    assert blobs.offload_args({"path": "a", "n": 3}, 100, put) == {"path": "a", "n": 3}
+
+
+def test_large_arguments_round_trip_exactly():
+    body = "x" * 5000 + "\n" + "y" * 5000
+    args = {"path": "big.txt", "content": body, "nested": [{"text": body}]}
+    lean = blobs.offload_args(args, 1000, put)
+    assert len(lean["content"]) < 100 and blobs.MARKER.fullmatch(lean["content"])
+    assert blobs.resolve_args(lean, STORE.__getitem__) == args
+
+
+def test_large_output_keeps_a_preview_and_expands_capped():
+    output = "".join(f"line {n}\n" for n in range(5000))
+    lean = blobs.offload_output(output, 1000, put)
+    assert lean.startswith("line 0\n") and len(lean) < blobs.PREVIEW_CHARS + 100
+    shown = blobs.expand_for_model(lean, STORE.__getitem__, 2000)
+    assert shown.startswith(output[:2000]) and "more characters not shown" in shown
+    whole = blobs.expand_for_model(lean, STORE.__getitem__, 10**9)
+    assert whole == output
+
+
+def test_model_rendering_expands_messages_and_tool_arguments():
+    lean_output = blobs.offload_output("z" * 3000, 100, put)
+    lean_args = blobs.offload_args({"content": "w" * 3000}, 100, put)
+    messages = [ChatMessage(role="tool", tool_call_id="c", content=lean_output),
+                ChatMessage(role="assistant", tool_calls=[
+                    ToolCall(id="c", name="write_file", arguments=lean_args)])]
+    rendered = for_model(messages, STORE.__getitem__, 1000)
+    assert rendered[0].content.startswith("z" * 1000) and "[[blob:" not in rendered[0].content
+    content = rendered[1].tool_calls[0].arguments["content"]
+    assert content.startswith("w" * 2000) and "not shown" in content
