@@ -58,11 +58,11 @@ async def wait_for_event(handle, predicate, timeout_s: float = 60.0) -> None:
     raise AssertionError("event never appeared")
 
 
-async def test_worker_killed_mid_task_resumes_on_a_new_worker(
+async def test_worker_killed_twice_mid_task_resumes_each_time(
     client, temporal_server, settings, scripted_llm, workspace, task_queue
 ):
     (workspace / "notes.md").write_text("line one\n")
-    (workspace / "slow.sh").write_text("sleep 4\necho slept\n")
+    (workspace / "slow.sh").write_text("sleep 3\necho slept\n")
     responses = {
         "intent": [CODING],
         "plan": [plan_of("str_replace_based_edit_tool", "run_cmd")],
@@ -70,36 +70,40 @@ async def test_worker_killed_mid_task_resumes_on_a_new_worker(
             call("str_replace_based_edit_tool", command="insert", path="notes.md",
                  insert_line=1, new_str="line two"),
             call("run_cmd", command="sh slow.sh"),
-            final("inserted and slept"),
+            call("str_replace_based_edit_tool", command="insert", path="notes.md",
+                 insert_line=2, new_str="line three"),
+            call("run_cmd", command="sh slow.sh"),
+            final("inserted twice and slept twice"),
         ],
         "summary": [SUMMARY],
     }
     model = unique_scenario(scripted_llm, responses)
-    first = spawn_worker(temporal_server, settings, task_queue)
-    second = None
+    workers = [spawn_worker(temporal_server, settings, task_queue)]
     try:
         handle = await start(client, task_queue, TaskInput(
-            task="edit then wait", workspace=str(workspace), model=model,
+            task="edit then wait, twice", workspace=str(workspace), model=model,
             enable_reflection=False))
-        # Crash while the slow command runs: the edit before it has completed.
-        await wait_for_event(
-            handle, lambda e: e.type == "tool_call" and e.data["tool"] == "run_cmd"
-        )
-        await asyncio.sleep(0.5)
-        os.killpg(first.pid, signal.SIGKILL)
-        first.wait()
-        second = spawn_worker(temporal_server, settings, task_queue)
-        result = await asyncio.wait_for(result_of(handle), timeout=120)
+        # kill -9 while each slow command runs; the edit before it has completed.
+        for nth in (1, 2):
+            await wait_for_event(handle, lambda e, nth=nth: e.type == "tool_call"
+                                 and e.data["tool"] == "run_cmd"
+                                 and e.data["iteration"] == 2 * nth)
+            await asyncio.sleep(0.5)
+            os.killpg(workers[-1].pid, signal.SIGKILL)
+            workers[-1].wait()
+            workers.append(spawn_worker(temporal_server, settings, task_queue))
+        result = await asyncio.wait_for(result_of(handle), timeout=150)
     finally:
-        for proc in (first, second):
-            if proc is not None and proc.poll() is None:
+        for proc in workers:
+            if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
 
     assert result.status == "completed", result.answer
-    assert (workspace / "notes.md").read_text() == "line one\nline two\n"  # applied once
+    # Each edit made before a crash is applied exactly once.
+    assert (workspace / "notes.md").read_text() == "line one\nline two\nline three\n"
     slept = [r for r in events_of(result, "tool_result") if r["tool"] == "run_cmd"]
-    assert slept and slept[-1]["ok"] and "slept" in slept[-1]["output"]
+    assert len(slept) == 2 and all(r["ok"] and "slept" in r["output"] for r in slept)
     # Every scripted answer was used exactly once: no completed model call was repeated.
     for purpose, scripted in responses.items():
         seen = scripted_llm.requests(model=model, purpose=purpose)

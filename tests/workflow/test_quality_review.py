@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 
 from refloop.store import store_for
 from tests.llm_fixtures import unique_scenario
+from tests.proxy import DatabaseProxy
 from tests.workflow.helpers import CODING, SUMMARY, call, event_types, events_of, final, plan_of
 from tests.workflow.helpers import run_task as run_agent_task
 
@@ -199,46 +199,24 @@ async def test_review_off_makes_no_review_calls(client, settings, scripted_llm, 
         "body"]
 
 
-async def _late_proxy(listen_port: int, delay_s: float, stop: asyncio.Event) -> None:
-    """A TCP proxy to PostgreSQL that only starts listening after `delay_s`: a DB outage."""
-    await asyncio.sleep(delay_s)
-
-    async def pipe(reader, writer):
-        try:
-            while data := await reader.read(65536):
-                writer.write(data)
-                await writer.drain()
-        except (ConnectionError, asyncio.CancelledError):
-            pass
-        finally:
-            writer.close()
-
-    async def handle(client_reader, client_writer):
-        server_reader, server_writer = await asyncio.open_connection("127.0.0.1", 5432)
-        await asyncio.gather(pipe(client_reader, server_writer),
-                             pipe(server_reader, client_writer))
-
-    server = await asyncio.start_server(handle, "127.0.0.1", listen_port)
-    async with server:
-        await stop.wait()
-
-
 async def test_db_outage_during_persistence_loses_no_review(client, settings, scripted_llm,
                                                             workspace, task_queue):
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    outage = settings.model_copy(update={
-        "database_url": settings.database_url.replace("127.0.0.1:5432", f"127.0.0.1:{port}")})
+    proxy = DatabaseProxy()  # down when the task starts, up 3 s later
+    outage = settings.model_copy(update={"database_url": settings.database_url.replace(
+        "127.0.0.1:5432", f"127.0.0.1:{proxy.port}")})
     model = unique_scenario(scripted_llm, scenario(
         act=[call("write_file", path="r.md", content="# R\n"), final()], reviews=[FAIL]))
-    stop = asyncio.Event()
-    proxy = asyncio.create_task(_late_proxy(port, 3.0, stop))
+
+    async def come_back() -> None:
+        await asyncio.sleep(3)
+        await proxy.start()
+
+    later = asyncio.create_task(come_back())
     try:
         result = await run_reviewed(client, outage, task_queue, model, workspace)
     finally:
-        stop.set()
-        await proxy
+        await later
+        await proxy.stop()
     assert result.status == "completed"
     rows = store_for(settings.effective_database_url).list_quality_reviews(
         task_id=result.task_id)

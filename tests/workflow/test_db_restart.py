@@ -1,0 +1,47 @@
+"""PostgreSQL stopped and restarted in the middle of a run: no task row or review is lost."""
+
+from __future__ import annotations
+
+import asyncio
+
+from refloop.models import TaskInput
+from refloop.store import store_for
+from tests.llm_fixtures import unique_scenario
+from tests.proxy import DatabaseProxy
+from tests.workflow.helpers import CODING, SUMMARY, call, final, plan_of, result_of, start
+from tests.workflow.test_crash import wait_for_event
+from worker.main import build_worker
+
+PASS = {"json": {"pass": True, "reasons": [], "suggestions": "", "summary": "ok"}}
+
+
+async def test_database_restart_mid_run_loses_nothing(client, settings, scripted_llm,
+                                                      workspace, task_queue):
+    proxy = DatabaseProxy()
+    await proxy.start()
+    through_proxy = settings.model_copy(update={"database_url": settings.database_url.replace(
+        "127.0.0.1:5432", f"127.0.0.1:{proxy.port}")})
+    model = unique_scenario(scripted_llm, {
+        "intent": [CODING], "plan": [plan_of("write_file")],
+        "act": [call("write_file", path="a.md", content="# A\n"),
+                call("write_file", path="b.md", content="# B\n"), final("both written")],
+        "quality_review": [PASS, PASS], "summary": [SUMMARY],
+    })
+    try:
+        async with build_worker(client, through_proxy, task_queue):
+            handle = await start(client, task_queue, TaskInput(
+                task="write two docs", workspace=str(workspace), model=model,
+                enable_quality_review=True, quality_review_rules="be brief",
+                enable_reflection=False))
+            await wait_for_event(handle, lambda e: e.type == "tool_call")
+            await proxy.stop()  # the database goes away mid-run...
+            await asyncio.sleep(3)
+            await proxy.start()  # ...and comes back
+            result = await asyncio.wait_for(result_of(handle), timeout=120)
+    finally:
+        await proxy.stop()
+    assert result.status == "completed"
+    store = store_for(settings.effective_database_url)
+    assert store.get_task(result.task_id).status == "completed"
+    reviews = store.list_quality_reviews(task_id=result.task_id)
+    assert [r.file_path for r in reviews] == ["a.md", "b.md"]
