@@ -36,6 +36,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.bench_reflection
 	$(BIN)/python -m bench.bench_sse
 	$(BIN)/python -m bench.bench_code_review
+	$(BIN)/python -m bench.bench_scale
 
 histories: $(STAMP)
 	REFLOOP_RECORD_HISTORIES=1 $(BIN)/pytest -q tests/workflow -k "golden or child_that_writes"

@@ -161,11 +161,14 @@ class LLMGateway:
         model = model or self.default_model
         kwargs: dict[str, Any] = {"model": model, "messages": [to_wire(m) for m in messages]}
         if tools:
-            kwargs["tools"] = [
-                {"type": "function", "function": spec.model_dump()} for spec in tools
-            ]
+            # Sent as extra_body: the wire format is the same, and the SDK skips re-walking
+            # every JSON schema on each call (a fifth of a busy worker's CPU).
+            extra: dict[str, Any] = {
+                "tools": [{"type": "function", "function": spec.model_dump()} for spec in tools]
+            }
             if parallel_tool_calls is not None:
-                kwargs["parallel_tool_calls"] = parallel_tool_calls
+                extra["parallel_tool_calls"] = parallel_tool_calls
+            kwargs["extra_body"] = extra
         for name, value in (("temperature", temperature), ("top_p", top_p),
                             ("response_format", response_format)):
             if value is not None:

@@ -6,6 +6,7 @@ Importing the tool modules registers them (decorator registry, schemas from pyda
 from __future__ import annotations
 
 import asyncio
+import functools
 
 from pydantic import ValidationError
 
@@ -28,9 +29,14 @@ COMPLETE_STEP_SPEC = ToolSpec(
 )
 
 
+@functools.cache
+def _all_specs() -> tuple[ToolSpec, ...]:
+    """JSON schemas are costly to build and never change while the process runs."""
+    return (*(definition.spec() for definition in TOOLS.values()), COMPLETE_STEP_SPEC)
+
+
 def tool_specs(names: list[str] | None = None) -> list[ToolSpec]:
-    specs = [definition.spec() for definition in TOOLS.values()] + [COMPLETE_STEP_SPEC]
-    return [spec for spec in specs if names is None or spec.name in names]
+    return [spec for spec in _all_specs() if names is None or spec.name in names]
 
 
 async def execute_tool(call: RunToolInput, settings: Settings) -> ToolResult:

@@ -1,0 +1,129 @@
+"""Scale figures, each measured in one run on the embedded test server:
+
+1. concurrency: N concurrent 10-step agent tasks on one worker, beside a bare workflow
+   making the same activity calls (one model activity, one tool activity per step);
+2. prompt tokens per step over a 100-step task (flat thanks to trimming);
+3. replay speed of a history of 1,000+ events.
+
+    python -m bench.bench_scale [--tasks 100] [--latency-ms 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+import uuid
+
+from temporalio import activity
+from temporalio.worker import Worker
+
+from bench.bare_workflow import STEPS, BareStepsWorkflow
+from bench.common import BenchEnv, bench_env
+from refloop.llm import LLMGateway
+from refloop.models import ChatMessage, Purpose, RunToolInput
+from refloop.tools import execute_tool
+from worker.replay import replay_files
+
+
+def scenario(steps: int, latency_ms: int) -> dict:
+    acts = [{"tool_calls": [{"name": "write_file", "arguments": {
+        "path": f"f{n}.txt", "content": f"step {n}\n" * 20}}]} for n in range(steps)]
+    return {"latency_ms": latency_ms, "responses": {
+        "intent": [{"json": {"intent": "CODING_TASK", "confidence": 1, "reason": "x"}}],
+        "plan": [{"json": {"task_type": "coding",
+                           "steps": [{"goal": "write", "tool": "write_file"}]}}],
+        "act": [*acts, {"content": "done"}],
+        "summary": [{"content": "done"}],
+    }}
+
+
+class BareActivities:
+    def __init__(self, env: BenchEnv) -> None:
+        self.gateway = LLMGateway(env.settings)
+        self.settings = env.settings
+
+    @activity.defn(name="bare.model")
+    async def model(self, name: str) -> str:
+        out = await self.gateway.chat(Purpose.act, [ChatMessage(role="user", content="go")],
+                                      model=name)
+        return out.tool_calls[0].arguments["content"] if out.tool_calls else ""
+
+    @activity.defn(name="bare.tool")
+    async def tool(self, args: list[str]) -> str:
+        workspace, call_id, content = args
+        result = await execute_tool(RunToolInput(
+            call_id=call_id, name="write_file", workspace=workspace,
+            arguments={"path": f"{call_id}.txt", "content": content}), self.settings)
+        return result.output
+
+
+async def concurrency(env: BenchEnv, tasks: int, latency_ms: int) -> None:
+    async def agent(n: int) -> None:
+        result, _, _ = await env.run(f"agent{n}", scenario(STEPS, latency_ms))
+        assert result.status == "completed", result.answer
+
+    started = time.perf_counter()
+    await asyncio.gather(*(agent(n) for n in range(tasks)))
+    agent_s = time.perf_counter() - started
+
+    bare = BareActivities(env)
+    queue = f"bare-{uuid.uuid4().hex[:6]}"
+    async with Worker(env.client, task_queue=queue, workflows=[BareStepsWorkflow],
+                      activities=[bare.model, bare.tool]):
+        for n in range(tasks):
+            env.llm.load(f"bare{n}", scenario(STEPS, latency_ms))
+            (env.root / f"bare{n}").mkdir()
+        started = time.perf_counter()
+        await asyncio.gather(*(env.client.execute_workflow(
+            BareStepsWorkflow.run, [f"bare{n}", str(env.root / f"bare{n}")],
+            id=f"bare-{n}-{uuid.uuid4().hex[:6]}", task_queue=queue) for n in range(tasks)))
+        bare_s = time.perf_counter() - started
+    print(f"concurrency: {tasks} x {STEPS}-step tasks: agent {agent_s:.2f}s, bare workflow "
+          f"{bare_s:.2f}s, ratio {agent_s / bare_s:.3f} (target <= 1.25)")
+
+
+async def tokens_per_step(env: BenchEnv) -> str:
+    result, _, handle = await env.run("long", scenario(100, 0), max_iterations=101,
+                                      triggers={"enabled": False})
+    assert result.status == "completed"
+    prompts = [r["body"]["messages"] for r in env.llm.requests(model="long", purpose="act")]
+    sizes = [sum(len(str(m.get("content") or "")) + len(str(m.get("tool_calls") or ""))
+                 for m in messages) // 4 for messages in prompts]
+    print(f"prompt tokens per step over 100 steps: step 10={sizes[9]}, step 50={sizes[49]}, "
+          f"step 100={sizes[99]}, max={max(sizes)}")
+    history = await handle.fetch_history()
+    path = env.root / "long-history.json"
+    from worker.replay import dump_history
+
+    path.write_text(dump_history(history))
+    return str(path)
+
+
+async def replay_speed(path: str) -> None:
+    from pathlib import Path
+
+    from worker.replay import load_history
+
+    events = len(load_history(Path(path)).events)
+    started = time.perf_counter()
+    failures = await replay_files([Path(path)])
+    seconds = time.perf_counter() - started
+    assert not failures, failures
+    print(f"replay: {events} events in {seconds:.2f}s ({events / seconds:.0f} events/s)")
+
+
+async def main(tasks: int, latency_ms: int) -> None:
+    async with bench_env() as env:
+        await env.run("warmup", scenario(2, 0))
+        path = await tokens_per_step(env)
+        await replay_speed(path)
+        await concurrency(env, tasks, latency_ms)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tasks", type=int, default=100)
+    parser.add_argument("--latency-ms", type=int, default=200)
+    args = parser.parse_args()
+    asyncio.run(main(args.tasks, args.latency_ms))
