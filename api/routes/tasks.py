@@ -7,8 +7,9 @@ import uuid
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import APIRouter, Header, HTTPException, Query, status
+from fastapi import APIRouter, Header, HTTPException, Query, Request, status
 from fastapi.responses import StreamingResponse
+from opentelemetry import propagate
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
@@ -26,6 +27,7 @@ from api.sse import event_stream
 from refloop.models import ApprovalDecision, RecordTaskInput, TaskInput
 from refloop.settings import Settings
 from refloop.store import ModelConfigRecord, PromptRecord, SessionRecord, Store, TaskRecord
+from refloop.telemetry import tracer
 from workflows.agent import AgentTaskWorkflow
 
 interactive = APIRouter(prefix="/agent/interactive", tags=["interactive"])
@@ -95,8 +97,8 @@ def task_input(body: TaskCreate, session: SessionRecord, settings: Settings,
     )
 
 
-async def start_task(body: TaskCreate, client, store: Store, settings: Settings
-                     ) -> TaskAccepted:
+async def start_task(body: TaskCreate, client, store: Store, settings: Settings,
+                     headers: dict[str, str] | None = None) -> TaskAccepted:
     session = await asyncio.to_thread(store.get, SessionRecord, body.session_id)
     if session is None:
         raise not_found(f"session {body.session_id}")
@@ -106,22 +108,24 @@ async def start_task(body: TaskCreate, client, store: Store, settings: Settings
     await asyncio.to_thread(store.record_task, RecordTaskInput(
         task_id=workflow_id, workflow_id=workflow_id, session_id=session.session_id,
         status="queued", input=inp.model_dump(mode="json")))
-    await client.start_workflow(AgentTaskWorkflow.run, inp, id=workflow_id,
-                                task_queue=settings.refloop_task_queue)
+    # The caller's trace (W3C traceparent) becomes the parent of the task's spans.
+    with tracer.start_as_current_span("start task", context=propagate.extract(headers or {})):
+        await client.start_workflow(AgentTaskWorkflow.run, inp, id=workflow_id,
+                                    task_queue=settings.refloop_task_queue)
     return TaskAccepted(task_id=workflow_id, workflow_id=workflow_id)
 
 
 @interactive.post("/task", response_model=TaskAccepted, status_code=202)
 async def create_task(body: TaskCreate, client: ClientDep, store: StoreDep,
-                      settings: SettingsDep) -> TaskAccepted:
-    return await start_task(body, client, store, settings)
+                      settings: SettingsDep, request: Request) -> TaskAccepted:
+    return await start_task(body, client, store, settings, dict(request.headers))
 
 
 @interactive.post("/task/stream", response_class=StreamingResponse,
                   responses={200: {"content": {"text/event-stream": {}}}})
 async def create_task_stream(body: TaskCreate, client: ClientDep, store: StoreDep,
-                             settings: SettingsDep) -> StreamingResponse:
-    accepted = await start_task(body, client, store, settings)
+                             settings: SettingsDep, request: Request) -> StreamingResponse:
+    accepted = await start_task(body, client, store, settings, dict(request.headers))
     return StreamingResponse(
         event_stream(client, store, accepted.task_id, accepted.workflow_id),
         media_type="text/event-stream",

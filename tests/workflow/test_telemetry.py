@@ -43,3 +43,33 @@ async def test_one_task_gives_one_trace_with_llm_spans(client, settings, scripte
     assert {span.context.trace_id for span in chats} == {start.context.trace_id}
     # Each workflow span is emitted once, though the workflow code ran many activations.
     assert names.count("RunWorkflow:AgentTaskWorkflow") == 1
+
+
+async def test_api_continues_the_callers_trace(client, settings, scripted_llm, workspace,
+                                               task_queue):
+    import httpx
+
+    from api.main import create_app
+    from worker.main import build_worker
+
+    install_provider()
+    EXPORTER.clear()
+    model = unique_scenario(scripted_llm, {"intent": [CODING], "plan": [plan_of("list_dir")],
+                                           "act": [final("ok")], "summary": [SUMMARY]})
+    settings = settings.model_copy(update={"refloop_task_queue": task_queue,
+                                           "enable_reflection": False})
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    app = create_app(settings, client=client)
+    async with build_worker(client, settings, task_queue), httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://api") as http:
+        session = (await http.post("/agent/interactive/start", json={
+            "workspace": str(workspace), "model": model})).json()["session_id"]
+        response = await http.post(
+            "/agent/interactive/task", json={"session_id": session, "task": "hi"},
+            headers={"traceparent": f"00-{trace_id}-00f067aa0ba902b7-01"})
+        assert response.status_code == 202
+        handle = client.get_workflow_handle(response.json()["workflow_id"])
+        await handle.result()
+    started = [s for s in EXPORTER.get_finished_spans()
+               if s.name == "StartWorkflow:AgentTaskWorkflow"]
+    assert started and format(started[0].context.trace_id, "032x") == trace_id
