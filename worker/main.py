@@ -11,6 +11,7 @@ from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.code_review_activities import CodeReviewActivities
 from activities.llm_activities import LLMActivities
@@ -28,6 +29,17 @@ from workflows.code_review import CodeReviewWorkflow
 log = logging.getLogger("refloop.worker")
 
 WORKFLOWS = [AgentTaskWorkflow, CodeReviewWorkflow]
+
+# Pure, stateless decision modules (and the refloop core they import) are shared with the
+# sandbox instead of being re-imported for every workflow run; workflow classes stay
+# sandboxed.
+SANDBOX = SandboxedWorkflowRunner(
+    restrictions=SandboxRestrictions.default.with_passthrough_modules(
+        "refloop", "workflows.logic", "workflows.triggers", "workflows.review_logic",
+        "workflows.completeness_logic", "workflows.code_review_logic", "workflows.policies",
+        "pydantic", "opentelemetry",
+    )
+)
 
 
 # Core SDK warnings (e.g. about test-server capabilities) would drown the CLI's progress.
@@ -80,6 +92,7 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
         ],
         activity_executor=ThreadPoolExecutor(8),
         max_cached_workflows=settings.refloop_worker_max_cached_workflows,
+        workflow_runner=SANDBOX,
     )
 
 
