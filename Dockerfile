@@ -7,7 +7,10 @@ COPY workflows ./workflows
 COPY activities ./activities
 COPY worker ./worker
 COPY api ./api
-RUN pip install --no-cache-dir . && useradd --create-home refloop
+# EXTRAS=semantic adds search_semantic (with PIP_EXTRA_INDEX_URL set to the PyTorch CPU
+# index for a CPU-only torch); EXTRAS=otel the OTLP exporter.
+ARG EXTRAS=""
+RUN pip install --no-cache-dir ".${EXTRAS:+[$EXTRAS]}" && useradd --create-home refloop
 USER refloop
 ENV REFLOOP_DATA_DIR=/home/refloop/data
 EXPOSE 8000

@@ -10,7 +10,7 @@ DEMO_WS := .refloop-data/demo-workspace
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,semantic]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -37,6 +37,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.bench_sse
 	$(BIN)/python -m bench.bench_code_review
 	$(BIN)/python -m bench.bench_scale
+	$(BIN)/python -m bench.bench_semantic
 
 histories: $(STAMP)
 	REFLOOP_RECORD_HISTORIES=1 $(BIN)/pytest -q tests/workflow -k "golden or child_that_writes"

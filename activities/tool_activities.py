@@ -11,10 +11,15 @@ from temporalio.exceptions import ApplicationError
 
 from activities.errors import heartbeating
 from refloop.blobs import offload_output, resolve_args
+from refloop.feedback import WINDOWED_TOOLS, window_text
 from refloop.models import ActivityName, RunToolInput, ToolResult
 from refloop.settings import Settings
 from refloop.store import Store
 from refloop.tools import TOOLS, UnknownToolError, execute_tool
+from workflows.policies import TOOL_RESULT_CHARS
+
+# What the model reads of one result, less the "[tool] ok" header the workflow adds.
+FEEDBACK_CHARS = TOOL_RESULT_CHARS - 100
 
 ToolActivity = Callable[[RunToolInput], Awaitable[ToolResult]]
 
@@ -36,7 +41,10 @@ class ToolActivities:
                 raise ApplicationError(
                     str(err), type="UnknownToolError", non_retryable=True
                 ) from err
-        output = await asyncio.to_thread(offload_output, result.output,
+        output = result.output
+        if inp.name in WINDOWED_TOOLS:
+            output = window_text(output, inp.keywords, FEEDBACK_CHARS)
+        output = await asyncio.to_thread(offload_output, output,
                                          self.settings.refloop_blob_threshold_bytes,
                                          self.store.put_blob)
         return result.model_copy(update={"output": output})

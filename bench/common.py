@@ -49,8 +49,9 @@ class BenchEnv:
 async def bench_env() -> AsyncIterator[BenchEnv]:
     with tempfile.TemporaryDirectory() as tmp, ScriptedLLMServer() as llm:
         root = Path(tmp)
+        # Orchestration is measured here; indexing has its own bench (bench_semantic).
         settings = Settings(openai_base_url=llm.base_url, openai_api_key="bench",
-                            refloop_data_dir=root / "data")
+                            refloop_data_dir=root / "data", refloop_semantic_index=False)
         temporal = EmbeddedTemporal(root / "temporal")
         client = await connect(await temporal.start(), "default")
         queue = f"bench-{uuid.uuid4().hex[:6]}"

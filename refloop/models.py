@@ -189,6 +189,8 @@ class RunToolInput(BaseModel):
     workspace: str
     allow_network: bool = False
     allow_shell_operators: bool = False  # ; && || ` $() in run_cmd (off: one command per call)
+    # The task's keywords: long read/grep/search outputs are windowed around them.
+    keywords: list[str] = Field(default_factory=list)
 
 
 class QualityReviewInput(BaseModel):
@@ -345,6 +347,39 @@ class TaskInput(BaseModel):
     max_history_messages: int = Field(default=30, ge=4)
 
 
+class WorkspaceInput(BaseModel):
+    workspace: str
+
+
+class WorkspaceDescription(BaseModel):
+    """Environment and repo map for the system prompt; whether to index in the background."""
+
+    context: str
+    index_available: bool = False
+
+
+class IndexReport(BaseModel):
+    """What one incremental indexing pass did."""
+
+    available: bool = True
+    files_seen: int = 0
+    files_indexed: int = 0  # new or changed: chunked and embedded
+    files_unchanged: int = 0
+    files_removed: int = 0
+    chunks_embedded: int = 0
+    chunks_total: int = 0
+    seconds: float = 0.0
+    note: str | None = None
+
+
+class SemanticHit(BaseModel):
+    path: str
+    start_line: int
+    end_line: int
+    text: str
+    score: float
+
+
 class ReviewCounts(BaseModel):
     total: int = 0
     passed: int = 0
@@ -415,6 +450,8 @@ class ActivityName:
     CHECK_COMPLETENESS = "refloop.llm.check_completeness"
     PLAN_SUPPLEMENT = "refloop.llm.plan_supplement"
     RECORD_QUALITY_REVIEW = "refloop.store.record_quality_review"
+    DESCRIBE_WORKSPACE = "refloop.workspace.describe"
+    INDEX_WORKSPACE = "refloop.workspace.index"
     TOOL_PREFIX = "refloop.tool."
 
     @staticmethod

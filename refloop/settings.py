@@ -50,6 +50,12 @@ class Settings(BaseSettings):
     refloop_cmd_timeout_s: float = Field(default=60.0, gt=0)
     # Strings larger than this go to the blob store; histories carry a marker (history-lean)
     refloop_blob_threshold_bytes: int = Field(default=2048, ge=256)
+    # Semantic search (`refloop[semantic]`): index each task's workspace in the background;
+    # unset dir: <data dir>/index (LanceDB). Point it at shared storage for several workers.
+    refloop_semantic_index: bool = True
+    refloop_index_dir: Path | None = None
+    # System prompt's repo map budget, in tokens (0: no map)
+    refloop_repo_map_tokens: int = Field(default=1024, ge=0, le=32_000)
     # Allowlist mode for run_cmd: comma-separated first words (e.g. "pytest,ls,cat"); unset: off
     refloop_cmd_allowlist: str | None = None
 
@@ -94,6 +100,10 @@ class Settings(BaseSettings):
             return self.database_url
         self.refloop_data_dir.mkdir(parents=True, exist_ok=True)
         return f"sqlite:///{(self.refloop_data_dir / 'refloop.db').resolve()}"
+
+    @property
+    def index_dir(self) -> Path:
+        return self.refloop_index_dir or self.refloop_data_dir / "index"
 
     @property
     def uses_scripted_model(self) -> bool:

@@ -36,6 +36,8 @@ def settings(scripted_llm, tmp_path: Path) -> Settings:  # noqa: F811
         openai_api_key="test",
         database_url=TEST_DATABASE_URL,
         refloop_data_dir=tmp_path / "data",
+        # Indexing spawns an embedding process per task: only the semantic tests want it.
+        refloop_semantic_index=False,
     )
 
 

@@ -19,6 +19,7 @@ from activities.reflection_activities import ReflectionActivities
 from activities.review_activities import ReviewActivities
 from activities.store_activities import StoreActivities
 from activities.tool_activities import ToolActivities
+from activities.workspace_activities import WorkspaceActivities
 from refloop.llm import LLMGateway
 from refloop.settings import Settings
 from refloop.store import store_for
@@ -69,6 +70,7 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
     tools = ToolActivities(settings, database)
     store = StoreActivities(database)
     code_review = CodeReviewActivities(gateway, store.store, settings.refloop_data_dir)
+    workspace = WorkspaceActivities(settings)
     return Worker(
         client,
         task_queue=task_queue or settings.refloop_task_queue,
@@ -88,6 +90,8 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
             code_review.verify,
             code_review.format_output,
             code_review.record_content,
+            workspace.describe,
+            workspace.index,
             *tools.activities(),
         ],
         activity_executor=ThreadPoolExecutor(8),

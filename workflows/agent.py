@@ -15,6 +15,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 # Models and the static tool registry are plain data; passed through so the sandbox
 # does not re-import pydantic for every workflow run.
 with workflow.unsafe.imports_passed_through():
+    from refloop.feedback import task_keywords
     from refloop.models import (
         ActInput,
         ActivityName,
@@ -50,10 +51,11 @@ from workflows.policies import (
 )
 from workflows.reflection_phase import CompletenessPhase
 from workflows.review_phase import QualityReviewPhase
+from workflows.workspace_phase import WorkspacePhase
 
 
 @workflow.defn(name="AgentTaskWorkflow")
-class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase):
+class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, WorkspacePhase):
     @workflow.init
     def __init__(self, inp: TaskInput) -> None:
         if inp.resume_state is not None:  # continued-as-new: the same task, a fresh history
@@ -63,6 +65,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase):
                                     task_id=inp.task_id or workflow.info().workflow_id)
         self.tools = tool_specs()
         self.tool_names = [spec.name for spec in self.tools]
+        self.keywords = task_keywords(inp.task)
 
     # ------------------------------------------------------------ queries
 
@@ -98,6 +101,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase):
         try:
             try:
                 if inp.resume_state is None:
+                    self._begin_describing()
                     await self._record("running", input=inp.model_dump(mode="json"))
             except ActivityError as err:
                 raise_if_cancelled(err)
@@ -105,6 +109,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase):
             return await self._run(inp)
         except asyncio.CancelledError:
             # Cancelled by a user (API/CLI): say so in the events and the DB, then stop.
+            self._stop_indexing()
             self.state.status = "cancelled"
             self._emit("failed", {"stop_reason": "cancelled", "error": "cancelled by request"})
             result = self._result("failed", "cancelled", "cancelled by request")
@@ -194,7 +199,8 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase):
         self.state.pending = [
             ChatMessage(
                 role="system",
-                content=logic.system_prompt(inp.system_prompt, self.tools, inp.workspace),
+                content=logic.system_prompt(inp.system_prompt, self.tools, inp.workspace,
+                                            self.state.workspace_context),
             ),
             ChatMessage(
                 role="user",
@@ -205,6 +211,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase):
     async def _react_loop(self) -> None:
         inp = self.state.input
         if self.state.conversation_ref is None and not self.state.pending:
+            await self._adopt_workspace_context(self.tool_names)
             self._start_conversation()
         # A continued run resumes after the last completed iteration.
         for iteration in range(self.state.stats.iterations + 1, inp.max_iterations + 1):
@@ -315,6 +322,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase):
                 or (threshold and info.get_current_history_length() > threshold)):
             return
         await workflow.wait_condition(workflow.all_handlers_finished)
+        self._stop_indexing()
         self._emit("continued_as_new", {"iteration": self.state.stats.iterations,
                                         "history_length": info.get_current_history_length()})
         # Events keep their sequence numbers; only the recent ones travel (payload limits).
@@ -367,6 +375,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase):
                     workspace=self.state.input.workspace,
                     allow_network=self.state.input.allow_network,
                     allow_shell_operators=self.state.input.allow_shell_operators,
+                    keywords=self.keywords,
                 ),
                 result_type=ToolResult,
                 summary=logic.tool_call_summary(call),
@@ -449,6 +458,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase):
         )
 
     async def _finish_completed(self) -> TaskResult:
+        self._stop_indexing()
         self.state.status = "completed"
         self._emit("completed", {"answer": logic.truncate(self.state.answer, 2000)})
         result = self._result("completed", "final_answer", self.state.answer)
@@ -456,6 +466,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase):
         return result
 
     async def _finish_failed(self, stop_reason: str, message: str) -> TaskResult:
+        self._stop_indexing()
         self.state.status = "failed"
         self._emit("failed", {"stop_reason": stop_reason, "error": message})
         result = self._result("failed", stop_reason, message)

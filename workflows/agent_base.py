@@ -59,6 +59,8 @@ class AgentState(BaseModel):
     loop_records: list[LoopRecord] = Field(default_factory=list)
     trigger_state: TriggerState = Field(default_factory=TriggerState)
     step_started: int = 1  # iteration at which the current plan step began
+    # Environment and repo map for the system prompt (seed 002 §1.2)
+    workspace_context: str | None = None
     # call key -> decision (None while waiting); the update validator reads it
     pending_approvals: dict[str, ApprovalDecision | None] = Field(default_factory=dict)
 

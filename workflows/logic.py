@@ -195,18 +195,20 @@ def current_step(plan: Plan | None, completed: list[int]) -> int | None:
 # ---------------------------------------------------------------- prompts
 
 
-def system_prompt(custom: str | None, tools: list[ToolSpec], workspace: str) -> str:
+def system_prompt(custom: str | None, tools: list[ToolSpec], workspace: str,
+                  context: str | None = None) -> str:
     base = custom or (
         "You are refloop, a careful software and writing agent. Work in small verified steps. "
         "Call one tool at a time; after finishing a plan step call complete_step. "
         "When the task is done, answer without a tool call, stating what you did."
     )
     names = ", ".join(spec.name for spec in tools)
-    return (
+    prompt = (
         f"{base}\n\nWorkspace: {workspace} (all paths are relative to it).\n"
         f"Tools: {names}.\nIf native tool calls are unavailable, reply with exactly one JSON "
         'object {"tool": NAME, "args": {...}}.'
     )
+    return f"{prompt}\n\n{context}" if context else prompt
 
 
 def task_message(task: str, plan: Plan | None, prior_context: str | None = None) -> str:

@@ -85,3 +85,20 @@ REVIEW_CALL = ActivityOptions(
 MAX_REPLANS = 2
 CARRIED_EVENTS = 200  # events a continued run carries over (older ones keep their seq gap)
 TOOL_RESULT_CHARS = 8_000
+
+# Environment and repo map: a bounded walk of the workspace; a missing one is non-fatal.
+WORKSPACE_CALL = ActivityOptions(
+    start_to_close=timedelta(minutes=2),
+    retry=RetryPolicy(maximum_attempts=3, non_retryable_error_types=["ToolError"]),
+)
+
+# Background semantic indexing: long, heartbeating progress; resumable (content hashes).
+INDEX_CALL = ActivityOptions(
+    start_to_close=timedelta(hours=2),
+    heartbeat=timedelta(seconds=60),
+    retry=RetryPolicy(
+        initial_interval=timedelta(seconds=5),
+        maximum_interval=timedelta(minutes=1),
+        maximum_attempts=3,
+    ),
+)

@@ -12,7 +12,14 @@ from pydantic import ValidationError
 
 from refloop.models import RunToolInput, ToolResult, ToolSpec
 from refloop.settings import Settings
-from refloop.tools import command, edit, files, json_edit, patch  # noqa: F401  (registration)
+from refloop.tools import (  # noqa: F401  (registration)
+    command,
+    edit,
+    files,
+    json_edit,
+    patch,
+    semantic_search,
+)
 from refloop.tools.base import TOOLS, ToolContext, ToolError, UnknownToolError
 from refloop.tools.journal import Journal
 from refloop.tools.sandbox import workspace_root

@@ -43,7 +43,7 @@ def test_specs_cover_every_tool_with_object_schemas():
     specs = {spec.name: spec for spec in tool_specs()}
     assert set(specs) == {
         "list_dir", "read_file", "glob_file_search", "grep", "write_file", "apply_patch",
-        "undo_patch", "run_cmd", "str_replace_based_edit_tool", "json_edit_tool",
+        "undo_patch", "run_cmd", "str_replace_based_edit_tool", "json_edit_tool", "search_semantic",
         "complete_step",
     }
     for spec in specs.values():

@@ -1,0 +1,79 @@
+"""Workspace activities: the system prompt's environment and repo map, and the background
+semantic index (heartbeating its progress, so a dead worker is noticed and a cancelled
+task stops it)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.errors import heartbeating
+from refloop.models import ActivityName, IndexReport, WorkspaceDescription, WorkspaceInput
+from refloop.repo_map import workspace_context
+from refloop.semantic import missing_extra, unchanged_report
+from refloop.settings import Settings
+from refloop.tools.sandbox import workspace_root
+
+
+class WorkspaceActivities:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    @activity.defn(name=ActivityName.DESCRIBE_WORKSPACE)
+    async def describe(self, inp: WorkspaceInput) -> WorkspaceDescription:
+        root = workspace_root(inp.workspace)
+        context = await asyncio.to_thread(workspace_context, root,
+                                          self.settings.refloop_repo_map_tokens)
+        return WorkspaceDescription(
+            context=context,
+            index_available=self.settings.refloop_semantic_index and missing_extra() is None,
+        )
+
+    @activity.defn(name=ActivityName.INDEX_WORKSPACE)
+    async def index(self, inp: WorkspaceInput) -> IndexReport:
+        """One incremental pass in a child process: embedding is CPU-heavy and loading the
+        model takes seconds, neither of which may stall the worker's workflow tasks."""
+        reason = missing_extra()
+        if reason:
+            return IndexReport(available=False, note=reason)
+        root = workspace_root(inp.workspace)
+        unchanged = await asyncio.to_thread(unchanged_report, self.settings.index_dir, root)
+        if unchanged is not None:
+            return unchanged
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "refloop.semantic", str(root), str(self.settings.index_dir),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )
+        try:
+            async with heartbeating(5.0):  # covers loading the model
+                report, errors = await asyncio.gather(_follow(process.stdout),
+                                                      process.stderr.read())
+                code = await process.wait()
+        except asyncio.CancelledError:  # the task ended or was cancelled: stop embedding
+            process.kill()
+            await process.wait()
+            raise
+        if code != 0 or report is None:
+            last = errors.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+            raise ApplicationError(f"indexing failed (exit {code}): {last[0]}",
+                                   type="IndexingFailed")
+        return report
+
+
+async def _follow(stream: asyncio.StreamReader) -> IndexReport | None:
+    """Progress lines become heartbeat details; the last line is the report."""
+    report = None
+    async for line in stream:
+        try:
+            message = json.loads(line)
+        except ValueError:
+            continue  # a library printing to stdout
+        if "progress" in message:
+            activity.heartbeat(message["progress"])
+        elif "report" in message:
+            report = IndexReport.model_validate(message["report"])
+    return report

@@ -1,0 +1,80 @@
+"""The index on a real embedding model and LanceDB: known answers, incremental updates."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from refloop.models import RunToolInput
+from refloop.semantic import CodeIndex, unchanged_report
+from refloop.settings import Settings
+from refloop.tools import execute_tool
+from tests.semantic.conftest import QUERIES
+
+
+def _hit_matches(hit, expected: dict) -> bool:
+    return hit.path == expected["path"] and f"def {expected['symbol']}" in hit.text or (
+        hit.path == expected["path"] and f"class {expected['symbol']}" in hit.text)
+
+
+def test_the_retry_policy_question_finds_the_function(repo: Path, tmp_path: Path):
+    index = CodeIndex(tmp_path / "index", repo)
+    progress = []
+    report = index.update(progress.append)
+    assert report.files_seen == report.files_indexed == 14 and report.chunks_total > 14
+    assert progress[-1]["files_done"] == 14
+    top = index.search("where is the retry policy configured", 5)[0]
+    assert top.path == "net/retries.py"
+    assert "def default_retry_policy" in top.text
+    assert top.start_line <= 14 <= top.end_line and 0 < top.score <= 1
+
+
+def test_recall_at_5_on_the_labelled_queries(repo: Path, tmp_path: Path):
+    index = CodeIndex(tmp_path / "index", repo)
+    index.update()
+    found = sum(any(_hit_matches(h, q) for h in index.search(q["query"], 5)) for q in QUERIES)
+    assert found / len(QUERIES) >= 0.9, f"recall@5 {found}/{len(QUERIES)}"
+
+
+def test_reindex_touches_only_changed_files(repo: Path, tmp_path: Path):
+    index = CodeIndex(tmp_path / "index", repo)
+    first = index.update()
+    assert unchanged_report(tmp_path / "index", repo).files_unchanged == 14
+    (repo / "utils" / "text.py").write_text(
+        (repo / "utils" / "text.py").read_text() + "\n\ndef shout(s):\n    return s.upper()\n")
+    (repo / "utils" / "colors.py").write_text("def hex_to_rgb(value):\n    return value\n")
+    (repo / "mail" / "sender.py").unlink()
+    assert unchanged_report(tmp_path / "index", repo) is None  # the cache sees the change
+    second = index.update()
+    assert (second.files_indexed, second.files_removed, second.files_unchanged) == (2, 1, 12)
+    assert second.chunks_embedded < first.chunks_embedded / 3
+    paths = {h.path for h in index.search("send an email to a new user", 10)}
+    assert "mail/sender.py" not in paths
+    assert index.search("convert a hex colour to rgb", 1)[0].path == "utils/colors.py"
+    assert index.update().files_indexed == 0
+
+
+def test_hits_only_name_files_still_in_the_workspace(repo: Path, tmp_path: Path):
+    index = CodeIndex(tmp_path / "index", repo)
+    index.update()
+    (repo / "net" / "retries.py").unlink()  # not re-indexed yet
+    hits = index.search("where is the retry policy configured", 5)
+    assert hits and all((repo / h.path).is_file() for h in hits)
+
+
+async def test_the_tool_returns_hits_and_says_when_nothing_is_indexed(repo: Path,
+                                                                      tmp_path: Path):
+    settings = Settings(refloop_data_dir=tmp_path / "data")
+    call = RunToolInput(call_id="c1", name="search_semantic", workspace=str(repo),
+                        arguments={"query": "how are user passwords hashed", "limit": 3})
+    empty = await execute_tool(call, settings)
+    assert empty.ok and empty.data["hits"] == [] and "being indexed" in empty.output
+    CodeIndex(settings.index_dir, repo).update()
+    result = await execute_tool(call, settings)
+    assert result.ok and len(result.data["hits"]) == 3
+    first = result.data["hits"][0]
+    assert first["path"] == "auth/passwords.py" and set(first) == {
+        "path", "start_line", "end_line", "text", "score"}
+    assert result.output.startswith(f"auth/passwords.py:{first['start_line']}-")
+    assert "def hash_password" in result.output
+    bad = await execute_tool(call.model_copy(update={"arguments": {"query": ""}}), settings)
+    assert not bad.ok and bad.error.startswith("E_INVALID_ARGS")

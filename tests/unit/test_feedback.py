@@ -1,0 +1,38 @@
+"""Tool-result feedback windows long outputs around the task's keywords (seed 002 §3.4.5)."""
+
+from __future__ import annotations
+
+from refloop.feedback import task_keywords, window_text
+
+
+def test_keywords_skip_stopwords_and_keep_order():
+    assert task_keywords("Where is the retry policy configured? Fix the Retry policy") == [
+        "retry", "policy", "configured"]
+    assert task_keywords("修改 配置文件") == ["修改", "配置文件"]
+
+
+def test_short_output_is_unchanged():
+    assert window_text("a\nb", ["x"], 100) == "a\nb"
+
+
+def test_keyword_lines_far_below_the_head_survive_with_markers():
+    lines = [f"{n:5d}  filler line" for n in range(1, 3001)]
+    lines[2400] = " 2401  policy = RetryPolicy(maximum_attempts=5)"
+    out = window_text("\n".join(lines), ["retry", "policy"], 2_000)
+    assert len(out) <= 2_000
+    assert "RetryPolicy(maximum_attempts=5)" in out
+    assert out.startswith("    1  filler line")  # the head is kept too
+    assert "[... " in out and "(output lines" in out
+    assert "lines left out]" in out.splitlines()[-1]
+    # the window around the hit keeps its neighbours
+    assert " 2400  filler line" in out and " 2402  filler line" in out
+
+
+def test_without_hits_the_head_is_kept():
+    out = window_text("\n".join(f"line {n}" for n in range(1000)), ["absent"], 500)
+    assert out.startswith("line 0\nline 1") and len(out) <= 500
+
+
+def test_one_huge_line_is_cut_with_a_note():
+    out = window_text("x" * 10_000, ["x"], 1_000)
+    assert len(out) <= 1_000 and out.endswith("characters left out ...]")

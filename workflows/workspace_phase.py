@@ -1,0 +1,81 @@
+"""Seed 002 §1.1-1.2 as a phase of the agent workflow: the workspace's environment and repo
+map for the system prompt, and the semantic index built in the background."""
+
+from __future__ import annotations
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from refloop.models import (
+        ActivityName,
+        IndexReport,
+        WorkspaceDescription,
+        WorkspaceInput,
+    )
+
+from workflows.agent_base import AgentBase, describe_failure, raise_if_cancelled
+from workflows.policies import INDEX_CALL, WORKSPACE_CALL
+
+# Runs recorded before this phase existed replay without its activities.
+WORKSPACE_PATCH = "workspace-context"
+SEMANTIC_TOOL = "search_semantic"
+
+
+class WorkspacePhase(AgentBase):
+    _describing: workflow.ActivityHandle[WorkspaceDescription] | None = None
+    _indexing: workflow.ActivityHandle[IndexReport] | None = None
+
+    def _begin_describing(self) -> None:
+        """Fresh runs: describe the workspace while intent and plan are worked out."""
+        if workflow.patched(WORKSPACE_PATCH):
+            self._describing = workflow.start_activity(
+                ActivityName.DESCRIBE_WORKSPACE,
+                WorkspaceInput(workspace=self.state.input.workspace),
+                result_type=WorkspaceDescription,
+                summary="describe workspace",
+                **WORKSPACE_CALL.kwargs(),
+            )
+
+    async def _adopt_workspace_context(self, tool_names: list[str]) -> None:
+        """Before the first turn: the context goes into the system prompt; indexing starts.
+        A failure costs only the map: the task goes on without it."""
+        if self._describing is None:
+            return
+        try:
+            description = await self._describing
+        except ActivityError as err:
+            raise_if_cancelled(err)
+            self._emit("workspace", {"error": describe_failure(err)})
+            return
+        finally:
+            self._describing = None
+        self.state.workspace_context = description.context
+        index = (description.index_available and SEMANTIC_TOOL in tool_names
+                 and not self.state.input.is_supplement)  # the parent indexes shared files
+        self._emit("workspace", {"context_chars": len(description.context), "indexing": index})
+        if index:
+            self._indexing = workflow.start_activity(
+                ActivityName.INDEX_WORKSPACE,
+                WorkspaceInput(workspace=self.state.input.workspace),
+                result_type=IndexReport,
+                summary="index workspace",
+                **INDEX_CALL.kwargs(),
+            )
+
+    def _stop_indexing(self) -> None:
+        """At the end of a run: report the index, or cancel it if it is still going
+        (the next task resumes it: unchanged files are never embedded twice)."""
+        handle, self._indexing = self._indexing, None
+        if handle is None:
+            return
+        if not handle.done():
+            handle.cancel()
+            self._emit("index", {"status": "cancelled", "reason": "the run ended first"})
+            return
+        try:
+            report = handle.result()
+        except ActivityError as err:
+            self._emit("index", {"status": "failed", "error": describe_failure(err)})
+            return
+        self._emit("index", {"status": "done", **report.model_dump(mode="json")})
