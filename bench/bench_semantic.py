@@ -72,7 +72,7 @@ def main() -> None:
     print(f"model load (once per process): {load_s:.2f} s")
     print(f"full index of this repo: {full.files_indexed} files, {full.chunks_embedded} chunks "
           f"in {full.seconds:.2f} s = {full.chunks_embedded / full.seconds:.0f} chunks/s")
-    print(f"incremental pass after one edit: {incremental.files_indexed} file, "
+    print(f"incremental pass after one edit: {incremental.files_indexed} file(s), "
           f"{incremental.chunks_embedded} chunks in {incremental_s:.2f} s = "
           f"{incremental_s / full.seconds:.3f} of the full pass")
     print(f"query latency over {len(latencies)} queries: p50 "

@@ -107,13 +107,19 @@ def scan(workspace: Path) -> list[SourceFile]:
     return found
 
 
+def read_manifest(index_dir: Path, workspace: Path) -> dict:
+    """What the last complete pass saw: {"files": {path: hash}, "chunks": n}, or {}."""
+    try:
+        return json.loads((index_dir / f"{table_name(workspace)}.manifest.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def unchanged_report(index_dir: Path, workspace: Path) -> IndexReport | None:
     """A report without loading anything heavy when the last pass saw exactly these files
-    (its manifest is a cache; the table stays the truth)."""
-    manifest = index_dir / f"{table_name(workspace)}.manifest.json"
-    try:
-        indexed = json.loads(manifest.read_text())
-    except (OSError, ValueError):
+    (the manifest is a cache; the table stays the truth)."""
+    indexed = read_manifest(index_dir, workspace)
+    if not indexed:
         return None
     files = scan(workspace)
     if {f.path: f.digest for f in files} != indexed.get("files"):
@@ -175,8 +181,11 @@ class CodeIndex:
     # ------------------------------------------------------------ indexing
 
     def indexed_hashes(self, table) -> dict[str, str]:
+        """Path -> hash of what the table holds; files that gave no chunks (empty ones)
+        have no rows, so the last pass's manifest vouches for them."""
         rows = table.search().select(["path", "file_hash"]).limit(None).to_list()
-        return {row["path"]: row["file_hash"] for row in rows}
+        in_table = {row["path"]: row["file_hash"] for row in rows}
+        return {**read_manifest(self.index_dir, self.workspace).get("files", {}), **in_table}
 
     def update(self, progress: Progress | None = None) -> IndexReport:
         """Embed new and changed files, drop deleted ones; heartbeat-friendly progress."""
