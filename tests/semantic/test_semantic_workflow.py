@@ -22,7 +22,8 @@ async def test_task_sees_the_repo_map_and_searches_the_index(
         "plan": [plan_of("search_semantic")],
         "act": [call("search_semantic", query="where is the retry policy configured"),
                 call("complete_step", step=1, summary="found it"), final("net/retries.py")],
-        "summary": [SUMMARY],
+        # Room for the (quick, up-to-date) index pass to report before the run ends.
+        "summary": [{**SUMMARY, "delay_ms": 500}],
     })
     result = await run_task(client, settings, task_queue, model, repo,
                             task="Where is the retry policy configured?",
