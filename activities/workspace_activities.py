@@ -12,22 +12,29 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.errors import heartbeating
+from refloop.blobs import offload_output
 from refloop.models import ActivityName, IndexReport, WorkspaceDescription, WorkspaceInput
 from refloop.repo_map import workspace_context
 from refloop.semantic import missing_extra, unchanged_report
 from refloop.settings import Settings
+from refloop.store import Store
 from refloop.tools.sandbox import workspace_root
 
 
 class WorkspaceActivities:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, store: Store) -> None:
         self.settings = settings
+        self.store = store
 
     @activity.defn(name=ActivityName.DESCRIBE_WORKSPACE)
     async def describe(self, inp: WorkspaceInput) -> WorkspaceDescription:
         root = workspace_root(inp.workspace)
         context = await asyncio.to_thread(workspace_context, root,
                                           self.settings.refloop_repo_map_tokens)
+        # A large map travels as a blob marker; the model call expands it (history-lean).
+        context = await asyncio.to_thread(offload_output, context,
+                                          self.settings.refloop_blob_threshold_bytes,
+                                          self.store.put_blob)
         return WorkspaceDescription(
             context=context,
             index_available=self.settings.refloop_semantic_index and missing_extra() is None,

@@ -70,7 +70,7 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
     tools = ToolActivities(settings, database)
     store = StoreActivities(database)
     code_review = CodeReviewActivities(gateway, store.store, settings.refloop_data_dir)
-    workspace = WorkspaceActivities(settings)
+    workspace = WorkspaceActivities(settings, database)
     return Worker(
         client,
         task_queue=task_queue or settings.refloop_task_queue,

@@ -66,6 +66,9 @@ class WorkspacePhase(AgentBase):
     def _stop_indexing(self) -> None:
         """At the end of a run: report the index, or cancel it if it is still going
         (the next task resumes it: unchanged files are never embedded twice)."""
+        if self._describing is not None and not self._describing.done():
+            self._describing.cancel()  # the run ended before its first turn
+        self._describing = None
         handle, self._indexing = self._indexing, None
         if handle is None:
             return

@@ -7,8 +7,10 @@ from pathlib import Path
 from temporalio.testing import ActivityEnvironment
 
 from activities.workspace_activities import WorkspaceActivities
+from refloop.blobs import MARKER
 from refloop.models import WorkspaceInput
 from refloop.semantic import CodeIndex
+from refloop.store import store_for
 from tests.llm_fixtures import unique_scenario
 from tests.workflow.helpers import CODING, SUMMARY, call, events_of, final, plan_of, run_task
 
@@ -62,7 +64,7 @@ async def test_index_activity_runs_in_a_child_process_and_heartbeats(settings, r
     beats: list[tuple] = []
     env = ActivityEnvironment()
     env.on_heartbeat = lambda *details: beats.append(details)
-    activities = WorkspaceActivities(settings)
+    activities = WorkspaceActivities(settings, store_for(settings.effective_database_url))
     report = await env.run(activities.index, WorkspaceInput(workspace=str(repo)))
     assert (report.files_indexed, report.files_unchanged) == (14, 0)
     assert report.chunks_embedded == report.chunks_total > 0
@@ -72,3 +74,13 @@ async def test_index_activity_runs_in_a_child_process_and_heartbeats(settings, r
     assert again.note == "up to date" and again.files_indexed == 0
     hits = CodeIndex(settings.index_dir, repo).search("how are user passwords hashed", 1)
     assert hits[0].path == "auth/passwords.py"
+
+
+async def test_a_large_workspace_description_travels_as_a_blob(settings, repo: Path):
+    settings = settings.model_copy(update={"refloop_blob_threshold_bytes": 256})
+    store = store_for(settings.effective_database_url)
+    described = await ActivityEnvironment().run(WorkspaceActivities(settings, store).describe,
+                                                WorkspaceInput(workspace=str(repo)))
+    marker = MARKER.search(described.context)
+    assert marker and len(described.context) < 1_000
+    assert "def default_retry_policy" in store.get_blob(marker.group(1))

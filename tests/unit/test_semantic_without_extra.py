@@ -25,6 +25,7 @@ from activities.workspace_activities import WorkspaceActivities
 from refloop.models import RunToolInput, WorkspaceInput
 from refloop.repo_map import workspace_context
 from refloop.settings import Settings
+from refloop.store import store_for
 from refloop.tools import execute_tool
 
 workspace, data = sys.argv[1], sys.argv[2]
@@ -35,7 +36,7 @@ async def main():
         workspace=workspace, arguments={"query": "retry"}), settings)
     read = await execute_tool(RunToolInput(call_id="2", name="read_file",
         workspace=workspace, arguments={"path": "net/retries.py"}), settings)
-    activities = WorkspaceActivities(settings)
+    activities = WorkspaceActivities(settings, store_for(settings.effective_database_url))
     described = await activities.describe(WorkspaceInput(workspace=workspace))
     report = await activities.index(WorkspaceInput(workspace=workspace))
     print(json.dumps({"search": search.model_dump(), "read_ok": read.ok,
