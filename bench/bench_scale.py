@@ -1,7 +1,8 @@
 """Scale figures, each measured in one run on the embedded test server:
 
 1. concurrency: N concurrent 10-step agent tasks on one worker, beside a bare workflow
-   making the same activity calls (one model activity, one tool activity per step);
+   making the same activity calls (the agent's 14 model calls: intent, plan, an act per
+   step plus the final answer, summary; one tool activity per step);
 2. prompt tokens per step over a 100-step task (flat thanks to trimming);
 3. replay speed of a history of 1,000+ events.
 
@@ -44,8 +45,9 @@ class BareActivities:
         self.settings = env.settings
 
     @activity.defn(name="bare.model")
-    async def model(self, name: str) -> str:
-        out = await self.gateway.chat(Purpose.act, [ChatMessage(role="user", content="go")],
+    async def model(self, args: list[str]) -> str:
+        name, purpose = args
+        out = await self.gateway.chat(Purpose(purpose), [ChatMessage(role="user", content="go")],
                                       model=name)
         return out.tool_calls[0].arguments["content"] if out.tool_calls else ""
 

@@ -7,6 +7,8 @@ server has no ListWorkflowExecutions.
 from __future__ import annotations
 
 import functools
+import threading
+from collections import OrderedDict
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -142,11 +144,45 @@ class BlobRecord(SQLModel, table=True):
 T = TypeVar("T", bound=SQLModel)
 
 
+class BlobCache:
+    """Blobs are immutable (keyed by their hash), so a worker keeps the recent ones: the
+    conversation an `act` stored is the one the next `act` reads. Bounded by characters."""
+
+    def __init__(self, max_chars: int) -> None:
+        self.max_chars = max_chars
+        self.chars = 0
+        self.entries: OrderedDict[str, str] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, key: str) -> str | None:
+        with self.lock:
+            text = self.entries.get(key)
+            if text is not None:
+                self.entries.move_to_end(key)
+            return text
+
+    def put(self, key: str, text: str) -> None:
+        if len(text) > self.max_chars // 4:
+            return  # one huge blob would evict everything else
+        with self.lock:
+            if key not in self.entries:
+                self.entries[key] = text
+                self.chars += len(text)
+            self.entries.move_to_end(key)
+            while self.chars > self.max_chars:
+                _, evicted = self.entries.popitem(last=False)
+                self.chars -= len(evicted)
+
+
+BLOB_CACHE_CHARS = 32_000_000
+
+
 class Store:
     def __init__(self, url: str) -> None:
         connect_args = {"check_same_thread": False} if url.startswith("sqlite") else {}
         self.engine: Engine = create_engine(url, connect_args=connect_args, pool_pre_ping=True)
         self._initialised = False
+        self.blobs = BlobCache(BLOB_CACHE_CHARS)
 
     def init(self) -> None:
         if not self._initialised:
@@ -285,6 +321,8 @@ class Store:
         from refloop.blobs import digest
 
         key = digest(text)
+        if self.blobs.get(key) is not None:
+            return key  # stored (or read back) by this process already
         self.init()
         with Session(self.engine) as session:
             if session.get(BlobRecord, key) is None:
@@ -293,14 +331,19 @@ class Store:
                     session.commit()
                 except IntegrityError:  # stored concurrently by another worker
                     session.rollback()
+        self.blobs.put(key, text)
         return key
 
     def get_blob(self, key: str) -> str:
+        cached = self.blobs.get(key)
+        if cached is not None:
+            return cached
         self.init()
         with Session(self.engine) as session:
             row = session.get(BlobRecord, key)
         if row is None:
             raise KeyError(f"blob {key} is not in the store")
+        self.blobs.put(key, row.text)
         return row.text
 
     def ping(self) -> None:

@@ -90,3 +90,24 @@ def test_seed_000_columns_exist_in_postgresql(store: Store):
             "summary", "created_at"} <= reviews
     prompts = {c["name"] for c in inspector.get_columns("prompts")}
     assert {"enable_quality_review", "quality_review_rules"} <= prompts
+
+
+def test_blobs_are_durable_and_cached(store: Store):
+    text = f"conversation {uuid.uuid4().hex} " * 50
+    key = store.put_blob(text)
+    assert store.blobs.get(key) == text  # the next act reads it without a query
+    # Another worker process (a fresh Store, empty cache) reads it from the database.
+    assert Store(TEST_DATABASE_URL).get_blob(key) == text
+    with pytest.raises(KeyError):
+        Store(TEST_DATABASE_URL).get_blob("0" * 64)
+
+
+def test_blob_cache_is_bounded_and_keeps_recent_entries():
+    from refloop.store import BlobCache
+
+    cache = BlobCache(max_chars=100)
+    for n in range(10):
+        cache.put(f"k{n}", "x" * 20)
+    assert cache.chars <= 100 and cache.get("k0") is None and cache.get("k9") == "x" * 20
+    cache.put("huge", "y" * 60)  # over a quarter of the budget: not cached
+    assert cache.get("huge") is None
