@@ -37,6 +37,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.bench_sse
 	$(BIN)/python -m bench.bench_code_review
 	$(BIN)/python -m bench.bench_scale
+	$(BIN)/python -m bench.bench_scale --no-sandbox
 	$(BIN)/python -m bench.bench_semantic
 
 histories: $(STAMP)

@@ -6,7 +6,10 @@
 2. prompt tokens per step over a 100-step task (flat thanks to trimming);
 3. replay speed of a history of 1,000+ events.
 
-    python -m bench.bench_scale [--tasks 100] [--latency-ms 200]
+    python -m bench.bench_scale [--tasks 100] [--latency-ms 200] [--no-sandbox]
+
+--no-sandbox runs both the agent (REFLOOP_WORKFLOW_SANDBOX=false) and the bare workflow
+without Temporal's workflow sandbox, so the two stay comparable.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import time
 import uuid
 
 from temporalio import activity
-from temporalio.worker import Worker
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from bench.bare_workflow import STEPS, BareStepsWorkflow
 from bench.common import BenchEnv, bench_env
@@ -61,6 +64,8 @@ class BareActivities:
 
 
 async def concurrency(env: BenchEnv, tasks: int, latency_ms: int) -> None:
+    runner = {} if env.settings.refloop_workflow_sandbox else {
+        "workflow_runner": UnsandboxedWorkflowRunner()}
     async def agent(n: int) -> None:
         result, _, _ = await env.run(f"agent{n}", scenario(STEPS, latency_ms))
         assert result.status == "completed", result.answer
@@ -72,7 +77,7 @@ async def concurrency(env: BenchEnv, tasks: int, latency_ms: int) -> None:
     bare = BareActivities(env)
     queue = f"bare-{uuid.uuid4().hex[:6]}"
     async with Worker(env.client, task_queue=queue, workflows=[BareStepsWorkflow],
-                      activities=[bare.model, bare.tool]):
+                      activities=[bare.model, bare.tool], **runner):
         for n in range(tasks):
             env.llm.load(f"bare{n}", scenario(STEPS, latency_ms))
             (env.root / f"bare{n}").mkdir()
@@ -81,8 +86,9 @@ async def concurrency(env: BenchEnv, tasks: int, latency_ms: int) -> None:
             BareStepsWorkflow.run, [f"bare{n}", str(env.root / f"bare{n}")],
             id=f"bare-{n}-{uuid.uuid4().hex[:6]}", task_queue=queue) for n in range(tasks)))
         bare_s = time.perf_counter() - started
-    print(f"concurrency: {tasks} x {STEPS}-step tasks: agent {agent_s:.2f}s, bare workflow "
-          f"{bare_s:.2f}s, ratio {agent_s / bare_s:.3f} (target <= 1.25)")
+    sandbox = "sandboxed" if env.settings.refloop_workflow_sandbox else "unsandboxed"
+    print(f"concurrency ({sandbox}): {tasks} x {STEPS}-step tasks: agent {agent_s:.2f}s, "
+          f"bare workflow {bare_s:.2f}s, ratio {agent_s / bare_s:.3f} (target <= 1.25)")
 
 
 async def tokens_per_step(env: BenchEnv) -> str:
@@ -115,8 +121,8 @@ async def replay_speed(path: str) -> None:
     print(f"replay: {events} events in {seconds:.2f}s ({events / seconds:.0f} events/s)")
 
 
-async def main(tasks: int, latency_ms: int) -> None:
-    async with bench_env() as env:
+async def main(tasks: int, latency_ms: int, sandbox: bool) -> None:
+    async with bench_env(refloop_workflow_sandbox=sandbox) as env:
         await env.run("warmup", scenario(2, 0))
         path = await tokens_per_step(env)
         await replay_speed(path)
@@ -127,5 +133,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--tasks", type=int, default=100)
     parser.add_argument("--latency-ms", type=int, default=200)
+    parser.add_argument("--no-sandbox", action="store_true")
     args = parser.parse_args()
-    asyncio.run(main(args.tasks, args.latency_ms))
+    asyncio.run(main(args.tasks, args.latency_ms, sandbox=not args.no_sandbox))

@@ -9,6 +9,7 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
 
@@ -46,12 +47,13 @@ class BenchEnv:
 
 
 @contextlib.asynccontextmanager
-async def bench_env() -> AsyncIterator[BenchEnv]:
+async def bench_env(**overrides: Any) -> AsyncIterator[BenchEnv]:
     with tempfile.TemporaryDirectory() as tmp, ScriptedLLMServer() as llm:
         root = Path(tmp)
         # Orchestration is measured here; indexing has its own bench (bench_semantic).
         settings = Settings(openai_base_url=llm.base_url, openai_api_key="bench",
-                            refloop_data_dir=root / "data", refloop_semantic_index=False)
+                            refloop_data_dir=root / "data", refloop_semantic_index=False,
+                            **overrides)
         temporal = EmbeddedTemporal(root / "temporal")
         client = await connect(await temporal.start(), "default")
         queue = f"bench-{uuid.uuid4().hex[:6]}"

@@ -32,6 +32,10 @@ class Settings(BaseSettings):
     refloop_structured_max_reasks: int = Field(default=2, ge=0, le=10)
     # Worker: 0 turns off sticky workflow caching (each task replays its history).
     refloop_worker_max_cached_workflows: int = Field(default=1000, ge=0)
+    # Off: workflows run without Temporal's sandbox (about 1.4x the task throughput); the
+    # tests always run sandboxed and replay the golden histories, which is what keeps
+    # workflow code deterministic.
+    refloop_workflow_sandbox: bool = True
     # API
     refloop_api_token: str | None = None
     # Seed 004 completeness reflection

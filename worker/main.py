@@ -10,7 +10,7 @@ from temporalio.client import Client
 from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
-from temporalio.worker import Worker
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.code_review_activities import CodeReviewActivities
@@ -96,7 +96,8 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
         ],
         activity_executor=ThreadPoolExecutor(8),
         max_cached_workflows=settings.refloop_worker_max_cached_workflows,
-        workflow_runner=SANDBOX,
+        workflow_runner=SANDBOX if settings.refloop_workflow_sandbox
+        else UnsandboxedWorkflowRunner(),
     )
 
 

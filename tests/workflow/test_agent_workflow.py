@@ -306,3 +306,38 @@ async def test_history_stays_lean_with_megabyte_files(client, settings, scripted
     third = json.dumps(scripted_llm.requests(model=model, purpose="act")[2]["body"])
     assert "row 0000000" in third and "more characters not shown" in third
     assert len(third) < 60_000
+
+
+async def test_unsandboxed_worker_runs_the_same_task_and_its_history_replays_sandboxed(
+        client, settings, scripted_llm, workspace, task_queue, tmp_path):
+    """REFLOOP_WORKFLOW_SANDBOX=false trades the sandbox's guard for throughput; the
+    run must be the same and replay under the sandboxed replayer."""
+    from temporalio.worker import UnsandboxedWorkflowRunner
+
+    from refloop.models import TaskInput
+    from tests.workflow.helpers import result_of, start
+    from worker.replay import dump_history, replay_files
+
+    results, runners = [], []
+    for sandboxed in (True, False):
+        config = settings.model_copy(update={"refloop_workflow_sandbox": sandboxed})
+        model = unique_scenario(scripted_llm, {
+            "intent": [CODING], "plan": [plan_of("write_file")],
+            "act": [call("write_file", path=f"{sandboxed}.txt", content="a"),
+                    call("complete_step", step=1, summary="ok"), final("ok")],
+            "summary": [SUMMARY],
+        })
+        inp = TaskInput(task="write a", workspace=str(workspace), model=model,
+                        enable_reflection=False)
+        async with build_worker(client, config, task_queue) as worker:
+            runners.append(type(worker.config()["workflow_runner"]))
+            handle = await start(client, task_queue, inp)
+            results.append(await result_of(handle))
+            history = await handle.fetch_history()
+    assert runners[1] is UnsandboxedWorkflowRunner and runners[0] is not runners[1]
+    assert [e.type for e in results[0].events] == [e.type for e in results[1].events]
+    assert results[0].stats.tool_calls == results[1].stats.tool_calls == 2
+    assert (workspace / "False.txt").read_text() == "a"
+    saved = tmp_path / "unsandboxed.json"
+    saved.write_text(dump_history(history))
+    assert await replay_files([saved]) == {}
