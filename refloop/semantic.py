@@ -107,10 +107,14 @@ def scan(workspace: Path) -> list[SourceFile]:
     return found
 
 
+def manifest_path(index_dir: Path, workspace: Path) -> Path:
+    return index_dir / f"{table_name(workspace)}.manifest.json"
+
+
 def read_manifest(index_dir: Path, workspace: Path) -> dict:
     """What the last complete pass saw: {"files": {path: hash}, "chunks": n}, or {}."""
     try:
-        return json.loads((index_dir / f"{table_name(workspace)}.manifest.json").read_text())
+        return json.loads(manifest_path(index_dir, workspace).read_text())
     except (OSError, ValueError):
         return {}
 
@@ -214,9 +218,8 @@ class CodeIndex:
                     progress({"files_done": start + len(batch), "files_to_index": len(changed),
                               "chunks_embedded": embedded})
             total = table.count_rows()
-            manifest = self.index_dir / f"{self.table_name}.manifest.json"
-            manifest.write_text(json.dumps({"files": {f.path: f.digest for f in files},
-                                            "chunks": total}))
+            manifest = {"files": {f.path: f.digest for f in files}, "chunks": total}
+            manifest_path(self.index_dir, self.workspace).write_text(json.dumps(manifest))
             return IndexReport(
                 files_seen=len(files),
                 files_indexed=len(changed),
