@@ -33,8 +33,8 @@ def task_keywords(task: str) -> list[str]:
 
 
 def window_text(text: str, keywords: list[str], limit: int) -> str:
-    """`text` if it fits in `limit` characters; else the head, plus the lines around
-    keyword hits (best-scoring first), in file order with omission markers."""
+    """`text` if it fits in `limit` characters; else the head and the tail, plus the
+    lines around keyword hits (best-scoring first), in order with omission markers."""
     if len(text) <= limit:
         return text
     lines = text.splitlines()
@@ -56,6 +56,7 @@ def window_text(text: str, keywords: list[str], limit: int) -> str:
         return True
 
     take(0, CONTEXT_LINES * 2)  # the head: a header, the first lines of a file
+    take(len(lines) - CONTEXT_LINES * 2, len(lines) - 1)  # the tail: a command's verdict
     hits = sorted((i for i, score in enumerate(scores) if score), key=lambda i: (-scores[i], i))
     for index in hits:
         take(index - CONTEXT_LINES, index + CONTEXT_LINES)

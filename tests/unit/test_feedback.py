@@ -22,6 +22,7 @@ def test_keyword_lines_far_below_the_head_survive_with_markers():
     assert len(out) <= 2_000
     assert "RetryPolicy(maximum_attempts=5)" in out
     assert out.startswith("    1  filler line")  # the head is kept too
+    assert out.splitlines()[-2] == " 3000  filler line"  # and the tail (a command's verdict)
     assert "[... " in out and "(output lines" in out
     assert "lines left out]" in out.splitlines()[-1]
     # the window around the hit keeps its neighbours
