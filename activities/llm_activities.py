@@ -30,8 +30,7 @@ from refloop.prompts import intent_messages, plan_messages, summary_messages
 from refloop.store import Store
 from refloop.task_rules import constraints_for, infer_task_type, keyword_type, load_task_rules
 from refloop.tools import tool_specs
-
-TOOL_RESULT_CHARS = 8_000  # what the model reads of one tool output
+from workflows.policies import TOOL_RESULT_CHARS  # what the model reads of one output
 
 
 class LLMActivities:
