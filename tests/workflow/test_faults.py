@@ -13,7 +13,9 @@ FAULTS = [
     {"status": 429, "retry_after": 0.2, "body": {"error": {"message": "slow down"}}},
     {"status": 500, "body": {"error": {"message": "boom"}}},
     {"status": 503, "body": {"error": {"message": "unavailable"}}},
-    {"content": "x", "delay_ms": 1500},  # longer than the client timeout below
+    # Far past the 1 s client timeout below, so a loaded machine cannot deliver it in time
+    # (a delivered "x" would read as the final answer and end the task early).
+    {"content": "x", "delay_ms": 4000},
 ]
 
 
