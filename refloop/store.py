@@ -12,9 +12,10 @@ from collections import OrderedDict
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import JSON, Boolean, Column, Text
+from sqlalchemy import JSON, Boolean, Column, Text, event
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import IntegrityError
 from sqlmodel import Field, Session, SQLModel, create_engine, select
 
 from refloop.models import RecordQualityReviewInput, RecordTaskInput
@@ -177,10 +178,27 @@ class BlobCache:
 BLOB_CACHE_CHARS = 32_000_000
 
 
+def sqlite_engine(url: str) -> Engine:
+    """The embedded database: WAL lets readers (the API) run beside the worker's writes,
+    and synchronous=NORMAL commits without an fsync each (WAL stays crash-consistent)."""
+    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+
+    @event.listens_for(engine, "connect")
+    def tune(connection: Any, _record: Any) -> None:
+        cursor = connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    return engine
+
+
 class Store:
     def __init__(self, url: str) -> None:
-        connect_args = {"check_same_thread": False} if url.startswith("sqlite") else {}
-        self.engine: Engine = create_engine(url, connect_args=connect_args, pool_pre_ping=True)
+        self.sqlite = url.startswith("sqlite")
+        # A server database can restart under us (pre-ping); a file cannot.
+        self.engine: Engine = (sqlite_engine(url) if self.sqlite
+                               else create_engine(url, pool_pre_ping=True))
         self._initialised = False
         self.blobs = BlobCache(BLOB_CACHE_CHARS)
 
@@ -324,13 +342,13 @@ class Store:
         if self.blobs.get(key) is not None:
             return key  # stored (or read back) by this process already
         self.init()
-        with Session(self.engine) as session:
-            if session.get(BlobRecord, key) is None:
-                session.add(BlobRecord(key=key, text=text, size=len(text)))
-                try:
-                    session.commit()
-                except IntegrityError:  # stored concurrently by another worker
-                    session.rollback()
+        # One statement: a blob another worker stored first is left as it is.
+        insert = sqlite_insert if self.sqlite else postgresql_insert
+        statement = insert(BlobRecord).values(
+            key=key, text=text, size=len(text), created_at=utcnow()
+        ).on_conflict_do_nothing(index_elements=["key"])
+        with self.engine.begin() as connection:
+            connection.execute(statement)
         self.blobs.put(key, text)
         return key
 

@@ -102,6 +102,33 @@ def test_blobs_are_durable_and_cached(store: Store):
         Store(TEST_DATABASE_URL).get_blob("0" * 64)
 
 
+def same_blob_from_two_workers(url: str) -> int:
+    """Two stores with empty caches (two worker processes) store one text: one row."""
+    from sqlalchemy import func, select
+
+    from refloop.store import BlobRecord
+
+    text = f"tool output {uuid.uuid4().hex} " * 40
+    first, second = Store(url), Store(url)
+    assert first.put_blob(text) == second.put_blob(text)
+    with first.engine.connect() as connection:
+        return connection.execute(
+            select(func.count()).select_from(BlobRecord).where(BlobRecord.text == text)
+        ).scalar_one()
+
+
+def test_a_blob_stored_twice_is_one_row_on_postgresql():
+    assert same_blob_from_two_workers(TEST_DATABASE_URL) == 1
+
+
+def test_embedded_sqlite_store_uses_wal_and_dedups_blobs(tmp_path):
+    url = f"sqlite:///{tmp_path / 'refloop.db'}"
+    assert same_blob_from_two_workers(url) == 1
+    with Store(url).engine.connect() as connection:
+        assert connection.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        assert connection.exec_driver_sql("PRAGMA synchronous").scalar() == 1  # NORMAL
+
+
 def test_blob_cache_is_bounded_and_keeps_recent_entries():
     from refloop.store import BlobCache
 
