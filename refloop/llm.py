@@ -6,6 +6,7 @@ classified retryable or not; each request carries `X-Refloop-Purpose`.
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any, Generic, TypeVar
 
@@ -103,6 +104,12 @@ def parse_arguments(raw: str | None) -> dict[str, Any]:
     except json.JSONDecodeError:
         return {"_raw": raw}
     return value if isinstance(value, dict) else {"_raw": raw}
+
+
+@functools.cache
+def json_schema_of(schema: type[BaseModel]) -> dict[str, Any]:
+    """Output schemas are fixed classes: build each one's JSON schema once per process."""
+    return schema.model_json_schema()
 
 
 def parse_json_answer(text: str | None, schema: type[T]) -> T:
@@ -253,7 +260,7 @@ class LLMGateway:
         if self.json_schema_supported:
             response_format = {
                 "type": "json_schema",
-                "json_schema": {"name": schema.__name__, "schema": schema.model_json_schema(),
+                "json_schema": {"name": schema.__name__, "schema": json_schema_of(schema),
                                 "strict": False},
             }
             try:
@@ -267,7 +274,7 @@ class LLMGateway:
         schema_note = ChatMessage(
             role="system",
             content="Answer with one JSON object matching this JSON schema:\n"
-            + json.dumps(schema.model_json_schema()),
+            + json.dumps(json_schema_of(schema)),
         )
         return await self.chat(purpose, [schema_note, *messages], model=model,
                                temperature=temperature, top_p=top_p,

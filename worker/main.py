@@ -38,6 +38,7 @@ SANDBOX = SandboxedWorkflowRunner(
     restrictions=SandboxRestrictions.default.with_passthrough_modules(
         "refloop", "workflows.logic", "workflows.triggers", "workflows.review_logic",
         "workflows.completeness_logic", "workflows.code_review_logic", "workflows.policies",
+        "workflows.state",
         "pydantic", "opentelemetry",
     )
 )

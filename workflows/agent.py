@@ -38,9 +38,10 @@ with workflow.unsafe.imports_passed_through():
         ToolResult,
     )
     from refloop.tools import TOOLS, tool_specs
+    from workflows.state import AgentState
 
 from workflows import logic, review_logic, triggers
-from workflows.agent_base import AgentState, TaskFailed, describe_failure, raise_if_cancelled
+from workflows.agent_base import TaskFailed, describe_failure, raise_if_cancelled
 from workflows.approval_phase import ApprovalPhase, validate_decision
 from workflows.policies import (
     CARRIED_EVENTS,

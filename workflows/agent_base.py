@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from pydantic import BaseModel, Field
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError, CancelledError
 
@@ -13,56 +12,15 @@ from temporalio.exceptions import ApplicationError, CancelledError
 with workflow.unsafe.imports_passed_through():
     from refloop.models import (
         ActivityName,
-        ApprovalDecision,
         ChatMessage,
         Event,
-        IntentResult,
         LLMUsageRecord,
-        Plan,
-        QualityReview,
         RecordTaskInput,
-        TaskInput,
-        TaskStats,
-        ToolConstraints,
     )
+    from workflows.state import AgentState
 
 from workflows import logic
 from workflows.policies import STORE_WRITE
-from workflows.triggers import LoopRecord, TriggerState
-
-
-class AgentState(BaseModel):
-    """Everything the workflow knows; one object so it can cross continue-as-new whole."""
-
-    input: TaskInput
-    task_id: str
-    status: str = "running"
-    intent: IntentResult | None = None
-    plan: Plan | None = None
-    completed_steps: list[int] = Field(default_factory=list)
-    # History-lean: the conversation lives in the blob store; only new turns wait here.
-    conversation_ref: str | None = None
-    pending: list[ChatMessage] = Field(default_factory=list)
-    events: list[Event] = Field(default_factory=list)
-    last_seq: int = 0  # event numbering survives continue-as-new, which trims `events`
-    stats: TaskStats = Field(default_factory=TaskStats)
-    answer: str = ""
-    summary: str | None = None
-    quality_reviews: list[QualityReview] = Field(default_factory=list)
-    review_failures: dict[str, int] = Field(default_factory=dict)  # per file, for the cap
-    review_capped: list[str] = Field(default_factory=list)
-    supplements: list[dict[str, Any]] = Field(default_factory=list)
-    # seed 001: constraints of the inferred task type, violations, early-reflection state
-    constraints: ToolConstraints | None = None
-    tool_violations: list[dict[str, Any]] = Field(default_factory=list)
-    exceptions_used: list[str] = Field(default_factory=list)
-    loop_records: list[LoopRecord] = Field(default_factory=list)
-    trigger_state: TriggerState = Field(default_factory=TriggerState)
-    step_started: int = 1  # iteration at which the current plan step began
-    # Environment and repo map for the system prompt (seed 002 §1.2)
-    workspace_context: str | None = None
-    # call key -> decision (None while waiting); the update validator reads it
-    pending_approvals: dict[str, ApprovalDecision | None] = Field(default_factory=dict)
 
 
 class TaskFailed(Exception):
