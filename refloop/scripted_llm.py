@@ -113,6 +113,14 @@ class ScriptState:
             if default:
                 self.default = scenario.name
 
+    def requests(self, model: str | None, purpose: str | None) -> list[dict[str, Any]]:
+        """Logged requests, oldest first, each with its parsed `body`."""
+        with self.lock:
+            rows = [r for r in self.log if (model is None or r["model"] == model)
+                    and (purpose is None or r["purpose"] == purpose)]
+        return [{**{k: v for k, v in r.items() if k != "raw"}, "body": json.loads(r["raw"])}
+                for r in rows]
+
     def next_response(
         self, model: str, purpose: Purpose, text: str
     ) -> tuple[Scenario | None, ScriptedResponse | None, int]:
@@ -139,11 +147,14 @@ def build_app(state: ScriptState) -> FastAPI:
     @app.post("/v1/chat/completions")
     @app.post("/chat/completions")
     async def chat(request: Request) -> JSONResponse:
-        body = await request.json()
+        raw = await request.body()
+        body = json.loads(raw)
         purpose_name = request.headers.get("x-refloop-purpose")
         model = str(body.get("model", ""))
+        # The raw bytes are kept, parsed again only when read: a long run's log of parsed
+        # prompts would be millions of live objects for the garbage collector to walk.
         entry_log: dict[str, Any] = {
-            "purpose": purpose_name, "model": model, "time": time.time(), "body": body,
+            "purpose": purpose_name, "model": model, "time": time.time(), "raw": raw,
         }
         response, delay_s = _answer(state, body, purpose_name, model)
         if delay_s:
@@ -163,10 +174,7 @@ def build_app(state: ScriptState) -> FastAPI:
 
     @app.get("/_admin/requests")
     async def requests(model: str | None = None, purpose: str | None = None) -> JSONResponse:
-        with state.lock:
-            rows = [r for r in state.log if (model is None or r["model"] == model)
-                    and (purpose is None or r["purpose"] == purpose)]
-        return JSONResponse(rows)
+        return JSONResponse(state.requests(model, purpose))
 
     @app.post("/_admin/reset")
     async def reset() -> JSONResponse:
@@ -280,9 +288,7 @@ class ScriptedLLMServer:
         self.state.load(load_scenario(scenario, name))
 
     def requests(self, model: str | None = None, purpose: str | None = None) -> list[dict]:
-        with self.state.lock:
-            return [r for r in self.state.log if (model is None or r["model"] == model)
-                    and (purpose is None or r["purpose"] == purpose)]
+        return self.state.requests(model, purpose)
 
     def remaining(self, name: str) -> dict[str, int]:
         with self.state.lock:

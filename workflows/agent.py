@@ -147,7 +147,6 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
                 ActivityName.CLASSIFY_INTENT,
                 ClassifyIntentInput(task=self.state.input.task, model=self.state.input.model),
                 result_type=ClassifyIntentResult,
-                summary="classify intent",
                 **LLM_CALL.kwargs(),
             )
         except ActivityError as err:
@@ -173,7 +172,6 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
                     feedback=feedback,
                 ),
                 result_type=MakePlanResult,
-                summary="plan" if attempt == 0 else f"re-plan {attempt}",
                 **LLM_CALL.kwargs(),
             )
             self._account(result.usage)
@@ -228,7 +226,6 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
                     parallel_tool_calls=False if inp.enable_quality_review else None,
                 ),
                 result_type=ActResult,
-                summary=f"act {iteration}",
                 **LLM_CALL.kwargs(),
             )
             self._account(act.usage)
@@ -379,6 +376,9 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
                     keywords=self.keywords,
                 ),
                 result_type=ToolResult,
+                # Only tool calls carry a Web UI summary (the path or command): the
+                # activity type names the rest, and each summary is one more payload the
+                # worker encodes per command (about 15% of a busy worker's CPU).
                 summary=logic.tool_call_summary(call),
                 **TOOL_CALL.kwargs(),
             )
@@ -423,7 +423,6 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
                     model=self.state.input.model,
                 ),
                 result_type=SummarizeResult,
-                summary="summary",
                 **LLM_CALL.kwargs(),
             )
         except ActivityError as err:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from pydantic import BaseModel
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError, CancelledError
 
@@ -22,6 +23,8 @@ with workflow.unsafe.imports_passed_through():
 from workflows import logic
 from workflows.policies import STORE_WRITE
 
+STORE_WRITES_LOCAL = "store-writes-local"
+
 
 class TaskFailed(Exception):
     """Internal: ends the run as failed with a stop reason and message."""
@@ -38,7 +41,7 @@ class AgentBase:
     state: AgentState
 
     async def _record(self, status: str, **fields: Any) -> None:
-        await workflow.execute_activity(
+        await self._store_write(
             ActivityName.RECORD_TASK,
             RecordTaskInput(
                 task_id=self.state.task_id,
@@ -48,9 +51,15 @@ class AgentBase:
                 usage=self.state.stats.model_dump(mode="json"),
                 **fields,
             ),
-            summary=f"record task {status}",
-            **STORE_WRITE.kwargs(),
         )
+
+    async def _store_write(self, activity_name: str, arg: BaseModel) -> None:
+        """A DB write as a local activity; runs recorded before the patch replay theirs as
+        scheduled activities."""
+        if workflow.patched(STORE_WRITES_LOCAL):
+            await workflow.execute_local_activity(activity_name, arg, **STORE_WRITE.local_kwargs())
+        else:
+            await workflow.execute_activity(activity_name, arg, **STORE_WRITE.kwargs())
 
     def _append(self, message: ChatMessage) -> None:
         """A turn for the next `act`, which adds it to the stored conversation and trims."""

@@ -28,6 +28,14 @@ class ActivityOptions:
             "retry_policy": self.retry,
         }
 
+    def local_kwargs(self) -> dict[str, Any]:
+        """The same options for a local activity (no heartbeats there)."""
+        return {
+            "start_to_close_timeout": self.start_to_close,
+            "schedule_to_close_timeout": self.schedule_to_close,
+            "retry_policy": self.retry,
+        }
+
 
 # Model calls: transport errors back off exponentially; a dead worker is noticed by
 # the 30 s heartbeat timeout; a whole call with its retries is bounded at 15 minutes.
@@ -57,7 +65,9 @@ TOOL_CALL = ActivityOptions(
     ),
 )
 
-# Persistence: a database outage is waited out, never turned into a lost record.
+# Persistence: a database outage is waited out, never turned into a lost record. Writes
+# run as local activities (idempotent upserts, milliseconds long): no task-queue round
+# trip and no extra workflow task per write.
 STORE_WRITE = ActivityOptions(
     start_to_close=timedelta(seconds=30),
     retry=RetryPolicy(

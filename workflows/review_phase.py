@@ -18,7 +18,7 @@ with workflow.unsafe.imports_passed_through():
 
 from workflows import review_logic
 from workflows.agent_base import AgentBase, describe_failure, raise_if_cancelled
-from workflows.policies import REVIEW_CALL, STORE_WRITE
+from workflows.policies import REVIEW_CALL
 
 
 class QualityReviewPhase(AgentBase):
@@ -61,7 +61,7 @@ class QualityReviewPhase(AgentBase):
                 summary=describe_failure(err)[:300],
             )
         self._count_review(review)
-        await workflow.execute_activity(
+        await self._store_write(
             ActivityName.RECORD_QUALITY_REVIEW,
             RecordQualityReviewInput(
                 task_id=self.state.task_id,
@@ -69,8 +69,6 @@ class QualityReviewPhase(AgentBase):
                 session_id=inp.session_id,
                 review=review,
             ),
-            summary=f"record review {file_path}",
-            **STORE_WRITE.kwargs(),
         )
         return review
 

@@ -33,7 +33,6 @@ class WorkspacePhase(AgentBase):
                 ActivityName.DESCRIBE_WORKSPACE,
                 WorkspaceInput(workspace=self.state.input.workspace),
                 result_type=WorkspaceDescription,
-                summary="describe workspace",
                 **WORKSPACE_CALL.kwargs(),
             )
 
@@ -59,7 +58,6 @@ class WorkspacePhase(AgentBase):
                 ActivityName.INDEX_WORKSPACE,
                 WorkspaceInput(workspace=self.state.input.workspace),
                 result_type=IndexReport,
-                summary="index workspace",
                 **INDEX_CALL.kwargs(),
             )
 

@@ -210,6 +210,28 @@ async def test_golden_history_recorded(client, settings, scripted_llm, workspace
     assert result.status == "completed"
 
 
+async def test_task_rows_are_written_by_local_activities(client, settings, scripted_llm,
+                                                        workspace, task_queue):
+    """DB writes need no task-queue round trip: markers in history, never scheduled tasks."""
+    from refloop.models import ActivityName, TaskInput
+
+    model = unique_scenario(scripted_llm, {
+        "intent": [CODING], "plan": [plan_of("write_file")],
+        "act": [call("write_file", path="a.txt", content="a"), final("ok")],
+        "summary": [SUMMARY],
+    })
+    result, history = await run_with_history(client, settings, task_queue, TaskInput(
+        task="write a", workspace=str(workspace), model=model, enable_reflection=False))
+    row = store_for(settings.effective_database_url).get_task(result.task_id)
+    assert row.status == "completed" and row.result["answer"] == "ok"
+    scheduled = [e.activity_task_scheduled_event_attributes.activity_type.name
+                 for e in history.events if e.HasField("activity_task_scheduled_event_attributes")]
+    assert ActivityName.RECORD_TASK not in scheduled and "refloop.llm.act" in scheduled
+    markers = [e.marker_recorded_event_attributes.marker_name for e in history.events
+               if e.HasField("marker_recorded_event_attributes")]
+    assert markers.count("core_local_activity") == 2  # running, completed
+
+
 async def test_secrets_never_reach_history_or_events(client, settings, scripted_llm,
                                                      workspace, task_queue, monkeypatch):
     secret = "sk-refloop-secret-4242"
