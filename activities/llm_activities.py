@@ -8,7 +8,7 @@ import json
 from temporalio import activity
 
 from activities.errors import call_model
-from refloop.blobs import offload_args
+from refloop.blobs import Get, holds_large_string, offload_args
 from refloop.conversation import for_model, trim_history
 from refloop.llm import LLMGateway
 from refloop.models import (
@@ -27,7 +27,7 @@ from refloop.models import (
     SummarizeResult,
 )
 from refloop.prompts import intent_messages, plan_messages, summary_messages
-from refloop.store import Store
+from refloop.store import BlobNotCached, Store
 from refloop.task_rules import constraints_for, infer_task_type, keyword_type, load_task_rules
 from refloop.tools import tool_specs
 from workflows.policies import TOOL_RESULT_CHARS  # what the model reads of one output
@@ -38,15 +38,15 @@ class LLMActivities:
         self.gateway = gateway
         self.store = store
 
-    def _conversation(self, inp: ActInput) -> tuple[list[ChatMessage], str]:
-        """Stored conversation + the new turns, trimmed and stored again (sync DB I/O)."""
+    @staticmethod
+    def _conversation(inp: ActInput, get: Get) -> tuple[list[ChatMessage], list[ChatMessage]]:
+        """(the trimmed conversation to store, what the model reads of it)."""
         earlier: list[ChatMessage] = []
         if inp.conversation_ref:
             earlier = [ChatMessage.model_validate(m)
-                       for m in json.loads(self.store.get_blob(inp.conversation_ref))]
+                       for m in json.loads(get(inp.conversation_ref))]
         messages = trim_history([*earlier, *inp.messages], inp.max_history_messages)
-        ref = self.store.put_blob(json.dumps([m.model_dump(mode="json") for m in messages]))
-        return for_model(messages, self.store.get_blob, TOOL_RESULT_CHARS), ref
+        return messages, for_model(messages, get, TOOL_RESULT_CHARS)
 
     @activity.defn(name=ActivityName.CLASSIFY_INTENT)
     async def classify_intent(self, inp: ClassifyIntentInput) -> ClassifyIntentResult:
@@ -71,21 +71,37 @@ class LLMActivities:
 
     @activity.defn(name=ActivityName.ACT)
     async def act(self, inp: ActInput) -> ActResult:
-        messages, ref = await asyncio.to_thread(self._conversation, inp)
-        out = await call_model(
-            self.gateway.chat(
-                Purpose.act,
-                messages,
-                model=inp.model,
-                tools=tool_specs(inp.tool_names),
-                parallel_tool_calls=inp.parallel_tool_calls,
+        # The previous act of this task ran here, so its blobs are usually cached: no
+        # thread hop then. A miss (another worker, a restart) reads the database.
+        try:
+            stored, prompt = self._conversation(inp, self.store.cached_blob)
+        except BlobNotCached:
+            stored, prompt = await asyncio.to_thread(self._conversation, inp,
+                                                     self.store.get_blob)
+        # Storing the conversation overlaps the model call instead of delaying it.
+        text = json.dumps([m.model_dump(mode="json") for m in stored])
+        saving = asyncio.create_task(asyncio.to_thread(self.store.put_blob, text))
+        try:
+            out = await call_model(
+                self.gateway.chat(
+                    Purpose.act,
+                    prompt,
+                    model=inp.model,
+                    tools=tool_specs(inp.tool_names),
+                    parallel_tool_calls=inp.parallel_tool_calls,
+                )
             )
-        )
+        except BaseException:
+            await asyncio.gather(saving, return_exceptions=True)  # no write left dangling
+            raise
+        ref = await saving
         threshold = self.gateway.settings.refloop_blob_threshold_bytes
-        calls = await asyncio.to_thread(lambda: [
-            call.model_copy(update={"arguments": offload_args(call.arguments, threshold,
-                                                              self.store.put_blob)})
-            for call in out.tool_calls])
+        calls = out.tool_calls
+        if holds_large_string([call.arguments for call in calls], threshold):
+            calls = await asyncio.to_thread(lambda: [
+                call.model_copy(update={"arguments": offload_args(call.arguments, threshold,
+                                                                  self.store.put_blob)})
+                for call in out.tool_calls])
         return ActResult(
             content=out.content,
             tool_calls=calls,

@@ -10,7 +10,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.errors import heartbeating
-from refloop.blobs import offload_output, resolve_args
+from refloop.blobs import holds_large_string, holds_marker, offload_output, resolve_args
 from refloop.feedback import WINDOWED_TOOLS, window_text
 from refloop.models import ActivityName, RunToolInput, ToolResult
 from refloop.settings import Settings
@@ -31,8 +31,11 @@ class ToolActivities:
 
     async def run(self, inp: RunToolInput) -> ToolResult:
         activity.logger.info("tool %s (%s)", inp.name, inp.call_id)
-        # Offloaded arguments come back whole; a large output goes out as a marker.
-        arguments = await asyncio.to_thread(resolve_args, inp.arguments, self.store.get_blob)
+        # Offloaded arguments come back whole; a large output goes out as a marker. Only
+        # those hop to a thread for the store: a busy worker pays for every thread hop.
+        arguments = inp.arguments
+        if holds_marker(arguments):
+            arguments = await asyncio.to_thread(resolve_args, arguments, self.store.get_blob)
         async with heartbeating(2.0):
             try:
                 result = await execute_tool(inp.model_copy(update={"arguments": arguments}),
@@ -44,9 +47,10 @@ class ToolActivities:
         output = result.output
         if inp.name in WINDOWED_TOOLS:
             output = window_text(output, inp.keywords, FEEDBACK_CHARS)
-        output = await asyncio.to_thread(offload_output, output,
-                                         self.settings.refloop_blob_threshold_bytes,
-                                         self.store.put_blob)
+        threshold = self.settings.refloop_blob_threshold_bytes
+        if holds_large_string(output, threshold):
+            output = await asyncio.to_thread(offload_output, output, threshold,
+                                             self.store.put_blob)
         return result.model_copy(update={"output": output})
 
     def activities(self) -> list[ToolActivity]:

@@ -27,6 +27,29 @@ def marker(key: str, size: int, shown: int) -> str:
     return f"[[blob:{key}:{size}:{shown}]]"
 
 
+def holds_marker(value: Any) -> bool:
+    """Whether any string in a JSON-like value carries a blob marker."""
+    if isinstance(value, str):
+        return "[[blob:" in value
+    if isinstance(value, dict):
+        return any(holds_marker(v) for v in value.values())
+    if isinstance(value, list):
+        return any(holds_marker(v) for v in value)
+    return False
+
+
+def holds_large_string(value: Any, threshold: int) -> bool:
+    """Whether `offload_args` would store anything (a character is at most 4 UTF-8 bytes,
+    so short strings are never encoded)."""
+    if isinstance(value, str):
+        return len(value) * 4 > threshold and len(value.encode("utf-8")) > threshold
+    if isinstance(value, dict):
+        return any(holds_large_string(v, threshold) for v in value.values())
+    if isinstance(value, list):
+        return any(holds_large_string(v, threshold) for v in value)
+    return False
+
+
 def offload_output(text: str, threshold: int, put: Put) -> str:
     """A large tool output becomes its preview plus a marker for the rest."""
     if len(text.encode("utf-8")) <= threshold:

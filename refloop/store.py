@@ -178,6 +178,10 @@ class BlobCache:
 BLOB_CACHE_CHARS = 32_000_000
 
 
+class BlobNotCached(KeyError):
+    """The blob is not in this worker's cache: reading it needs the database."""
+
+
 def sqlite_engine(url: str) -> Engine:
     """The embedded database: WAL lets readers (the API) run beside the worker's writes,
     and synchronous=NORMAL commits without an fsync each (WAL stays crash-consistent)."""
@@ -351,6 +355,13 @@ class Store:
             connection.execute(statement)
         self.blobs.put(key, text)
         return key
+
+    def cached_blob(self, key: str) -> str:
+        """A blob from this worker's cache only: no I/O, so callable on the event loop."""
+        text = self.blobs.get(key)
+        if text is None:
+            raise BlobNotCached(key)
+        return text
 
     def get_blob(self, key: str) -> str:
         cached = self.blobs.get(key)

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -23,6 +26,8 @@ from refloop.tools import (  # noqa: F401  (registration)
 from refloop.tools.base import TOOLS, ToolContext, ToolError, UnknownToolError
 from refloop.tools.journal import Journal
 from refloop.tools.sandbox import workspace_root
+
+T = TypeVar("T")
 
 COMPLETE_STEP_SPEC = ToolSpec(
     name="complete_step",
@@ -65,10 +70,22 @@ async def execute_tool(call: RunToolInput, settings: Settings) -> ToolResult:
         if definition.edits:
             return await asyncio.to_thread(_journaled, definition, ctx, args)
         if definition.blocking:  # file I/O stays off the worker's event loop
-            return await asyncio.to_thread(asyncio.run, definition.fn(ctx, args))
+            return await asyncio.to_thread(run_in_thread_loop, definition.fn(ctx, args))
         return await definition.fn(ctx, args)
     except ToolError as err:
         return ToolResult(ok=False, error=str(err))
+
+
+_thread_loops = threading.local()
+
+
+def run_in_thread_loop(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run a blocking tool's coroutine on its worker thread's own event loop, kept for the
+    thread's life (asyncio.run would build and tear down a loop for every call)."""
+    loop = getattr(_thread_loops, "loop", None)
+    if loop is None or loop.is_closed():
+        loop = _thread_loops.loop = asyncio.new_event_loop()
+    return loop.run_until_complete(coroutine)
 
 
 def _journaled(definition, ctx: ToolContext, args) -> ToolResult:
@@ -82,7 +99,7 @@ def _journaled(definition, ctx: ToolContext, args) -> ToolResult:
     entry = journal.begin(ctx.call_id, definition.name)
     ctx.snapshot = lambda path: journal.snapshot(entry, path)
     try:
-        result = asyncio.run(definition.fn(ctx, args))
+        result = run_in_thread_loop(definition.fn(ctx, args))
     except ToolError as err:
         result = ToolResult(ok=False, error=str(err))
     journal.finish(entry, result)

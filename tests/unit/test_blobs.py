@@ -48,3 +48,16 @@ def test_model_rendering_expands_messages_and_tool_arguments():
     assert rendered[0].content.startswith("z" * 1000) and "[[blob:" not in rendered[0].content
     content = rendered[1].tool_calls[0].arguments["content"]
     assert content.startswith("w" * 2000) and "not shown" in content
+
+
+def test_marker_and_size_checks_decide_which_values_need_the_store():
+    from refloop.blobs import holds_large_string, holds_marker
+
+    key = "a" * 64
+    assert holds_marker({"args": [{"content": f"head[[blob:{key}:10:4]]"}]})
+    assert not holds_marker({"path": "a.txt", "n": 3, "items": ["x", None]})
+    assert holds_large_string({"content": "x" * 101}, 100)
+    assert not holds_large_string({"content": "x" * 100, "n": 10**9}, 100)
+    # 30 characters of 4 UTF-8 bytes each are 120 bytes: over a 100-byte threshold.
+    assert holds_large_string([{"content": "\U0001f600" * 30}], 100)
+    assert not holds_large_string(["\U0001f600" * 25], 100)
