@@ -30,21 +30,22 @@ def to_application_error(err: LLMError) -> ApplicationError:
 
 @contextlib.asynccontextmanager
 async def heartbeating(interval_s: float = 5.0) -> AsyncIterator[None]:
-    """Heartbeat in the background so a dead worker is noticed by the heartbeat timeout."""
+    """Heartbeat in the background so a dead worker is noticed by the heartbeat timeout.
+    A timer callback, not a task: most calls end before the first beat, and a busy
+    worker runs thousands of them."""
+    loop = asyncio.get_running_loop()
+    timer: asyncio.TimerHandle | None = None
 
-    async def beat() -> None:
-        # Sleep first: calls shorter than one interval cost no heartbeat RPC at all.
-        while True:
-            await asyncio.sleep(interval_s)
-            activity.heartbeat()
+    def beat() -> None:
+        nonlocal timer
+        activity.heartbeat()
+        timer = loop.call_later(interval_s, beat)
 
-    task = asyncio.create_task(beat())
+    timer = loop.call_later(interval_s, beat)  # runs in this activity's context
     try:
         yield
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        timer.cancel()
 
 
 async def call_model(call: Awaitable[T]) -> T:

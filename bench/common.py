@@ -1,4 +1,5 @@
-"""Shared set-up for benchmarks: embedded Temporal, scripted model, one worker."""
+"""Shared set-up for benchmarks: embedded Temporal, the scripted model in its own process
+(as a real endpoint would be), one worker."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Any
 from temporalio.client import Client, WorkflowHandle
 
 from refloop.models import TaskInput, TaskResult
-from refloop.scripted_llm import ScriptedLLMServer
+from refloop.scripted_llm import ScriptedLLMProcess
 from refloop.settings import Settings
 from worker.main import build_worker, connect
 from worker.temporal_server import EmbeddedTemporal
@@ -25,7 +26,7 @@ from workflows.agent import AgentTaskWorkflow
 @dataclass
 class BenchEnv:
     client: Client
-    llm: ScriptedLLMServer
+    llm: ScriptedLLMProcess
     root: Path
     settings: Settings
     queue: str
@@ -59,7 +60,7 @@ def compile_bytecode() -> None:
 @contextlib.asynccontextmanager
 async def bench_env(**overrides: Any) -> AsyncIterator[BenchEnv]:
     compile_bytecode()
-    with tempfile.TemporaryDirectory() as tmp, ScriptedLLMServer() as llm:
+    with tempfile.TemporaryDirectory() as tmp, ScriptedLLMProcess() as llm:
         root = Path(tmp)
         # Orchestration is measured here; indexing has its own bench (bench_semantic).
         settings = Settings(openai_base_url=llm.base_url, openai_api_key="bench",

@@ -324,7 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--json", action="store_true")
 
     scripted = sub.add_parser("scripted-llm", help="the scripted OpenAI-compatible model")
-    scripted.add_argument("--scenario", required=True)
+    scripted.add_argument("--scenario", help="scenario file (else load them over HTTP)")
     scripted.add_argument("--port", type=int, default=8089)
     scripted.add_argument("--host", default="127.0.0.1")
     return parser

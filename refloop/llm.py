@@ -172,8 +172,7 @@ class LLMGateway:
         extra: dict[str, Any] = {"messages": [to_wire(m) for m in messages]}
         kwargs: dict[str, Any] = {"model": model, "messages": [], "extra_body": extra}
         if tools:
-            extra["tools"] = [{"type": "function", "function": spec.model_dump()}
-                              for spec in tools]
+            extra["tools"] = [spec.wire for spec in tools]
             if parallel_tool_calls is not None:
                 extra["parallel_tool_calls"] = parallel_tool_calls
         for name, value in (("temperature", temperature), ("top_p", top_p)):

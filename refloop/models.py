@@ -7,6 +7,7 @@ without breaking workflows already in flight: new fields must be optional.
 
 from __future__ import annotations
 
+import functools
 from enum import Enum
 from typing import Any, Literal
 
@@ -65,6 +66,11 @@ class ToolSpec(BaseModel):
     name: str
     description: str
     parameters: dict[str, Any]
+
+    @functools.cached_property
+    def wire(self) -> dict[str, Any]:
+        """The OpenAI `tools` entry, built once per spec (the registry's specs are shared)."""
+        return {"type": "function", "function": self.model_dump()}
 
 
 # ---------------------------------------------------------------- structured answers

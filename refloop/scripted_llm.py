@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import sys
 import threading
 import time
@@ -17,6 +18,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import httpx
 import uvicorn
 import yaml
 from fastapi import FastAPI, Request
@@ -24,6 +26,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from refloop.models import Purpose
+from refloop.net import free_port, wait_for_port
 
 SCRIPTED_MARKER = "refloop-scripted"
 
@@ -242,6 +245,11 @@ def _render(scenario: Scenario, entry: ScriptedResponse, body: dict[str, Any]) -
     )
 
 
+# Longer than uvicorn's 5 s: a client reusing a connection the server is just closing
+# sees a connection error, which a pause between test phases would make common.
+KEEP_ALIVE_S = 75
+
+
 class ScriptedLLMServer:
     """The server in a background thread with its own event loop (tests, the demo)."""
 
@@ -257,7 +265,8 @@ class ScriptedLLMServer:
 
     def start(self) -> str:
         config = uvicorn.Config(build_app(self.state), host=self.host, port=self.port,
-                                log_level="warning", lifespan="off")
+                                log_level="warning", lifespan="off",
+                                timeout_keep_alive=KEEP_ALIVE_S)
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, daemon=True,
                                         name="scripted-llm")
@@ -297,15 +306,57 @@ class ScriptedLLMServer:
                     for p, entries in scenario.responses.items()}
 
 
-def serve(scenario_path: str, host: str, port: int) -> None:
-    """`refloop scripted-llm`: foreground server."""
-    try:
-        scenario = load_scenario(scenario_path)
-    except ValueError as err:
-        raise SystemExit(str(err)) from None
-    state = ScriptState()
-    state.load(scenario, default=True)
-    print(f"SCRIPTED MODEL (a test double, not a real LLM): scenario '{scenario.name}' "
-          f"at http://{host}:{port}/v1", file=sys.stderr)
-    uvicorn.run(build_app(state), host=host, port=port, log_level="warning")
+class ScriptedLLMProcess:
+    """`refloop scripted-llm` in a child process, with ScriptedLLMServer's interface. Its
+    work (parsing every prompt) then stays off the caller's interpreter, as a remote
+    model's would: benchmarks use it."""
 
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.root = f"http://127.0.0.1:{self.port}"
+        self.base_url = f"{self.root}/v1"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> ScriptedLLMProcess:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "refloop", "scripted-llm", "--port", str(self.port)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        try:
+            wait_for_port(self.port, 30, alive=lambda: self.process.poll() is None)
+        except RuntimeError:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=10)
+
+    def load(self, name: str, scenario: dict[str, Any]) -> None:
+        response = httpx.post(f"{self.root}/_admin/scenarios/{name}", json=scenario)
+        if response.status_code != 200:
+            raise ValueError(response.text)
+
+    def requests(self, model: str | None = None, purpose: str | None = None) -> list[dict]:
+        params = {k: v for k, v in (("model", model), ("purpose", purpose)) if v is not None}
+        return httpx.get(f"{self.root}/_admin/requests", params=params).json()
+
+
+def serve(scenario_path: str | None, host: str, port: int) -> None:
+    """`refloop scripted-llm`: foreground server. Without a scenario file, scenarios
+    arrive over POST /_admin/scenarios/{name} (a request naming none fails loudly)."""
+    state = ScriptState()
+    name = "none (load one over /_admin/scenarios)"
+    if scenario_path is not None:
+        try:
+            scenario = load_scenario(scenario_path)
+        except ValueError as err:
+            raise SystemExit(str(err)) from None
+        state.load(scenario, default=True)
+        name = scenario.name
+    print(f"SCRIPTED MODEL (a test double, not a real LLM): scenario '{name}' "
+          f"at http://{host}:{port}/v1", file=sys.stderr)
+    uvicorn.run(build_app(state), host=host, port=port, log_level="warning",
+                timeout_keep_alive=KEEP_ALIVE_S)

@@ -11,18 +11,13 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
+from refloop.net import free_port
+
 log = logging.getLogger("refloop.temporal")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_server_binary() -> str | None:

@@ -8,6 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import openai
+import pytest
+
+from refloop.scripted_llm import ScriptedLLMProcess
+
 HISTORIES = Path(__file__).parent.parent / "histories"
 
 
@@ -72,3 +77,23 @@ def test_review_snippet_offline(tmp_path: Path):
     empty.write_text("")
     bad = refloop("review", "--diff", str(empty), tmp_path=tmp_path)
     assert bad.returncode == 2 and "the diff is empty" in bad.stderr
+
+
+def test_scripted_llm_without_a_file_serves_scenarios_loaded_over_http():
+    """`refloop scripted-llm` in its own process (how benchmarks run it): scenarios arrive
+    over HTTP, every request is logged, and a model naming no scenario fails loudly."""
+    with ScriptedLLMProcess() as llm:
+        client = openai.OpenAI(base_url=llm.base_url, api_key="x", max_retries=0)
+        with pytest.raises(openai.BadRequestError, match="no scripted scenario is loaded"):
+            client.chat.completions.create(model="nothing", messages=[],
+                                           extra_headers={"X-Refloop-Purpose": "act"})
+        llm.load("greeter", {"responses": {"act": [{"content": "hello"}]}})
+        answer = client.chat.completions.create(
+            model="greeter", messages=[{"role": "user", "content": "hi"}],
+            extra_headers={"X-Refloop-Purpose": "act"})
+        assert answer.choices[0].message.content == "hello"
+        logged = llm.requests(model="greeter", purpose="act")
+        assert [r["body"]["messages"] for r in logged] == [[{"role": "user", "content": "hi"}]]
+        with pytest.raises(ValueError):
+            llm.load("broken", {"responses": {"no_such_purpose": []}})
+    assert llm.process.returncode is not None  # stopped with the block
