@@ -12,22 +12,25 @@ STEPS = 10
 @workflow.defn(name="BareStepsWorkflow")
 class BareStepsWorkflow:
     """The floor: the agent's model calls (intent, plan, one act per step plus the final
-    answer, summary) and its tool calls, in the same order, with no agent logic."""
+    answer, summary) and its tool calls, in the same order, with no agent logic; each act
+    hands the model the previous tool output, as the agent's conversation does."""
 
     @workflow.run
     async def run(self, args: list[str]) -> int:
         name, workspace = args
         for purpose in ("intent", "plan"):
             await self._model(name, purpose)
+        output = ""
         for step in range(STEPS + 1):
-            content = await self._model(name, "act")
+            content = await self._model(name, "act", output)
             if step < STEPS:
-                await workflow.execute_activity(
+                output = await workflow.execute_activity(
                     "bare.tool", [workspace, f"s{step}", content],
                     start_to_close_timeout=timedelta(minutes=1))
         await self._model(name, "summary")
         return STEPS
 
-    async def _model(self, name: str, purpose: str) -> str:
+    async def _model(self, name: str, purpose: str, last_output: str = "") -> str:
         return await workflow.execute_activity(
-            "bare.model", [name, purpose], start_to_close_timeout=timedelta(minutes=1))
+            "bare.model", [name, purpose, last_output],
+            start_to_close_timeout=timedelta(minutes=1))

@@ -3,7 +3,7 @@
 1. concurrency: N concurrent 10-step agent tasks on one worker, beside a bare workflow
    making the same activity calls (the agent's 14 model calls: intent, plan, an act per
    step plus the final answer, summary; one tool activity per step), batches of each
-   alternating after a warm-up of both;
+   alternating, each in a fresh stack;
 2. prompt tokens per step over a 100-step task (flat thanks to trimming);
 3. replay speed of a history of 1,000+ events.
 
@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
+import contextlib
 import time
 import uuid
+from collections.abc import AsyncIterator
+from typing import NamedTuple
 
 from temporalio import activity
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
@@ -28,8 +30,12 @@ from bench.bare_workflow import STEPS, BareStepsWorkflow
 from bench.common import BenchEnv, bench_env
 from refloop.llm import LLMGateway
 from refloop.models import ChatMessage, Purpose, RunToolInput
-from refloop.tools import execute_tool
+from refloop.prompts import intent_messages, plan_messages, summary_messages
+from refloop.tools import execute_tool, tool_specs
 from worker.replay import replay_files
+from workflows.logic import system_prompt
+
+TASK = "bench task"
 
 
 def scenario(steps: int, latency_ms: int) -> dict:
@@ -45,16 +51,42 @@ def scenario(steps: int, latency_ms: int) -> dict:
 
 
 class BareActivities:
+    """The floor's activities send the agent's requests (its prompts and tool schemas, the
+    conversation growing by each call and result), kept in memory: what differs is only
+    the agent's orchestration (state, events, blob store, trimming, checks)."""
+
     def __init__(self, env: BenchEnv) -> None:
         self.gateway = LLMGateway(env.settings)
         self.settings = env.settings
+        self.conversations: dict[str, list[ChatMessage]] = {}
+
+    def _messages(self, name: str, purpose: Purpose, last_output: str) -> list[ChatMessage]:
+        if purpose is Purpose.intent:
+            return intent_messages(TASK)
+        if purpose is Purpose.plan:
+            return plan_messages(TASK, tool_specs(), None)
+        if purpose is Purpose.summary:
+            return summary_messages(TASK, "\n".join(
+                str(m.content or m.tool_calls) for m in self.conversations.pop(name)))
+        conversation = self.conversations.setdefault(name, [
+            ChatMessage(role="system", content=system_prompt(None, tool_specs(), name, None)),
+            ChatMessage(role="user", content=TASK)])
+        if last_output:
+            conversation.append(ChatMessage(role="tool", tool_call_id=conversation[-1]
+                                            .tool_calls[0].id, content=last_output))
+        return conversation
 
     @activity.defn(name="bare.model")
     async def model(self, args: list[str]) -> str:
-        name, purpose = args
-        out = await self.gateway.chat(Purpose(purpose), [ChatMessage(role="user", content="go")],
-                                      model=name)
-        return out.tool_calls[0].arguments["content"] if out.tool_calls else ""
+        name, purpose_name, last_output = args
+        purpose = Purpose(purpose_name)
+        messages = self._messages(name, purpose, last_output)
+        out = await self.gateway.chat(purpose, messages, model=name,
+                                      tools=tool_specs() if purpose is Purpose.act else None)
+        if not out.tool_calls:
+            return ""
+        messages.append(ChatMessage(role="assistant", tool_calls=out.tool_calls))
+        return out.tool_calls[0].arguments["content"]
 
     @activity.defn(name="bare.tool")
     async def tool(self, args: list[str]) -> str:
@@ -65,51 +97,74 @@ class BareActivities:
         return result.output
 
 
-async def concurrency(env: BenchEnv, tasks: int, latency_ms: int, rounds: int) -> None:
-    """Agent and bare batches alternate after a warm-up of both, so neither gains from
-    running second (the test server's JIT, caches); the ratio is of the summed times."""
-    runner = {} if env.settings.refloop_workflow_sandbox else {
-        "workflow_runner": UnsandboxedWorkflowRunner()}
-    bare = BareActivities(env)
-    queue = f"bare-{uuid.uuid4().hex[:6]}"
-    batches = itertools.count()
+class Timing(NamedTuple):
+    wall_s: float
+    cpu_s: float  # this process: the worker (the model and Temporal run elsewhere)
 
-    async def agent_batch(size: int) -> float:
-        batch = next(batches)
 
-        async def agent(n: int) -> None:
-            result, _, _ = await env.run(f"agent{batch}-{n}", scenario(STEPS, latency_ms))
-            assert result.status == "completed", result.answer
+@contextlib.asynccontextmanager
+async def timed(into: list[Timing]) -> AsyncIterator[None]:
+    wall, cpu = time.perf_counter(), time.process_time()
+    yield
+    into.append(Timing(time.perf_counter() - wall, time.process_time() - cpu))
 
-        started = time.perf_counter()
-        await asyncio.gather(*(agent(n) for n in range(size)))
-        return time.perf_counter() - started
 
-    async def bare_batch(size: int) -> float:
-        batch = next(batches)
-        names = [f"bare{batch}-{n}" for n in range(size)]
-        for name in names:
-            env.llm.load(name, scenario(STEPS, latency_ms))
-            (env.root / name).mkdir()
-        started = time.perf_counter()
-        await asyncio.gather(*(env.client.execute_workflow(
-            BareStepsWorkflow.run, [name, str(env.root / name)],
-            id=f"{name}-{uuid.uuid4().hex[:6]}", task_queue=queue) for name in names))
-        return time.perf_counter() - started
+async def agent_batch(tasks: int, latency_ms: int, sandbox: bool) -> Timing:
+    async with bench_env(refloop_workflow_sandbox=sandbox) as env:
 
-    async with Worker(env.client, task_queue=queue, workflows=[BareStepsWorkflow],
-                      activities=[bare.model, bare.tool], **runner):
-        await asyncio.gather(agent_batch(tasks // 5), bare_batch(tasks // 5))  # warm-up
-        agent_times, bare_times = [], []
-        for _ in range(rounds):
-            agent_times.append(await agent_batch(tasks))
-            bare_times.append(await bare_batch(tasks))
-    sandbox = "sandboxed" if env.settings.refloop_workflow_sandbox else "unsandboxed"
-    rounds_text = ", ".join(f"{a:.1f}s/{b:.1f}s={a / b:.2f}"
+        async def run(batch: str, size: int) -> None:
+            async def agent(n: int) -> None:
+                result, _, _ = await env.run(f"{batch}{n}", scenario(STEPS, latency_ms))
+                assert result.status == "completed", result.answer
+
+            await asyncio.gather(*(agent(n) for n in range(size)))
+
+        await run("warm", tasks // 5)
+        timing: list[Timing] = []
+        async with timed(timing):
+            await run("timed", tasks)
+        return timing[0]
+
+
+async def bare_batch(tasks: int, latency_ms: int, sandbox: bool) -> Timing:
+    async with bench_env(agent_worker=False) as env:
+        bare = BareActivities(env)
+        runner = {} if sandbox else {"workflow_runner": UnsandboxedWorkflowRunner()}
+
+        async def run(batch: str, size: int, timing: list[Timing]) -> None:
+            names = [f"{batch}{n}" for n in range(size)]
+            for name in names:
+                env.llm.load(name, scenario(STEPS, latency_ms))
+                (env.root / name).mkdir()
+            async with timed(timing):
+                await asyncio.gather(*(env.client.execute_workflow(
+                    BareStepsWorkflow.run, [name, str(env.root / name)],
+                    id=f"{name}-{uuid.uuid4().hex[:6]}", task_queue=env.queue)
+                    for name in names))
+
+        async with Worker(env.client, task_queue=env.queue, workflows=[BareStepsWorkflow],
+                          activities=[bare.model, bare.tool], **runner):
+            await run("warm", tasks // 5, [])
+            timing: list[Timing] = []
+            await run("timed", tasks, timing)
+            return timing[0]
+
+
+async def concurrency(tasks: int, latency_ms: int, rounds: int, sandbox: bool) -> None:
+    """Agent and bare batches alternate, each in a fresh stack (Temporal test server,
+    worker, database, model process) after a warm-up of its own, so neither inherits the
+    other's state; the ratio is of the summed times."""
+    agent_times, bare_times = [], []
+    for _ in range(rounds):
+        agent_times.append(await agent_batch(tasks, latency_ms, sandbox))
+        bare_times.append(await bare_batch(tasks, latency_ms, sandbox))
+    label = "sandboxed" if sandbox else "unsandboxed"
+    rounds_text = ", ".join(f"{a.wall_s:.1f}s/{b.wall_s:.1f}s={a.wall_s / b.wall_s:.2f}"
                             for a, b in zip(agent_times, bare_times, strict=True))
-    ratio = sum(agent_times) / sum(bare_times)
-    print(f"concurrency ({sandbox}): {tasks} x {STEPS}-step tasks, agent/bare per round: "
-          f"{rounds_text}; ratio {ratio:.3f} (target <= 1.25)")
+    wall = sum(t.wall_s for t in agent_times) / sum(t.wall_s for t in bare_times)
+    cpu = sum(t.cpu_s for t in agent_times) / sum(t.cpu_s for t in bare_times)
+    print(f"concurrency ({label}): {tasks} x {STEPS}-step tasks, agent/bare wall per round: "
+          f"{rounds_text}; wall ratio {wall:.3f} (target <= 1.25), worker CPU ratio {cpu:.3f}")
 
 
 async def tokens_per_step(env: BenchEnv) -> str:
@@ -147,7 +202,7 @@ async def main(tasks: int, latency_ms: int, sandbox: bool, rounds: int) -> None:
         await env.run("warmup", scenario(2, 0))
         path = await tokens_per_step(env)
         await replay_speed(path)
-        await concurrency(env, tasks, latency_ms, rounds)
+    await concurrency(tasks, latency_ms, rounds, sandbox)
 
 
 if __name__ == "__main__":

@@ -58,7 +58,8 @@ def compile_bytecode() -> None:
 
 
 @contextlib.asynccontextmanager
-async def bench_env(**overrides: Any) -> AsyncIterator[BenchEnv]:
+async def bench_env(agent_worker: bool = True, **overrides: Any) -> AsyncIterator[BenchEnv]:
+    """A fresh stack; `agent_worker=False` leaves the queue to a bench's own worker."""
     compile_bytecode()
     with tempfile.TemporaryDirectory() as tmp, ScriptedLLMProcess() as llm:
         root = Path(tmp)
@@ -69,8 +70,12 @@ async def bench_env(**overrides: Any) -> AsyncIterator[BenchEnv]:
         temporal = EmbeddedTemporal(root / "temporal")
         client = await connect(await temporal.start(), "default")
         queue = f"bench-{uuid.uuid4().hex[:6]}"
+        env = BenchEnv(client, llm, root, settings, queue)
         try:
-            async with build_worker(client, settings, queue):
-                yield BenchEnv(client, llm, root, settings, queue)
+            if agent_worker:
+                async with build_worker(client, settings, queue):
+                    yield env
+            else:
+                yield env
         finally:
             temporal.stop()
