@@ -204,12 +204,18 @@ class Store:
         self.engine: Engine = (sqlite_engine(url) if self.sqlite
                                else create_engine(url, pool_pre_ping=True))
         self._initialised = False
+        self._init_lock = threading.Lock()
         self.blobs = BlobCache(BLOB_CACHE_CHARS)
 
     def init(self) -> None:
-        if not self._initialised:
-            SQLModel.metadata.create_all(self.engine)
-            self._initialised = True
+        # One creator per process: concurrent create_all calls on a fresh database race
+        # between "does the table exist" and "create it", and one fails.
+        if self._initialised:
+            return
+        with self._init_lock:
+            if not self._initialised:
+                SQLModel.metadata.create_all(self.engine)
+                self._initialised = True
 
     def record_task(self, rec: RecordTaskInput) -> TaskRecord:
         """Insert or update a task row; safe to repeat (activity retries)."""

@@ -138,3 +138,14 @@ def test_blob_cache_is_bounded_and_keeps_recent_entries():
     assert cache.chars <= 100 and cache.get("k0") is None and cache.get("k9") == "x" * 20
     cache.put("huge", "y" * 60)  # over a quarter of the budget: not cached
     assert cache.get("huge") is None
+
+
+def test_first_writes_from_many_threads_create_the_schema_once(tmp_path):
+    """A fresh embedded database hit by a busy worker's first writes all at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    store = Store(f"sqlite:///{tmp_path / 'fresh.db'}")
+    texts = [f"blob {n}" * 10 for n in range(16)]
+    with ThreadPoolExecutor(16) as pool:
+        keys = list(pool.map(store.put_blob, texts))
+    assert [Store(f"sqlite:///{tmp_path / 'fresh.db'}").get_blob(k) for k in keys] == texts
