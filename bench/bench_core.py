@@ -3,7 +3,8 @@
 A scripted model answers every call after a fixed 200 ms. The same 10-step task runs
 (a) as AgentTaskWorkflow on the embedded Temporal test server and (b) as a plain asyncio
 loop making the same gateway and tool calls. Both are divided by the sum of the model
-latencies; history bytes per step come from the workflow's event history.
+latencies; history bytes per step come from the workflow's event history, and from a
+second task that writes or reads a 1 MB file at every step.
 
     python -m bench.bench_core [--steps 10] [--latency-ms 200]
 """
@@ -41,6 +42,27 @@ def scenario(steps: int, latency_ms: int) -> dict:
     }
 
 
+def large_file_scenario(steps: int) -> dict:
+    """Each step writes a 1 MB file or reads one back: history must stay lean anyway."""
+    body = "".join(f"row {n:07d}\n" for n in range(80_000))  # ~1 MB
+    acts = []
+    for n in range(1, steps + 1):
+        call = ({"name": "write_file", "arguments": {"path": f"big{n}.txt", "content": body}}
+                if n % 2 else {"name": "read_file", "arguments": {"path": f"big{n - 1}.txt"}})
+        acts.append({"tool_calls": [call]})
+    return {"responses": {
+        "intent": [{"json": {"intent": "CODING_TASK", "confidence": 1, "reason": "x"}}],
+        "plan": [{"json": {"task_type": "coding",
+                           "steps": [{"goal": "write and read", "tool": "write_file"}]}}],
+        "act": [*acts, {"content": "done"}],
+        "summary": [{"content": "done"}],
+    }}
+
+
+def stored_bytes(history) -> int:
+    return sum(event.ByteSize() for event in history.events)  # what Temporal keeps
+
+
 async def plain_loop(gateway: LLMGateway, model: str, workspace: Path, settings: Settings) -> None:
     """The same calls without Temporal: the baseline."""
     specs = tool_specs()
@@ -71,6 +93,9 @@ async def main(steps: int, latency_ms: int, verbose: bool = False) -> None:
         result, workflow_time, handle = await env.run("measured", scenario(steps, latency_ms))
         assert result.status == "completed", result.answer
         history = await handle.fetch_history()
+        big, _, big_handle = await env.run("large", large_file_scenario(steps))
+        assert big.status == "completed", big.answer
+        big_bytes = stored_bytes(await big_handle.fetch_history())
         env.llm.load("plain", scenario(steps, latency_ms))
         plain_ws = env.root / "plain"
         plain_ws.mkdir()
@@ -78,7 +103,7 @@ async def main(steps: int, latency_ms: int, verbose: bool = False) -> None:
         await plain_loop(LLMGateway(env.settings), "plain", plain_ws, env.settings)
         plain_time = time.perf_counter() - started
     history_bytes = len(history.to_json().encode())
-    stored_bytes = sum(event.ByteSize() for event in history.events)  # what Temporal keeps
+    stored = stored_bytes(history)
     if verbose:
         previous = None
         for event in history.events:
@@ -91,9 +116,11 @@ async def main(steps: int, latency_ms: int, verbose: bool = False) -> None:
     print(f"workflow      wall={workflow_time:.2f}s ratio={workflow_time / model_time:.3f}")
     print(f"plain asyncio wall={plain_time:.2f}s ratio={plain_time / model_time:.3f}")
     print(f"workflow/plain={workflow_time / plain_time:.3f}")
-    print(f"history: {len(history.events)} events, {stored_bytes} bytes stored "
-          f"({stored_bytes / steps:.0f} bytes/step); JSON export {history_bytes} bytes "
+    print(f"history: {len(history.events)} events, {stored} bytes stored "
+          f"({stored / steps:.0f} bytes/step); JSON export {history_bytes} bytes "
           f"({history_bytes / steps:.0f} bytes/step)")
+    print(f"history with a 1 MB file written or read at every step: {big_bytes} bytes stored "
+          f"({big_bytes / steps:.0f} bytes/step, target <= 8192)")
 
 
 if __name__ == "__main__":
