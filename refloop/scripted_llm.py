@@ -332,7 +332,11 @@ class ScriptedLLMProcess:
     def __exit__(self, *exc: object) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()
-            self.process.wait(timeout=10)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
 
     def load(self, name: str, scenario: dict[str, Any]) -> None:
         response = httpx.post(f"{self.root}/_admin/scenarios/{name}", json=scenario)

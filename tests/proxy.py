@@ -4,13 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from refloop.net import free_port
 
 
 class DatabaseProxy:
