@@ -78,23 +78,19 @@ class LLMActivities:
         except BlobNotCached:
             stored, prompt = await asyncio.to_thread(self._conversation, inp,
                                                      self.store.get_blob)
-        # Storing the conversation overlaps the model call instead of delaying it.
+        # Stored before the model is asked: a database outage then fails the attempt
+        # before it costs a model call, and the retry asks once.
         text = json.dumps([m.model_dump(mode="json") for m in stored])
-        saving = asyncio.create_task(asyncio.to_thread(self.store.put_blob, text))
-        try:
-            out = await call_model(
-                self.gateway.chat(
-                    Purpose.act,
-                    prompt,
-                    model=inp.model,
-                    tools=tool_specs(inp.tool_names),
-                    parallel_tool_calls=inp.parallel_tool_calls,
-                )
+        ref = await asyncio.to_thread(self.store.put_blob, text)
+        out = await call_model(
+            self.gateway.chat(
+                Purpose.act,
+                prompt,
+                model=inp.model,
+                tools=tool_specs(inp.tool_names),
+                parallel_tool_calls=inp.parallel_tool_calls,
             )
-        except BaseException:
-            await asyncio.gather(saving, return_exceptions=True)  # no write left dangling
-            raise
-        ref = await saving
+        )
         threshold = self.gateway.settings.refloop_blob_threshold_bytes
         calls = out.tool_calls
         if holds_large_string([call.arguments for call in calls], threshold):
