@@ -21,15 +21,10 @@ class ActivityOptions:
     schedule_to_close: timedelta | None = None
 
     def kwargs(self) -> dict[str, Any]:
-        return {
-            "start_to_close_timeout": self.start_to_close,
-            "schedule_to_close_timeout": self.schedule_to_close,
-            "heartbeat_timeout": self.heartbeat,
-            "retry_policy": self.retry,
-        }
+        return {**self.local_kwargs(), "heartbeat_timeout": self.heartbeat}
 
     def local_kwargs(self) -> dict[str, Any]:
-        """The same options for a local activity (no heartbeats there)."""
+        """The options a local activity takes (it has no heartbeats)."""
         return {
             "start_to_close_timeout": self.start_to_close,
             "schedule_to_close_timeout": self.schedule_to_close,
