@@ -27,32 +27,35 @@ def marker(key: str, size: int, shown: int) -> str:
     return f"[[blob:{key}:{size}:{shown}]]"
 
 
-def holds_marker(value: Any) -> bool:
-    """Whether any string in a JSON-like value carries a blob marker."""
+def is_large(text: str, threshold: int) -> bool:
+    """Over the threshold in UTF-8 bytes; a character is at most 4 bytes, so short strings
+    are never encoded."""
+    return len(text) * 4 > threshold and len(text.encode("utf-8")) > threshold
+
+
+def any_string(value: Any, test: Callable[[str], bool]) -> bool:
+    """Whether any string in a JSON-like value passes `test`."""
     if isinstance(value, str):
-        return "[[blob:" in value
+        return test(value)
     if isinstance(value, dict):
-        return any(holds_marker(v) for v in value.values())
+        return any(any_string(v, test) for v in value.values())
     if isinstance(value, list):
-        return any(holds_marker(v) for v in value)
+        return any(any_string(v, test) for v in value)
     return False
+
+
+def holds_marker(value: Any) -> bool:
+    return any_string(value, lambda text: "[[blob:" in text)
 
 
 def holds_large_string(value: Any, threshold: int) -> bool:
-    """Whether `offload_args` would store anything (a character is at most 4 UTF-8 bytes,
-    so short strings are never encoded)."""
-    if isinstance(value, str):
-        return len(value) * 4 > threshold and len(value.encode("utf-8")) > threshold
-    if isinstance(value, dict):
-        return any(holds_large_string(v, threshold) for v in value.values())
-    if isinstance(value, list):
-        return any(holds_large_string(v, threshold) for v in value)
-    return False
+    """Whether `offload_args` / `offload_output` would store anything."""
+    return any_string(value, lambda text: is_large(text, threshold))
 
 
 def offload_output(text: str, threshold: int, put: Put) -> str:
     """A large tool output becomes its preview plus a marker for the rest."""
-    if len(text.encode("utf-8")) <= threshold:
+    if not is_large(text, threshold):
         return text
     key = put(text)
     shown = min(PREVIEW_CHARS, len(text))
@@ -61,7 +64,7 @@ def offload_output(text: str, threshold: int, put: Put) -> str:
 
 def offload_args(value: Any, threshold: int, put: Put) -> Any:
     """Large string arguments (a 1 MB file body) become bare markers."""
-    if isinstance(value, str) and len(value.encode("utf-8")) > threshold:
+    if isinstance(value, str) and is_large(value, threshold):
         return marker(put(value), len(value), 0)
     if isinstance(value, dict):
         return {k: offload_args(v, threshold, put) for k, v in value.items()}
