@@ -11,7 +11,7 @@ from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+from temporalio.worker.workflow_sandbox import SandboxRestrictions
 
 from activities.code_review_activities import CodeReviewActivities
 from activities.llm_activities import LLMActivities
@@ -24,6 +24,7 @@ from refloop.llm import LLMGateway
 from refloop.settings import Settings
 from refloop.store import store_for
 from refloop.telemetry import configure_tracing
+from worker.runner import sandbox_runner
 from workflows.agent import AgentTaskWorkflow
 from workflows.code_review import CodeReviewWorkflow
 
@@ -34,13 +35,11 @@ WORKFLOWS = [AgentTaskWorkflow, CodeReviewWorkflow]
 # Pure, stateless decision modules (and the refloop core they import) are shared with the
 # sandbox instead of being re-imported for every workflow run; workflow classes stay
 # sandboxed.
-SANDBOX = SandboxedWorkflowRunner(
-    restrictions=SandboxRestrictions.default.with_passthrough_modules(
-        "refloop", "workflows.logic", "workflows.triggers", "workflows.review_logic",
-        "workflows.completeness_logic", "workflows.code_review_logic", "workflows.policies",
-        "workflows.state",
-        "pydantic", "opentelemetry",
-    )
+SANDBOX_RESTRICTIONS = SandboxRestrictions.default.with_passthrough_modules(
+    "refloop", "workflows.logic", "workflows.triggers", "workflows.review_logic",
+    "workflows.completeness_logic", "workflows.code_review_logic", "workflows.policies",
+    "workflows.state",
+    "pydantic", "opentelemetry",
 )
 
 
@@ -97,8 +96,8 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
         ],
         activity_executor=ThreadPoolExecutor(8),
         max_cached_workflows=settings.refloop_worker_max_cached_workflows,
-        workflow_runner=SANDBOX if settings.refloop_workflow_sandbox
-        else UnsandboxedWorkflowRunner(),
+        workflow_runner=sandbox_runner(client.data_converter, SANDBOX_RESTRICTIONS)
+        if settings.refloop_workflow_sandbox else UnsandboxedWorkflowRunner(),
     )
 
 
