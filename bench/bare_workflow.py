@@ -5,8 +5,12 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
+from temporalio.common import RetryPolicy
 
 STEPS = 10
+# A bench must fail loudly, not retry a broken call for ever.
+OPTIONS = {"start_to_close_timeout": timedelta(minutes=1),
+           "retry_policy": RetryPolicy(maximum_attempts=3)}
 
 
 @workflow.defn(name="BareStepsWorkflow")
@@ -25,12 +29,10 @@ class BareStepsWorkflow:
             content = await self._model(name, "act", output)
             if step < STEPS:
                 output = await workflow.execute_activity(
-                    "bare.tool", [workspace, f"s{step}", content],
-                    start_to_close_timeout=timedelta(minutes=1))
+                    "bare.tool", [workspace, f"s{step}", content], **OPTIONS)
         await self._model(name, "summary")
         return STEPS
 
     async def _model(self, name: str, purpose: str, last_output: str = "") -> str:
         return await workflow.execute_activity(
-            "bare.model", [name, purpose, last_output],
-            start_to_close_timeout=timedelta(minutes=1))
+            "bare.model", [name, purpose, last_output], **OPTIONS)
