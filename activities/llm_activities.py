@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import json
 
+from pydantic import TypeAdapter
 from temporalio import activity
 
 from activities.errors import call_model
@@ -32,6 +32,9 @@ from refloop.task_rules import constraints_for, infer_task_type, keyword_type, l
 from refloop.tools import tool_specs
 from workflows.policies import TOOL_RESULT_CHARS  # what the model reads of one output
 
+# A stored conversation: one JSON array, parsed and written in pydantic's core.
+CONVERSATION = TypeAdapter(list[ChatMessage])
+
 
 class LLMActivities:
     def __init__(self, gateway: LLMGateway, store: Store) -> None:
@@ -43,8 +46,7 @@ class LLMActivities:
         """(the trimmed conversation to store, what the model reads of it)."""
         earlier: list[ChatMessage] = []
         if inp.conversation_ref:
-            earlier = [ChatMessage.model_validate(m)
-                       for m in json.loads(get(inp.conversation_ref))]
+            earlier = CONVERSATION.validate_json(get(inp.conversation_ref))
         messages = trim_history([*earlier, *inp.messages], inp.max_history_messages)
         return messages, for_model(messages, get, TOOL_RESULT_CHARS)
 
@@ -80,7 +82,7 @@ class LLMActivities:
                                                      self.store.get_blob)
         # Stored before the model is asked: a database outage then fails the attempt
         # before it costs a model call, and the retry asks once.
-        text = json.dumps([m.model_dump(mode="json") for m in stored])
+        text = CONVERSATION.dump_json(stored).decode()
         ref = await asyncio.to_thread(self.store.put_blob, text)
         out = await call_model(
             self.gateway.chat(

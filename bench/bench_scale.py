@@ -7,7 +7,7 @@
 2. prompt tokens per step over a 100-step task (flat thanks to trimming);
 3. replay speed of a history of 1,000+ events.
 
-    python -m bench.bench_scale [--tasks 100] [--latency-ms 200] [--no-sandbox] [--rounds 2]
+    python -m bench.bench_scale [--tasks 100] [--latency-ms 200] [--no-sandbox] [--rounds 4]
 
 The bare workflow runs on a stock Temporal worker (the floor an SDK user gets) and, to
 show what the agent's own orchestration costs, also on refloop's sandboxed runner
@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import statistics
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -172,24 +173,32 @@ async def bare_batch(tasks: int, latency_ms: int, sandbox: bool, runner: str) ->
 async def concurrency(tasks: int, latency_ms: int, rounds: int, sandbox: bool) -> None:
     """Agent and bare batches alternate, each in a fresh stack (Temporal test server,
     worker, database, model process) after a warm-up of its own, so neither inherits the
-    other's state; the ratio is of the summed times."""
+    other's state. Every other round runs in reverse order, so a drift in the machine's
+    load weighs on both alike; the ratio is of the summed times, beside the median of
+    the per-round ratios."""
     runners = BARE_RUNNERS[sandbox]
     agent_times: list[Timing] = []
     bare_times: dict[str, list[Timing]] = {runner: [] for runner in runners}
-    for _ in range(rounds):
-        agent_times.append(await agent_batch(tasks, latency_ms, sandbox))
-        for runner in runners:
-            bare_times[runner].append(await bare_batch(tasks, latency_ms, sandbox, runner))
+    batches = ["agent", *runners]
+    for round_number in range(rounds):
+        for batch in batches if round_number % 2 == 0 else reversed(batches):
+            if batch == "agent":
+                agent_times.append(await agent_batch(tasks, latency_ms, sandbox))
+            else:
+                bare_times[batch].append(await bare_batch(tasks, latency_ms, sandbox, batch))
     label = "sandboxed" if sandbox else "unsandboxed"
     print(f"concurrency ({label}): {tasks} x {STEPS}-step tasks")
     for runner, times in bare_times.items():
         rounds_text = ", ".join(f"{a.wall_s:.1f}s/{b.wall_s:.1f}s={a.wall_s / b.wall_s:.2f}"
                                 for a, b in zip(agent_times, times, strict=True))
         wall = sum(t.wall_s for t in agent_times) / sum(t.wall_s for t in times)
+        median = statistics.median(a.wall_s / b.wall_s
+                                   for a, b in zip(agent_times, times, strict=True))
         cpu = sum(t.cpu_s for t in agent_times) / sum(t.cpu_s for t in times)
         target = " (target <= 1.25)" if runner == "stock" else ""
         print(f"  bare on the {runner} runner: agent/bare wall per round {rounds_text}; "
-              f"wall ratio {wall:.3f}{target}, worker CPU ratio {cpu:.3f}")
+              f"wall ratio {wall:.3f}{target}, median round {median:.2f}, "
+              f"worker CPU ratio {cpu:.3f}")
 
 
 async def tokens_per_step(env: BenchEnv) -> str:
@@ -235,7 +244,7 @@ if __name__ == "__main__":
     parser.add_argument("--tasks", type=int, default=100)
     parser.add_argument("--latency-ms", type=int, default=200)
     parser.add_argument("--no-sandbox", action="store_true")
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=4)
     args = parser.parse_args()
     asyncio.run(main(args.tasks, args.latency_ms, sandbox=not args.no_sandbox,
                      rounds=args.rounds))
