@@ -8,6 +8,7 @@
 3. replay speed of a history of 1,000+ events.
 
     python -m bench.bench_scale [--tasks 100] [--latency-ms 200] [--no-sandbox] [--rounds 4]
+    python -m bench.bench_scale --sandbox-cost --rounds 2   # the agent, sandbox off vs on
 
 The bare workflow runs on a stock Temporal worker (the floor an SDK user gets) and, to
 show what the agent's own orchestration costs, also on refloop's sandboxed runner
@@ -216,6 +217,18 @@ async def concurrency(tasks: int, latency_ms: int, rounds: int, sandbox: bool) -
               f"worker CPU ratio {cpu:.3f}")
 
 
+async def sandbox_cost(tasks: int, latency_ms: int, rounds: int) -> None:
+    """REFLOOP_WORKFLOW_SANDBOX off against on, agent batches only, rounds alternating."""
+    times: dict[bool, list[Timing]] = {True: [], False: []}
+    for round_number in range(rounds):
+        for sandbox in (True, False) if round_number % 2 == 0 else (False, True):
+            times[sandbox].append(await agent_batch(tasks, latency_ms, sandbox))
+    wall, cpu = (sum(getattr(t, field) for t in times[False])
+                 / sum(getattr(t, field) for t in times[True]) for field in ("wall_s", "cpu_s"))
+    print(f"sandbox cost: {tasks} x {STEPS}-step agent tasks, unsandboxed/sandboxed wall "
+          f"{wall:.3f}, worker CPU {cpu:.3f} over {rounds} rounds")
+
+
 async def tokens_per_step(env: BenchEnv) -> str:
     result, _, handle = await env.run("long", scenario(100, 0), max_iterations=101,
                                       triggers={"enabled": False})
@@ -246,7 +259,11 @@ async def replay_speed(path: str) -> None:
     print(f"replay: {events} events in {seconds:.2f}s ({events / seconds:.0f} events/s)")
 
 
-async def main(tasks: int, latency_ms: int, sandbox: bool, rounds: int) -> None:
+async def main(tasks: int, latency_ms: int, sandbox: bool, rounds: int,
+               only_sandbox_cost: bool) -> None:
+    if only_sandbox_cost:
+        await sandbox_cost(tasks, latency_ms, rounds)
+        return
     async with bench_env(refloop_workflow_sandbox=sandbox) as env:
         await env.run("warmup", scenario(2, 0))
         path = await tokens_per_step(env)
@@ -260,6 +277,8 @@ if __name__ == "__main__":
     parser.add_argument("--latency-ms", type=int, default=200)
     parser.add_argument("--no-sandbox", action="store_true")
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--sandbox-cost", action="store_true",
+                        help="only measure the agent with the sandbox off against on")
     args = parser.parse_args()
     asyncio.run(main(args.tasks, args.latency_ms, sandbox=not args.no_sandbox,
-                     rounds=args.rounds))
+                     rounds=args.rounds, only_sandbox_cost=args.sandbox_cost))
