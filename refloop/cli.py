@@ -9,6 +9,7 @@ import argparse
 import asyncio
 import json
 import logging
+import signal
 import sys
 import uuid
 from pathlib import Path
@@ -361,6 +362,17 @@ async def run_api(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+class Terminated(BaseException):
+    """SIGTERM (docker stop, systemd, a supervisor), raised like Ctrl-C's
+    KeyboardInterrupt so every command's clean-up runs. The default handler ends the
+    process at once: `refloop up` then left its embedded Temporal server running, since
+    uvicorn re-raises the signal after its own graceful shutdown."""
+
+
+def _raise_terminated(signum: int, frame: object) -> NoReturn:
+    raise Terminated
+
+
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -393,7 +405,10 @@ def main(argv: list[str] | None = None) -> None:
     else:
         runner = replay_histories(args)
     try:
+        signal.signal(signal.SIGTERM, _raise_terminated)
         code = asyncio.run(runner)
     except KeyboardInterrupt:
         code = 130
+    except Terminated:
+        code = 143  # 128 + SIGTERM, as a shell reports it
     sys.exit(code or 0)

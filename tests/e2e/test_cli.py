@@ -97,3 +97,37 @@ def test_scripted_llm_without_a_file_serves_scenarios_loaded_over_http():
         with pytest.raises(ValueError):
             llm.load("broken", {"responses": {"no_such_purpose": []}})
     assert llm.process.returncode is not None  # stopped with the block
+
+
+def test_sigterm_stops_refloop_up_and_its_embedded_temporal(tmp_path: Path):
+    """`docker stop` or systemd sends SIGTERM: the embedded Temporal server must go with
+    `refloop up`, not be orphaned (it runs in its own session)."""
+    import re
+    import signal
+    import socket
+
+    from refloop.net import free_port
+    from tests.http_wait import wait_until_healthy
+
+    port = free_port()
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OPENAI_BASE_URL", "TEMPORAL_ADDRESS", "DATABASE_URL")}
+    env["REFLOOP_DATA_DIR"] = str(tmp_path / "data")
+    log = tmp_path / "up.log"
+    with log.open("w") as stderr:
+        up = subprocess.Popen([sys.executable, "-m", "refloop", "up", "--port", str(port)],
+                              env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+    try:
+        wait_until_healthy(f"http://127.0.0.1:{port}")
+        found = re.search(r"embedded Temporal: .* at 127\.0\.0\.1:(\d+)", log.read_text())
+        assert found, log.read_text()
+        temporal_port = int(found.group(1))
+        socket.create_connection(("127.0.0.1", temporal_port), timeout=2).close()
+        up.send_signal(signal.SIGTERM)
+        assert up.wait(timeout=30) == 143
+    finally:
+        if up.poll() is None:
+            up.kill()
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", temporal_port), timeout=2).close()
+    assert "Traceback" not in log.read_text()

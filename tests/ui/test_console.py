@@ -7,13 +7,12 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from refloop.scripted_llm import ScriptedLLMServer
+from tests.http_wait import wait_until_healthy
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ARTIFACTS = Path(__file__).parents[2] / "test-artifacts"
@@ -68,13 +67,7 @@ def console(tmp_path):
                                   stderr=subprocess.DEVNULL, start_new_session=True)
         base = f"http://127.0.0.1:{port}"
         try:
-            for _ in range(150):
-                try:
-                    if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.2)
+            wait_until_healthy(base, timeout_s=30)
             yield base
         finally:
             server.terminate()
