@@ -1,10 +1,14 @@
 """Shared set-up for benchmarks: embedded Temporal, the scripted model in its own process
-(as a real endpoint would be), one worker."""
+(as a real endpoint would be), one worker.
+
+`BENCH_TEMPORAL=sqlite` (default) runs the dev server as `refloop up` does, persisting to
+SQLite; `BENCH_TEMPORAL=memory` runs it in memory, the floor a persisting server pays over."""
 
 from __future__ import annotations
 
 import compileall
 import contextlib
+import os
 import tempfile
 import time
 import uuid
@@ -16,6 +20,7 @@ from typing import Any
 from temporalio.client import Client, WorkflowHandle
 
 from refloop.models import TaskInput, TaskResult
+from refloop.net import free_port
 from refloop.scripted_llm import ScriptedLLMProcess
 from refloop.settings import Settings
 from worker.main import build_worker, connect
@@ -57,6 +62,14 @@ def compile_bytecode() -> None:
         compileall.compile_dir(root / package, quiet=1)
 
 
+def bench_server() -> str:
+    """Which dev server the benches run on: `sqlite` or `memory`."""
+    server = os.environ.get("BENCH_TEMPORAL", "sqlite")
+    if server not in ("sqlite", "memory"):
+        raise SystemExit("BENCH_TEMPORAL must be sqlite or memory")
+    return server
+
+
 @contextlib.asynccontextmanager
 async def bench_env(agent_worker: bool = True, **overrides: Any) -> AsyncIterator[BenchEnv]:
     """A fresh stack; `agent_worker=False` leaves the queue to a bench's own worker."""
@@ -67,7 +80,8 @@ async def bench_env(agent_worker: bool = True, **overrides: Any) -> AsyncIterato
         settings = Settings(openai_base_url=llm.base_url, openai_api_key="bench",
                             refloop_data_dir=root / "data", refloop_semantic_index=False,
                             **overrides)
-        temporal = EmbeddedTemporal(root / "temporal")
+        temporal = EmbeddedTemporal(root / "temporal", port=free_port(), ui_port=None,
+                                    persistent=bench_server() == "sqlite")
         client = await connect(await temporal.start(), "default")
         queue = f"bench-{uuid.uuid4().hex[:6]}"
         env = BenchEnv(client, llm, root, settings, queue)

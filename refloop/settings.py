@@ -20,6 +20,12 @@ class Settings(BaseSettings):
     temporal_address: str | None = None
     temporal_namespace: str = "default"
     refloop_task_queue: str = "refloop"
+    # The embedded dev server (TEMPORAL_ADDRESS unset): its ports on 127.0.0.1
+    refloop_temporal_port: int = Field(default=7233, gt=0, lt=65536)
+    refloop_ui_port: int = Field(default=8233, gt=0, lt=65536)
+    refloop_api_port: int = Field(default=8000, gt=0, lt=65536)  # `refloop up`/`api`
+    # SIGTERM/SIGINT: in-flight activities get this long to finish before the worker stops
+    refloop_graceful_shutdown_s: float = Field(default=20.0, ge=0)
     # Persistence; unset: SQLite file under the data dir
     database_url: str | None = None
     refloop_data_dir: Path = Path(".refloop-data")

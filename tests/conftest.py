@@ -1,4 +1,5 @@
-"""Session-wide real Temporal server (embedded test server), scripted model and DB URL."""
+"""Session-wide real Temporal server (the `temporal` CLI dev server, in memory, on free
+ports), scripted model and DB URL."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
+from refloop.net import free_port
 from refloop.settings import Settings
 from tests.constants import TEST_DATABASE_URL
 from tests.llm_fixtures import scripted_llm  # noqa: F401  (session fixture)
@@ -18,7 +20,8 @@ from worker.temporal_server import EmbeddedTemporal
 
 @pytest.fixture(scope="session")
 async def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[str]:
-    server = EmbeddedTemporal(tmp_path_factory.mktemp("temporal"))
+    server = EmbeddedTemporal(tmp_path_factory.mktemp("temporal"), port=free_port(),
+                              ui_port=None, persistent=False)
     address = await server.start()
     yield address
     server.stop()

