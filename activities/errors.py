@@ -28,8 +28,12 @@ def to_application_error(err: LLMError) -> ApplicationError:
     )
 
 
+# A third of the calls' heartbeat timeout (workflows/policies.py): two beats may be lost.
+HEARTBEAT_INTERVAL_S = 2.0
+
+
 @contextlib.asynccontextmanager
-async def heartbeating(interval_s: float = 5.0) -> AsyncIterator[None]:
+async def heartbeating(interval_s: float = HEARTBEAT_INTERVAL_S) -> AsyncIterator[None]:
     """Heartbeat in the background so a dead worker is noticed by the heartbeat timeout.
     A timer callback, not a task: most calls end before the first beat, and a busy
     worker runs thousands of them."""

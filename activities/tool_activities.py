@@ -36,7 +36,7 @@ class ToolActivities:
         arguments = inp.arguments
         if holds_marker(arguments):
             arguments = await asyncio.to_thread(resolve_args, arguments, self.store.get_blob)
-        async with heartbeating(2.0):
+        async with heartbeating():
             try:
                 result = await execute_tool(inp.model_copy(update={"arguments": arguments}),
                                             self.settings)

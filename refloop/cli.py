@@ -95,6 +95,7 @@ async def run_task(args: argparse.Namespace, settings: Settings) -> int:
     from temporalio.client import WorkflowFailureError
     from temporalio.exceptions import ApplicationError
 
+    from refloop.visibility import start_metadata
     from worker.replay import dump_history
     from worker.stack import embedded_stack
     from workflows.agent import AgentTaskWorkflow
@@ -124,8 +125,11 @@ async def run_task(args: argparse.Namespace, settings: Settings) -> int:
             task,
             id=workflow_id,
             task_queue=stack.settings.refloop_task_queue,
+            **start_metadata(task.task, task.workspace),
         )
-        err_console.print(f"[bold]workflow[/] {workflow_id}")
+        web_ui = stack.temporal.workflow_url(workflow_id) if stack.temporal else None
+        err_console.print(f"[bold]workflow[/] {workflow_id}"
+                          + (f"  Web UI {web_ui}" if web_ui else ""))
         done = asyncio.Event()
         follower = asyncio.create_task(follow_events(handle, done))
         try:
@@ -144,7 +148,12 @@ async def run_task(args: argparse.Namespace, settings: Settings) -> int:
         if args.save_history:
             history = await handle.fetch_history()
             Path(args.save_history).write_text(dump_history(history), encoding="utf-8")
+        owned = stack.temporal is not None and stack.temporal.owned_pid is not None
     emit_result(result, args.json)
+    if web_ui:
+        later = (" (this command's server has stopped: `refloop up` serves the task from "
+                 f"{settings.refloop_data_dir})") if owned else ""
+        err_console.print(f"[bold]Web UI[/] {web_ui}{later}")
     return 0 if result.status == "completed" else 1
 
 
@@ -176,13 +185,16 @@ def emit_result(result: TaskResult, as_json: bool) -> None:
 async def export_history(args: argparse.Namespace, settings: Settings) -> int:
     from worker.main import connect
     from worker.replay import dump_history
+    from worker.temporal_server import find_running_address
 
-    if not settings.temporal_address:
+    address = settings.temporal_address or find_running_address(
+        settings.refloop_data_dir, settings.refloop_temporal_port)
+    if not address:
         fail(
-            "refloop history needs TEMPORAL_ADDRESS; the embedded test server keeps "
-            "nothing after its process ends (use `refloop run --save-history FILE`)"
+            "no Temporal server to read from: start `refloop up` (its dev server keeps "
+            "every task's history) or set TEMPORAL_ADDRESS"
         )
-    client = await connect(settings.temporal_address, settings.temporal_namespace)
+    client = await connect(address, settings.temporal_namespace)
     history = await client.get_workflow_handle(args.workflow_id).fetch_history()
     Path(args.output).write_text(dump_history(history), encoding="utf-8")
     err_console.print(f"saved {len(history.events)} events to {args.output}")
@@ -298,8 +310,14 @@ def build_parser() -> argparse.ArgumentParser:
     for name, text in (("up", "the embedded stack: Temporal, worker and API"),
                        ("api", "the HTTP API against TEMPORAL_ADDRESS")):
         serve = sub.add_parser(name, help=text)
-        serve.add_argument("--port", type=int, default=8000)
+        serve.add_argument("--port", type=int,
+                           help="API port (default REFLOOP_API_PORT or 8000)")
         serve.add_argument("--host", default="127.0.0.1")
+        if name == "up":
+            serve.add_argument("--temporal-port", type=int, help="embedded Temporal gRPC "
+                               "port (default REFLOOP_TEMPORAL_PORT or 7233)")
+            serve.add_argument("--ui-port", type=int, help="Temporal Web UI port (default "
+                               "REFLOOP_UI_PORT or 8233)")
 
     history = sub.add_parser("history", help="export a workflow's event history")
     history.add_argument("workflow_id")
@@ -331,14 +349,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Set once uvicorn has shut down (it handles SIGTERM/SIGINT itself, then re-raises the
+# signal): the clean-up after it must not be cancelled by that re-raised signal.
+_SERVER_STOPPED: list[bool] = []
+
+
 async def serve_api(settings: Settings, client: Any, host: str, port: int) -> None:
     import uvicorn
 
     from api.main import create_app
 
+    # Open event streams must not hold a stop past the grace period.
     config = uvicorn.Config(create_app(settings, client=client), host=host, port=port,
-                            log_level="warning")
-    await uvicorn.Server(config).serve()
+                            log_level="warning",
+                            timeout_graceful_shutdown=int(settings.refloop_graceful_shutdown_s))
+    try:
+        await uvicorn.Server(config).serve()
+    finally:
+        _SERVER_STOPPED.append(True)
 
 
 async def run_up(args: argparse.Namespace, settings: Settings) -> int:
@@ -346,13 +374,46 @@ async def run_up(args: argparse.Namespace, settings: Settings) -> int:
 
     async with embedded_stack(settings) as stack:
         where = stack.temporal.address if stack.temporal else settings.temporal_address
-        ui = f", Web UI {stack.temporal.ui_url}" if stack.temporal and stack.temporal.ui_url \
-            else ""
-        err_console.print(f"[bold]refloop up[/]: Temporal {where}{ui}, worker on "
-                          f"{settings.refloop_task_queue}, API http://{args.host}:{args.port} "
-                          "(docs at /docs); Ctrl-C to stop")
+        ui = stack.temporal.ui_url if stack.temporal else None
+        err_console.print(f"[bold]refloop up[/]: Temporal {where}, Web UI {ui or '(none)'}, "
+                          f"API http://{args.host}:{args.port} (docs at /docs); worker on "
+                          f"{settings.refloop_task_queue}; Ctrl-C to stop")
         await serve_api(stack.settings, stack.client, args.host, args.port)
     return 0
+
+
+async def until_signalled(runner: Any, settings: Settings) -> int:
+    """Run a long-lived command until SIGTERM or SIGINT, then let its clean-up run (the
+    worker drains in-flight activities for the grace period; the embedded server stops).
+    A clean-up that hangs is cut short: the process exits at the grace period + 4 s."""
+    import os
+    import threading
+
+    loop = asyncio.get_running_loop()
+    main_task = asyncio.current_task()
+    received: list[int] = []
+
+    def on_signal(signum: int) -> None:
+        if received:
+            return
+        received.append(signum)
+        watchdog = threading.Timer(settings.refloop_graceful_shutdown_s + 4,
+                                   os._exit, args=(128 + signum,))
+        watchdog.daemon = True
+        watchdog.start()
+        assert main_task is not None
+        if not _SERVER_STOPPED:
+            main_task.cancel()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, on_signal, signum)
+    try:
+        code = await runner
+    except asyncio.CancelledError:
+        if not received:
+            raise
+        return 128 + received[0]  # 143 (SIGTERM) or 130 (SIGINT), as a shell reports it
+    return 128 + received[0] if received else code
 
 
 async def run_api(args: argparse.Namespace, settings: Settings) -> int:
@@ -381,6 +442,11 @@ def main(argv: list[str] | None = None) -> None:
     except SettingsError as err:
         err_console.print(f"[bold red]{err}[/]")
         raise SystemExit(2) from None
+    if args.command in ("up", "api"):
+        args.port = args.port or settings.refloop_api_port
+        ports = {"refloop_temporal_port": getattr(args, "temporal_port", None),
+                 "refloop_ui_port": getattr(args, "ui_port", None)}
+        settings = settings.model_copy(update={k: v for k, v in ports.items() if v})
     if args.command == "scripted-llm":
         from refloop.scripted_llm import serve
 
@@ -389,13 +455,13 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "worker":
         from worker.main import run_worker
 
-        runner = run_worker(settings)
+        runner = until_signalled(run_worker(settings), settings)
     elif args.command == "run":
         runner = run_task(args, settings)
     elif args.command == "up":
-        runner = run_up(args, settings)
+        runner = until_signalled(run_up(args, settings), settings)
     elif args.command == "api":
-        runner = run_api(args, settings)
+        runner = until_signalled(run_api(args, settings), settings)
     elif args.command == "eval":
         runner = run_eval(args)
     elif args.command == "review":

@@ -60,3 +60,16 @@ def model_call_summary(purpose: str, iteration: int | None = None,
     if step:
         parts.append(f"step {step}/{total_steps}" if total_steps else f"step {step}")
     return " · ".join(parts)
+
+
+def intent_label(intent: Any) -> str:
+    """The intent's label as a plain string (an enum's value)."""
+    label = getattr(intent, "intent", intent)
+    return str(getattr(label, "value", label))
+
+
+def start_metadata(task: str, workspace: str = "") -> dict[str, str]:
+    """`start_workflow` keyword arguments: the Web UI's summary (the task, one line) and
+    static details (the whole task and its workspace)."""
+    details = f"{task}\n\nworkspace: `{workspace}`" if workspace else task
+    return {"static_summary": task_summary(task), "static_details": details}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 
 from temporalio.client import Client
 from temporalio.contrib.opentelemetry import TracingInterceptor
@@ -96,13 +97,16 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
         ],
         activity_executor=ThreadPoolExecutor(8),
         max_cached_workflows=settings.refloop_worker_max_cached_workflows,
+        # On SIGTERM/SIGINT, in-flight activities get this long before they are cancelled.
+        graceful_shutdown_timeout=timedelta(seconds=settings.refloop_graceful_shutdown_s),
         workflow_runner=sandbox_runner(client.data_converter, SANDBOX_RESTRICTIONS)
         if settings.refloop_workflow_sandbox else UnsandboxedWorkflowRunner(),
     )
 
 
 async def run_worker(settings: Settings) -> None:
-    """`refloop worker`: needs TEMPORAL_ADDRESS; runs until interrupted."""
+    """`refloop worker`: needs TEMPORAL_ADDRESS; runs until cancelled (SIGTERM/SIGINT),
+    then drains in-flight activities for the graceful shutdown timeout."""
     if not settings.temporal_address:
         raise SystemExit("refloop worker needs TEMPORAL_ADDRESS (or use `refloop up`)")
     from worker.stack import model_endpoint

@@ -271,3 +271,13 @@ class EmbeddedTemporal:
                 log.info("embedded Temporal stopped")
         finally:
             self._release_lock()
+
+
+def find_running_address(data_dir: Path, port: int) -> str | None:
+    """A running server for commands that need one but never start one (`refloop
+    history`): the one `refloop up` runs for this data dir, else one on the port."""
+    record = running_server(data_dir)
+    if record:
+        return record.address
+    address = f"{HOST}:{port}"
+    return address if answers(address) else None

@@ -15,6 +15,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 # Models and the static tool registry are plain data; passed through so the sandbox
 # does not re-import pydantic for every workflow run.
 with workflow.unsafe.imports_passed_through():
+    from refloop import visibility
     from refloop.feedback import task_keywords
     from refloop.models import (
         ActInput,
@@ -52,11 +53,13 @@ from workflows.policies import (
 )
 from workflows.reflection_phase import CompletenessPhase
 from workflows.review_phase import QualityReviewPhase
+from workflows.visibility_phase import VisibilityPhase
 from workflows.workspace_phase import WorkspacePhase
 
 
 @workflow.defn(name="AgentTaskWorkflow")
-class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, WorkspacePhase):
+class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, WorkspacePhase,
+                        VisibilityPhase):
     @workflow.init
     def __init__(self, inp: TaskInput) -> None:
         if inp.resume_state is not None:  # continued-as-new: the same task, a fresh history
@@ -70,11 +73,12 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
 
     # ------------------------------------------------------------ queries
 
-    @workflow.query
+    @workflow.query(description="The task's events after sequence number `after_seq` "
+                    "(default 0: all): plan, steps, tool calls and results, reflections.")
     def events(self, after_seq: int = 0) -> list[Event]:
         return [event for event in self.state.events if event.seq > after_seq]
 
-    @workflow.query
+    @workflow.query(description="Status, current plan step, plan, stats and event count.")
     def progress(self) -> TaskProgress:
         return TaskProgress(
             status=self.state.status,
@@ -86,7 +90,8 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
 
     # ------------------------------------------------------------ updates
 
-    @workflow.update
+    @workflow.update(description='Approve or reject a tool call waiting for approval: '
+                     '{"call_id": "<iteration>.<index>", "approved": true, "comment": "..."}.')
     async def decide_approval(self, decision: ApprovalDecision) -> str:
         self.state.pending_approvals[decision.call_id] = decision
         return "approved" if decision.approved else "rejected"
@@ -104,6 +109,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
                 if inp.resume_state is None:
                     self._begin_describing()
                     await self._record("running", input=inp.model_dump(mode="json"))
+                self._show()
             except ActivityError as err:
                 raise_if_cancelled(err)
                 raise
@@ -114,6 +120,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
             self.state.status = "cancelled"
             self._emit("failed", {"stop_reason": "cancelled", "error": "cancelled by request"})
             result = self._result("failed", "cancelled", "cancelled by request")
+            self._show("cancelled")
             await self._record("cancelled", result=result.model_dump(mode="json"))
             raise
 
@@ -147,6 +154,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
                 ActivityName.CLASSIFY_INTENT,
                 ClassifyIntentInput(task=self.state.input.task, model=self.state.input.model),
                 result_type=ClassifyIntentResult,
+                summary="intent",
                 **LLM_CALL.kwargs(),
             )
         except ActivityError as err:
@@ -159,6 +167,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
         self._account(result.usage)
         self.state.intent = result.intent
         self._emit("intent", result.intent.model_dump(mode="json"))
+        self._show()
 
     async def _make_plan(self) -> None:
         feedback = None
@@ -172,6 +181,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
                     feedback=feedback,
                 ),
                 result_type=MakePlanResult,
+                summary=f"plan · attempt {attempt + 1}" if attempt else "plan",
                 **LLM_CALL.kwargs(),
             )
             self._account(result.usage)
@@ -192,6 +202,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
         self.state.plan = plan
         self._emit("plan", plan.model_dump(mode="json"))
         self._emit_step()
+        self._show()
 
     def _start_conversation(self) -> None:
         inp = self.state.input
@@ -226,6 +237,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
                     parallel_tool_calls=False if inp.enable_quality_review else None,
                 ),
                 result_type=ActResult,
+                summary=self._act_summary(iteration),
                 **LLM_CALL.kwargs(),
             )
             self._account(act.usage)
@@ -376,10 +388,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
                     keywords=self.keywords,
                 ),
                 result_type=ToolResult,
-                # Only tool calls carry a Web UI summary (the path or command): the
-                # activity type names the rest, and each summary is one more payload the
-                # worker encodes per command (about 15% of a busy worker's CPU).
-                summary=logic.tool_call_summary(call),
+                summary=logic.tool_call_summary(call),  # the tool and its target
                 **TOOL_CALL.kwargs(),
             )
         stats = self.state.stats
@@ -403,6 +412,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
         )
         if call.name == logic.COMPLETE_STEP and result.ok:
             self._emit_step()
+            self._show()
         return result
 
     async def _summarize(self) -> None:
@@ -423,6 +433,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
                     model=self.state.input.model,
                 ),
                 result_type=SummarizeResult,
+                summary="summary",
                 **LLM_CALL.kwargs(),
             )
         except ActivityError as err:
@@ -462,6 +473,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
         self.state.status = "completed"
         self._emit("completed", {"answer": logic.truncate(self.state.answer, 2000)})
         result = self._result("completed", "final_answer", self.state.answer)
+        self._show(result.status)
         await self._record("completed", result=result.model_dump(mode="json"))
         return result
 
@@ -470,6 +482,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
         self.state.status = "failed"
         self._emit("failed", {"stop_reason": stop_reason, "error": message})
         result = self._result("failed", stop_reason, message)
+        self._show(result.status)
         await self._record("failed", result=result.model_dump(mode="json"), error=message)
         # Failing the run makes the Web UI show it; the details carry the full result.
         raise ApplicationError(
@@ -478,3 +491,8 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
 
     # ------------------------------------------------------------ helpers
 
+    def _act_summary(self, iteration: int) -> str:
+        plan = self.state.plan
+        return visibility.model_call_summary(
+            "act", iteration, logic.current_step(plan, self.state.completed_steps),
+            len(plan.steps) if plan else 0)

@@ -40,6 +40,9 @@ class AgentBase:
 
     state: AgentState
 
+    def _show(self, status: str | None = None) -> None:
+        """Refresh what the Web UI shows of the task (VisibilityPhase)."""
+
     async def _record(self, status: str, **fields: Any) -> None:
         await self._store_write(
             ActivityName.RECORD_TASK,
@@ -51,15 +54,19 @@ class AgentBase:
                 usage=self.state.stats.model_dump(mode="json"),
                 **fields,
             ),
+            summary=f"record task: {status}",
         )
 
-    async def _store_write(self, activity_name: str, arg: BaseModel) -> None:
+    async def _store_write(self, activity_name: str, arg: BaseModel,
+                           summary: str | None = None) -> None:
         """A DB write as a local activity; runs recorded before the patch replay theirs as
         scheduled activities."""
         if workflow.patched(STORE_WRITES_LOCAL):
-            await workflow.execute_local_activity(activity_name, arg, **STORE_WRITE.local_kwargs())
+            await workflow.execute_local_activity(activity_name, arg, summary=summary,
+                                                  **STORE_WRITE.local_kwargs())
         else:
-            await workflow.execute_activity(activity_name, arg, **STORE_WRITE.kwargs())
+            await workflow.execute_activity(activity_name, arg, summary=summary,
+                                            **STORE_WRITE.kwargs())
 
     def _append(self, message: ChatMessage) -> None:
         """A turn for the next `act`, which adds it to the stored conversation and trims."""

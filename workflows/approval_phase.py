@@ -48,6 +48,7 @@ class ApprovalPhase(AgentBase):
         pending[call_key] = None
         self._emit("approval_required",
                    {"call_id": call_key, "tool": call.name, "args": call.arguments})
+        self._show()
         try:
             await workflow.wait_condition(
                 lambda: pending[call_key] is not None,
@@ -60,6 +61,7 @@ class ApprovalPhase(AgentBase):
         decision = pending[call_key]
         assert decision is not None
         self._emit("approval_decided", decision.model_dump(mode="json"))
+        self._show()
         if decision.approved:
             return None
         reason = f": {decision.comment}" if decision.comment else ""

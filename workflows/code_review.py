@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
 
 from workflows import code_review_logic as logic
 from workflows.policies import LLM_CALL, STORE_WRITE, TOOL_CALL
+from workflows.visibility_phase import show_code_review
 
 
 @workflow.defn(name="CodeReviewWorkflow")
@@ -43,12 +44,23 @@ class CodeReviewWorkflow:
         self.provenance: list[dict[str, Any]] = []
         self.stage = "content"
 
-    @workflow.query
+    @workflow.query(description="The review's stage (content, review, verify, format, done) "
+                    "and its supervisor attempts so far.")
     def status(self) -> dict[str, Any]:
         return {"stage": self.stage, "attempts": self.attempts}
 
     @workflow.run
     async def run(self, request: CodeReviewInput) -> CodeReviewResult:
+        show_code_review("running")
+        try:
+            result = await self._review(request)
+        except BaseException:
+            show_code_review("failed")
+            raise
+        show_code_review(result.status)
+        return result
+
+    async def _review(self, request: CodeReviewInput) -> CodeReviewResult:
         content: ReviewContent = await workflow.execute_activity(
             Names.LOAD, LoadContentInput(request=request, task_id=self.task_id),
             result_type=ReviewContent, summary="load review content", **TOOL_CALL.kwargs())

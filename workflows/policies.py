@@ -32,11 +32,16 @@ class ActivityOptions:
         }
 
 
+# A dead worker's call is retried on another worker once its heartbeats stop for this
+# long (activities beat every 2 s): seconds of recovery, not minutes. Start-to-close still
+# bounds a worker that is alive but hung.
+HEARTBEAT = timedelta(seconds=6)
+
 # Model calls: transport errors back off exponentially; a dead worker is noticed by
-# the 30 s heartbeat timeout; a whole call with its retries is bounded at 15 minutes.
+# the heartbeat timeout; a whole call with its retries is bounded at 15 minutes.
 LLM_CALL = ActivityOptions(
     start_to_close=timedelta(minutes=3),
-    heartbeat=timedelta(seconds=30),
+    heartbeat=HEARTBEAT,
     schedule_to_close=timedelta(minutes=15),
     retry=RetryPolicy(
         initial_interval=timedelta(seconds=1),
@@ -51,7 +56,7 @@ LLM_CALL = ActivityOptions(
 # their own timeout, so start-to-close only guards against a hung worker.
 TOOL_CALL = ActivityOptions(
     start_to_close=timedelta(minutes=10),
-    heartbeat=timedelta(seconds=10),
+    heartbeat=HEARTBEAT,
     retry=RetryPolicy(
         initial_interval=timedelta(seconds=1),
         maximum_interval=timedelta(seconds=10),
@@ -76,7 +81,7 @@ STORE_WRITE = ActivityOptions(
 # Quality review: a bounded budget, because a broken reviewer fails open instead.
 REVIEW_CALL = ActivityOptions(
     start_to_close=timedelta(seconds=90),
-    heartbeat=timedelta(seconds=30),
+    heartbeat=HEARTBEAT,
     schedule_to_close=timedelta(minutes=4),
     retry=RetryPolicy(
         initial_interval=timedelta(seconds=1),

@@ -6,6 +6,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
+    from refloop import visibility
     from refloop.models import (
         ActivityName,
         CompletenessInput,
@@ -144,6 +145,7 @@ class CompletenessPhase(AgentBase):
                 child_input,
                 id=child_id,
                 result_type=TaskResult,
+                static_summary=visibility.task_summary(child_input.task),
                 parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
             )
         except ChildWorkflowError as err:

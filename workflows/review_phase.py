@@ -69,6 +69,7 @@ class QualityReviewPhase(AgentBase):
                 session_id=inp.session_id,
                 review=review,
             ),
+            summary=f"record quality review {file_path}",
         )
         return review
 

@@ -33,6 +33,7 @@ class WorkspacePhase(AgentBase):
                 ActivityName.DESCRIBE_WORKSPACE,
                 WorkspaceInput(workspace=self.state.input.workspace),
                 result_type=WorkspaceDescription,
+                summary=f"describe workspace {self.state.input.workspace}",
                 **WORKSPACE_CALL.kwargs(),
             )
 
@@ -58,6 +59,7 @@ class WorkspacePhase(AgentBase):
                 ActivityName.INDEX_WORKSPACE,
                 WorkspaceInput(workspace=self.state.input.workspace),
                 result_type=IndexReport,
+                summary=f"index workspace {self.state.input.workspace}",
                 **INDEX_CALL.kwargs(),
             )
 

@@ -15,6 +15,7 @@ from api.deps import ClientDep, SettingsDep, StoreDep
 from refloop.code_review_models import CodeReviewInput, CodeReviewResult
 from refloop.models import RecordTaskInput
 from refloop.store import CodeReviewContentRecord
+from refloop.visibility import start_metadata
 from workflows.code_review import CodeReviewWorkflow
 
 router = APIRouter(prefix="/code-reviews", tags=["code-reviews"])
@@ -42,7 +43,9 @@ async def start_review(body: CodeReviewInput, client: ClientDep, store: StoreDep
         task_id=task_id, workflow_id=task_id, kind="code_review", status="queued",
         input=request.model_dump(mode="json")))
     await client.start_workflow(CodeReviewWorkflow.run, request, id=task_id,
-                                task_queue=settings.refloop_task_queue)
+                                task_queue=settings.refloop_task_queue,
+                                **start_metadata(f"code review ({request.review_type}) "
+                                                 f"{request.task_desc}".strip()))
     return CodeReviewAccepted(task_id=task_id, workflow_id=task_id)
 
 

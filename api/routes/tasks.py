@@ -28,6 +28,7 @@ from refloop.models import ApprovalDecision, RecordTaskInput, TaskInput
 from refloop.settings import Settings
 from refloop.store import ModelConfigRecord, PromptRecord, SessionRecord, Store, TaskRecord
 from refloop.telemetry import tracer
+from refloop.visibility import start_metadata
 from workflows.agent import AgentTaskWorkflow
 
 interactive = APIRouter(prefix="/agent/interactive", tags=["interactive"])
@@ -111,7 +112,8 @@ async def start_task(body: TaskCreate, client, store: Store, settings: Settings,
     # The caller's trace (W3C traceparent) becomes the parent of the task's spans.
     with tracer.start_as_current_span("start task", context=propagate.extract(headers or {})):
         await client.start_workflow(AgentTaskWorkflow.run, inp, id=workflow_id,
-                                    task_queue=settings.refloop_task_queue)
+                                    task_queue=settings.refloop_task_queue,
+                                    **start_metadata(inp.task, inp.workspace))
     return TaskAccepted(task_id=workflow_id, workflow_id=workflow_id)
 
 

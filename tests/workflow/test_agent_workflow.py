@@ -206,7 +206,7 @@ async def test_golden_history_recorded(client, settings, scripted_llm, workspace
         "summary": [SUMMARY],
     })
     result = await run_task(client, settings, task_queue, model, workspace, task="write a",
-                            record_as="agent_task_completed")
+                            record_as="agent_task_with_search_attributes")
     assert result.status == "completed"
 
 

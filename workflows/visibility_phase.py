@@ -1,0 +1,68 @@
+"""What the Temporal Web UI and `temporal workflow list --query` show of an agent task:
+refloop's search attributes, upserted as the task moves, and the current details (the plan
+with the step in progress)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from refloop import visibility
+
+from workflows import logic
+from workflows.agent_base import AgentBase
+
+# Runs recorded before refloop upserted search attributes replay without the upserts.
+SEARCH_ATTRIBUTES_PATCH = "refloop-search-attributes"
+
+
+class VisibilityPhase(AgentBase):
+    _shown: dict[str, Any] | None = None
+
+    def _visible_status(self) -> str:
+        if any(decision is None for decision in self.state.pending_approvals.values()):
+            return "waiting_approval"
+        return self.state.status
+
+    def _show(self, status: str | None = None) -> None:
+        """Upsert the search attributes that changed and refresh the current details.
+
+        `status` names a final status (the task result's), else the live one is used.
+        """
+        state = self.state
+        step = logic.current_step(state.plan, state.completed_steps)
+        details = visibility.plan_details(state.plan, state.completed_steps, step)
+        workflow.set_current_details(details or f"iteration {state.stats.iterations}")
+        if not workflow.patched(SEARCH_ATTRIBUTES_PATCH):
+            return
+        wanted: dict[str, Any] = {
+            "status": status or self._visible_status(),
+            "kind": "supplement" if state.input.is_supplement else "agent_task",
+            "tokens": state.stats.usage.total_tokens,
+        }
+        if state.input.session_id:
+            wanted["session"] = state.input.session_id
+        if state.intent is not None:
+            wanted["intent"] = visibility.intent_label(state.intent)
+        shown = self._shown or {}
+        changed = {key: value for key, value in wanted.items() if shown.get(key) != value}
+        if not changed:
+            return
+        keys = {"status": visibility.STATUS, "kind": visibility.KIND,
+                "tokens": visibility.TOTAL_TOKENS, "session": visibility.SESSION_ID,
+                "intent": visibility.INTENT}
+        workflow.upsert_search_attributes(
+            [keys[name].value_set(value) for name, value in changed.items()])
+        self._shown = {**shown, **changed}
+
+
+def show_code_review(status: str, session_id: str | None = None) -> None:
+    """The code-review workflow's search attributes: kind, status (and session)."""
+    if not workflow.patched(SEARCH_ATTRIBUTES_PATCH):
+        return
+    updates = [visibility.STATUS.value_set(status), visibility.KIND.value_set("code_review")]
+    if session_id:
+        updates.append(visibility.SESSION_ID.value_set(session_id))
+    workflow.upsert_search_attributes(updates)
