@@ -99,6 +99,8 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
         max_cached_workflows=settings.refloop_worker_max_cached_workflows,
         # On SIGTERM/SIGINT, in-flight activities get this long before they are cancelled.
         graceful_shutdown_timeout=timedelta(seconds=settings.refloop_graceful_shutdown_s),
+        # A dead worker's cached workflows move to another worker after this (default 10 s).
+        sticky_queue_schedule_to_start_timeout=timedelta(seconds=3),
         workflow_runner=sandbox_runner(client.data_converter, SANDBOX_RESTRICTIONS)
         if settings.refloop_workflow_sandbox else UnsandboxedWorkflowRunner(),
     )

@@ -7,6 +7,9 @@ import os
 import signal
 import subprocess
 import sys
+import time
+from datetime import UTC
+from pathlib import Path
 
 from refloop.models import TaskInput
 from tests.llm_fixtures import unique_scenario
@@ -23,7 +26,8 @@ from tests.workflow.helpers import (
 from workflows.agent import AgentTaskWorkflow
 
 
-def spawn_worker(temporal_server: str, settings, task_queue: str) -> subprocess.Popen:
+def spawn_worker(temporal_server: str, settings, task_queue: str,
+                 log: Path | None = None) -> subprocess.Popen:
     env = {
         **os.environ,
         "TEMPORAL_ADDRESS": temporal_server,
@@ -32,15 +36,13 @@ def spawn_worker(temporal_server: str, settings, task_queue: str) -> subprocess.
         "OPENAI_API_KEY": "test",
         "DATABASE_URL": settings.database_url,
         "REFLOOP_DATA_DIR": str(settings.refloop_data_dir),
-        # The test server never moves a dead worker's sticky workflow tasks back to the
-        # shared queue (a real server does after 5 s), so these workers run uncached.
-        "REFLOOP_WORKER_MAX_CACHED_WORKFLOWS": "0",
+        "REFLOOP_GRACEFUL_SHUTDOWN_S": "15",
     }
     return subprocess.Popen(
         [sys.executable, "-m", "refloop", "worker"],
         env=env,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=log.open("ab") if log else subprocess.DEVNULL,
         start_new_session=True,
     )
 
@@ -109,3 +111,93 @@ async def test_worker_killed_twice_mid_task_resumes_each_time(
         seen = scripted_llm.requests(model=model, purpose=purpose)
         assert len(seen) == len(scripted), purpose
         assert all(r["status"] == 200 for r in seen)
+
+
+def tool_times(result, tool: str) -> list[tuple[float, float]]:
+    """(call, result) event times of each call of `tool`, in seconds since the epoch."""
+    from datetime import datetime
+
+    calls = {e.data["id"]: datetime.fromisoformat(e.ts).timestamp() for e in result.events
+             if e.type == "tool_call" and e.data["tool"] == tool}
+    return [(calls[e.data["id"]], datetime.fromisoformat(e.ts).timestamp())
+            for e in result.events if e.type == "tool_result" and e.data["tool"] == tool]
+
+
+async def test_a_killed_workers_call_is_retried_within_seconds(
+    client, temporal_server, settings, scripted_llm, workspace, task_queue
+):
+    """The heartbeat timeout, not start-to-close, notices a dead worker: the command it was
+    running starts again on a fresh worker seconds after the kill."""
+    (workspace / "slow.sh").write_text("sleep 2\necho slept\n")
+    responses = {
+        "intent": [CODING], "plan": [plan_of("run_cmd")],
+        "act": [call("run_cmd", command="sh slow.sh"), final("slept")],
+        "summary": [SUMMARY],
+    }
+    model = unique_scenario(scripted_llm, responses)
+    workers = [spawn_worker(temporal_server, settings, task_queue)]
+    try:
+        handle = await start(client, task_queue, TaskInput(
+            task="wait", workspace=str(workspace), model=model, enable_reflection=False))
+        await wait_for_event(handle, lambda e: e.type == "tool_call")
+        await asyncio.sleep(0.5)
+        workers.append(spawn_worker(temporal_server, settings, task_queue))
+        killed_at = time.time()
+        os.killpg(workers[0].pid, signal.SIGKILL)
+        workers[0].wait()
+        result = await asyncio.wait_for(result_of(handle), timeout=60)
+    finally:
+        for proc in workers:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    assert result.status == "completed", result.answer
+    history = await handle.fetch_history()
+    retried, = [e for e in history.events if e.HasField("activity_task_started_event_attributes")
+                and e.activity_task_started_event_attributes.attempt == 2]
+    # The 6 s heartbeat timeout and 1 s back-off: the call starts again on the new worker.
+    retry_s = retried.event_time.ToDatetime(tzinfo=UTC).timestamp() - killed_at
+    (_, finished), = tool_times(result, "run_cmd")
+    # ... then the 2 s command, and the 3 s sticky timeout moves the workflow over.
+    recovery_s = finished - killed_at
+    print(f"retried {retry_s:.1f}s after the kill; the task saw the result at {recovery_s:.1f}s")
+    assert retry_s < 10 and recovery_s < 15, (retry_s, recovery_s)
+
+
+async def test_sigterm_drains_the_running_call_then_the_next_worker_finishes(
+    client, temporal_server, settings, scripted_llm, workspace, task_queue, tmp_path
+):
+    """SIGTERM (docker stop, systemd): the worker lets the call in flight finish within its
+    grace period and exits 143; the task goes on on the next worker, nothing repeated."""
+    (workspace / "slow.sh").write_text("sleep 3\necho slept >> out.txt\n")
+    responses = {
+        "intent": [CODING], "plan": [plan_of("run_cmd")],
+        "act": [call("run_cmd", command="sh slow.sh"), final("slept")],
+        "summary": [SUMMARY],
+    }
+    model = unique_scenario(scripted_llm, responses)
+    log = tmp_path / "worker.log"
+    first = spawn_worker(temporal_server, settings, task_queue, log)
+    workers = [first]
+    try:
+        handle = await start(client, task_queue, TaskInput(
+            task="wait", workspace=str(workspace), model=model, enable_reflection=False))
+        await wait_for_event(handle, lambda e: e.type == "tool_call")
+        await asyncio.sleep(0.5)
+        signalled = time.monotonic()
+        first.send_signal(signal.SIGTERM)
+        code = await asyncio.to_thread(first.wait, 15 + 5)
+        exited_s = time.monotonic() - signalled
+        workers.append(spawn_worker(temporal_server, settings, task_queue))
+        result = await asyncio.wait_for(result_of(handle), timeout=60)
+    finally:
+        for proc in workers:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    assert code == 143 and exited_s < 15 + 5, (code, exited_s, log.read_text())
+    assert "Traceback" not in log.read_text()
+    assert result.status == "completed", result.answer
+    assert (workspace / "out.txt").read_text() == "slept\n"  # drained, never run twice
+    for purpose, scripted in responses.items():
+        assert len(scripted_llm.requests(model=model, purpose=purpose)) == len(scripted)
