@@ -349,9 +349,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# Set once uvicorn has shut down (it handles SIGTERM/SIGINT itself, then re-raises the
-# signal): the clean-up after it must not be cancelled by that re-raised signal.
-_SERVER_STOPPED: list[bool] = []
+# Set while uvicorn serves: it handles SIGTERM/SIGINT itself (a graceful HTTP shutdown,
+# then `serve` returns), so the signal must not also cancel the command mid-shutdown.
+_UVICORN_SERVES: list[bool] = []
 
 
 async def serve_api(settings: Settings, client: Any, host: str, port: int) -> None:
@@ -363,10 +363,8 @@ async def serve_api(settings: Settings, client: Any, host: str, port: int) -> No
     config = uvicorn.Config(create_app(settings, client=client), host=host, port=port,
                             log_level="warning",
                             timeout_graceful_shutdown=int(settings.refloop_graceful_shutdown_s))
-    try:
-        await uvicorn.Server(config).serve()
-    finally:
-        _SERVER_STOPPED.append(True)
+    _UVICORN_SERVES.append(True)
+    await uvicorn.Server(config).serve()
 
 
 async def run_up(args: argparse.Namespace, settings: Settings) -> int:
@@ -402,7 +400,7 @@ async def until_signalled(runner: Any, settings: Settings) -> int:
         watchdog.daemon = True
         watchdog.start()
         assert main_task is not None
-        if not _SERVER_STOPPED:
+        if not _UVICORN_SERVES:
             main_task.cancel()
 
     for signum in (signal.SIGTERM, signal.SIGINT):

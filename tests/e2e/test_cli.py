@@ -11,15 +11,21 @@ from pathlib import Path
 import openai
 import pytest
 
+from refloop.net import free_port
 from refloop.scripted_llm import ScriptedLLMProcess
 
 HISTORIES = Path(__file__).parent.parent / "histories"
 
 
+def free_temporal_ports() -> dict[str, str]:
+    """Never the conventional ports: other Temporal servers run on this machine."""
+    return {"REFLOOP_TEMPORAL_PORT": str(free_port()), "REFLOOP_UI_PORT": str(free_port())}
+
+
 def refloop(*args: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items()
              if k not in ("OPENAI_BASE_URL", "TEMPORAL_ADDRESS", "DATABASE_URL")}
-    clean.update({"REFLOOP_DATA_DIR": str(tmp_path / "data"), **env})
+    clean.update({"REFLOOP_DATA_DIR": str(tmp_path / "data"), **free_temporal_ports(), **env})
     return subprocess.run([sys.executable, "-m", "refloop", *args], env=clean,
                           capture_output=True, text=True, timeout=180)
 
@@ -40,7 +46,9 @@ def test_run_json_offline_demo(tmp_path: Path):
     assert reflection[0]["is_complete"] and not reflection[0]["fail_open"]
     assert (workspace / "report.md").read_text().startswith("# refloop")
     assert "SCRIPTED" in done.stderr  # the offline model says what it is
-    assert "embedded Temporal" in done.stderr
+    assert "embedded Temporal: started dev server (SQLite" in done.stderr
+    # The task's Web UI page, which `refloop up` serves from the same data dir later.
+    assert f"/namespaces/default/workflows/{out['workflow_id']}" in done.stderr
     # The saved history replays cleanly through the CLI.
     replay = refloop("replay", str(history), tmp_path=tmp_path)
     assert replay.returncode == 0, replay.stderr
@@ -106,13 +114,12 @@ def test_sigterm_stops_refloop_up_and_its_embedded_temporal(tmp_path: Path):
     import signal
     import socket
 
-    from refloop.net import free_port
     from tests.http_wait import wait_until_healthy
 
     port = free_port()
     env = {k: v for k, v in os.environ.items()
            if k not in ("OPENAI_BASE_URL", "TEMPORAL_ADDRESS", "DATABASE_URL")}
-    env["REFLOOP_DATA_DIR"] = str(tmp_path / "data")
+    env.update({"REFLOOP_DATA_DIR": str(tmp_path / "data"), **free_temporal_ports()})
     log = tmp_path / "up.log"
     with log.open("w") as stderr:
         up = subprocess.Popen([sys.executable, "-m", "refloop", "up", "--port", str(port)],

@@ -1,0 +1,195 @@
+"""`refloop up` as an operator runs it: killed mid-task and restarted, its dev server
+orphaned and adopted or killed with it, found by other commands, never started twice."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+from refloop.models import TaskInput
+from refloop.net import free_port
+from tests.http_wait import wait_until_healthy
+from tests.llm_fixtures import unique_scenario
+from tests.workflow.helpers import CODING, SUMMARY, call, final, plan_of, result_of
+from worker.main import connect
+from worker.temporal_server import STATE_FILE, is_our_server
+from workflows.agent import AgentTaskWorkflow
+
+
+class Up:
+    """One `refloop up` process on fixed ports and a data dir, logging to a file."""
+
+    def __init__(self, tmp_path: Path, llm_url: str, **env: str) -> None:
+        self.data_dir = tmp_path / "data"
+        self.log = tmp_path / "up.log"
+        self.api_port, self.temporal_port, self.ui_port = free_port(), free_port(), free_port()
+        self.queue = f"up-{uuid.uuid4().hex[:6]}"
+        self.env = {k: v for k, v in os.environ.items()
+                    if k not in ("TEMPORAL_ADDRESS", "DATABASE_URL")}
+        self.env.update({"REFLOOP_DATA_DIR": str(self.data_dir), "OPENAI_BASE_URL": llm_url,
+                         "OPENAI_API_KEY": "test", "REFLOOP_TASK_QUEUE": self.queue,
+                         "REFLOOP_TEMPORAL_PORT": str(self.temporal_port),
+                         "REFLOOP_UI_PORT": str(self.ui_port),
+                         "REFLOOP_SEMANTIC_INDEX": "false", **env})
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.temporal_port}"
+
+    def start(self) -> None:
+        with self.log.open("a") as stderr:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "refloop", "up", "--port", str(self.api_port)],
+                env=self.env, stdout=subprocess.DEVNULL, stderr=stderr,
+                start_new_session=True)
+        wait_until_healthy(f"http://127.0.0.1:{self.api_port}")
+
+    def server_pid(self) -> int:
+        return json.loads((self.data_dir / STATE_FILE).read_text())["pid"]
+
+    def kill9(self) -> None:
+        """kill -9 of `refloop up` and everything in its process group."""
+        assert self.process is not None
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+
+    def terminate(self) -> int:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout=40)
+
+    def cleanup(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        record = self.data_dir / STATE_FILE
+        if record.exists():
+            pid = json.loads(record.read_text())["pid"]
+            if is_our_server(pid, None):
+                os.killpg(pid, signal.SIGKILL)
+
+
+def refloop(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "refloop", *args], env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def dev_servers_on(db: Path) -> list[int]:
+    """PIDs of `temporal server start-dev` processes on this SQLite file."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit() and is_our_server(int(proc.name), str(db.resolve())):
+            pids.append(int(proc.name))
+    return pids
+
+
+async def wait_for_tool_call(handle, iteration: int, timeout_s: float = 60.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while asyncio.get_running_loop().time() < deadline:
+        try:
+            events = await handle.query(AgentTaskWorkflow.events, 0)
+        except Exception:  # between a crash and the next worker
+            events = []
+        if any(e.type == "tool_call" and e.data["iteration"] == iteration for e in events):
+            return
+        await asyncio.sleep(0.3)
+    raise AssertionError(f"no tool call in iteration {iteration}")
+
+
+async def test_kill_9_of_refloop_up_mid_task_then_restart_completes_the_task(
+        scripted_llm, tmp_path: Path):
+    """Crash 1 kills `refloop up` only: its dev server lives on and the restart adopts it.
+    Crash 2 kills `refloop up` and its server: the restart resumes from the SQLite file.
+    Each edit made before a crash is applied once; no server is ever started twice."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "notes.md").write_text("line one\n")
+    (workspace / "slow.sh").write_text("sleep 3\necho slept\n")
+    responses = {
+        "intent": [CODING],
+        "plan": [plan_of("str_replace_based_edit_tool", "run_cmd")],
+        "act": [
+            call("str_replace_based_edit_tool", command="insert", path="notes.md",
+                 insert_line=1, new_str="line two"),
+            call("run_cmd", command="sh slow.sh"),
+            call("str_replace_based_edit_tool", command="insert", path="notes.md",
+                 insert_line=2, new_str="line three"),
+            call("run_cmd", command="sh slow.sh"),
+            final("inserted twice and slept twice"),
+        ],
+        "summary": [SUMMARY],
+    }
+    model = unique_scenario(scripted_llm, responses)
+    up = Up(tmp_path, scripted_llm.base_url)
+    db = up.data_dir / "temporal.db"
+    try:
+        up.start()
+        first_server = up.server_pid()
+        client = await connect(up.address, "default")
+        handle = await client.start_workflow(
+            AgentTaskWorkflow.run,
+            TaskInput(task="edit then wait, twice", workspace=str(workspace), model=model,
+                      enable_reflection=False),
+            id=f"up-{uuid.uuid4().hex[:8]}", task_queue=up.queue)
+
+        await wait_for_tool_call(handle, 2)
+        await asyncio.sleep(0.5)
+        up.kill9()
+        assert dev_servers_on(db) == [first_server]  # orphaned, still serving
+        up.start()
+        assert "adopted dev server left running by an earlier run" in up.log.read_text()
+        assert up.server_pid() == first_server and dev_servers_on(db) == [first_server]
+
+        await wait_for_tool_call(handle, 4)
+        await asyncio.sleep(0.5)
+        up.kill9()
+        os.killpg(first_server, signal.SIGKILL)  # the whole stack dies this time
+        up.start()
+        assert dev_servers_on(db) == [up.server_pid()] != [first_server]
+
+        client = await connect(up.address, "default")
+        result = await asyncio.wait_for(result_of(client.get_workflow_handle_for(
+            AgentTaskWorkflow.run, handle.id)), 120)
+        assert result.status == "completed", result.answer
+        assert (workspace / "notes.md").read_text() == "line one\nline two\nline three\n"
+        for purpose, scripted in responses.items():
+            assert len(scripted_llm.requests(model=model, purpose=purpose)) == len(scripted)
+
+        # Other commands find the running server without flags.
+        history = tmp_path / "history.json"
+        env = {k: v for k, v in up.env.items() if k != "REFLOOP_TEMPORAL_PORT"}
+        done = refloop(env, "history", handle.id, "-o", str(history))
+        assert done.returncode == 0, done.stderr
+        replay = refloop(env, "replay", str(history))
+        assert replay.returncode == 0, replay.stderr
+
+        server = up.server_pid()
+        assert up.terminate() == 143
+        assert dev_servers_on(db) == [] and not is_our_server(server, None)
+        assert not (up.data_dir / STATE_FILE).exists()
+        assert "Traceback" not in up.log.read_text()
+    finally:
+        up.cleanup()
+
+
+async def test_refloop_up_attaches_to_a_server_already_on_its_port(
+        scripted_llm, temporal_server: str, tmp_path: Path):
+    """A Temporal server already answers on the port: `refloop up` uses it, says so, and
+    leaves it running when it stops."""
+    up = Up(tmp_path, scripted_llm.base_url,
+            REFLOOP_TEMPORAL_PORT=temporal_server.rpartition(":")[2])
+    try:
+        up.start()
+        assert "attached to a Temporal server already answering" in up.log.read_text()
+        assert up.terminate() == 143
+    finally:
+        up.cleanup()
+    client = await connect(temporal_server, "default")  # still serving
+    assert await client.count_workflows() is not None
