@@ -25,7 +25,7 @@ class Settings(BaseSettings):
     refloop_ui_port: int = Field(default=8233, gt=0, lt=65536)
     refloop_api_port: int = Field(default=8000, gt=0, lt=65536)  # `refloop up`/`api`
     # SIGTERM/SIGINT: in-flight activities get this long to finish before the worker stops
-    refloop_graceful_shutdown_s: float = Field(default=20.0, ge=0)
+    refloop_graceful_shutdown_s: float = Field(default=10.0, ge=0)
     # Persistence; unset: SQLite file under the data dir
     database_url: str | None = None
     refloop_data_dir: Path = Path(".refloop-data")

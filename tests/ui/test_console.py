@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from refloop.net import free_port
 from refloop.scripted_llm import ScriptedLLMServer
 from tests.http_wait import wait_until_healthy
 
@@ -61,7 +62,10 @@ def console(tmp_path):
         env = {k: v for k, v in os.environ.items()
                if k not in ("TEMPORAL_ADDRESS", "DATABASE_URL")}
         env.update({"OPENAI_BASE_URL": llm.base_url, "OPENAI_API_KEY": "ui",
-                    "REFLOOP_DATA_DIR": str(tmp_path / "data")})
+                    "REFLOOP_DATA_DIR": str(tmp_path / "data"),
+                    # Never the conventional ports: other servers run on this machine.
+                    "REFLOOP_TEMPORAL_PORT": str(free_port()),
+                    "REFLOOP_UI_PORT": str(free_port())})
         server = subprocess.Popen([sys.executable, "-m", "refloop", "up", "--port", str(port)],
                                   env=env, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.DEVNULL, start_new_session=True)
