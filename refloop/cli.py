@@ -247,6 +247,7 @@ def review_request(args: argparse.Namespace) -> Any:
 
 async def run_review(args: argparse.Namespace, settings: Settings) -> int:
     from refloop.code_review_models import CodeReviewResult
+    from refloop.visibility import start_metadata
     from worker.stack import embedded_stack
     from workflows.code_review import CodeReviewWorkflow
 
@@ -256,7 +257,8 @@ async def run_review(args: argparse.Namespace, settings: Settings) -> int:
         err_console.print(f"[bold]code review[/] {workflow_id} ({request.review_type})")
         result: CodeReviewResult = await stack.client.execute_workflow(
             CodeReviewWorkflow.run, request, id=workflow_id,
-            task_queue=stack.settings.refloop_task_queue, result_type=CodeReviewResult)
+            task_queue=stack.settings.refloop_task_queue, result_type=CodeReviewResult,
+            **start_metadata(f"code review ({request.review_type}) {args.desc}".strip()))
     for attempt in result.attempts:
         err_console.print(f"[yellow]attempt {attempt['attempt']} ({attempt['agent']}): "
                           f"{attempt['error']}[/]")

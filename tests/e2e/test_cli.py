@@ -138,3 +138,28 @@ def test_sigterm_stops_refloop_up_and_its_embedded_temporal(tmp_path: Path):
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", temporal_port), timeout=2).close()
     assert "Traceback" not in log.read_text()
+
+
+def test_sigterm_stops_refloop_api_within_its_grace_period(tmp_path: Path, temporal_server):
+    """`refloop api` (as docker-compose runs it) exits 143 promptly on SIGTERM."""
+    import signal
+    import time
+
+    from tests.http_wait import wait_until_healthy
+
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_BASE_URL",)}
+    env.update({"REFLOOP_DATA_DIR": str(tmp_path / "data"), "TEMPORAL_ADDRESS": temporal_server,
+                "REFLOOP_GRACEFUL_SHUTDOWN_S": "3", "REFLOOP_API_TOKEN": "t"})
+    api = subprocess.Popen([sys.executable, "-m", "refloop", "api", "--port", str(port)],
+                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until_healthy(f"http://127.0.0.1:{port}")
+        started = time.monotonic()
+        api.send_signal(signal.SIGTERM)
+        assert api.wait(timeout=3 + 5) == 143
+        assert time.monotonic() - started < 3 + 5
+    finally:
+        if api.poll() is None:
+            api.kill()
+    assert "Traceback" not in api.stderr.read()
