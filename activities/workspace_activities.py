@@ -56,7 +56,7 @@ class WorkspaceActivities:
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )
         try:
-            async with heartbeating(5.0):  # covers loading the model
+            async with heartbeating():  # covers loading the model
                 report, errors = await asyncio.gather(_follow(process.stdout),
                                                       process.stderr.read())
                 code = await process.wait()

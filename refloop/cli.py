@@ -434,6 +434,11 @@ def _raise_terminated(signum: int, frame: object) -> NoReturn:
     raise Terminated
 
 
+def _not_a_cancellation(record: logging.LogRecord) -> bool:
+    error = record.exc_info[1] if record.exc_info else None
+    return not isinstance(error, asyncio.CancelledError)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -470,6 +475,10 @@ def main(argv: list[str] | None = None) -> None:
         runner = export_history(args, settings)
     else:
         runner = replay_histories(args)
+    if args.command in ("run", "review"):
+        # The worker stops with the command: background work the task left (indexing) is
+        # cancelled then, which is expected, not a failure worth a traceback.
+        logging.getLogger("temporalio.activity").addFilter(_not_a_cancellation)
     try:
         signal.signal(signal.SIGTERM, _raise_terminated)
         code = asyncio.run(runner)

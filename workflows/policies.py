@@ -103,9 +103,10 @@ WORKSPACE_CALL = ActivityOptions(
 )
 
 # Background semantic indexing: long, heartbeating progress; resumable (content hashes).
+# The short heartbeat timeout also brings a cancel (the task ended) within seconds.
 INDEX_CALL = ActivityOptions(
     start_to_close=timedelta(hours=2),
-    heartbeat=timedelta(seconds=60),
+    heartbeat=HEARTBEAT,
     retry=RetryPolicy(
         initial_interval=timedelta(seconds=5),
         maximum_interval=timedelta(minutes=1),
