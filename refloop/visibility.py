@@ -73,3 +73,20 @@ def start_metadata(task: str, workspace: str = "") -> dict[str, str]:
     static details (the whole task and its workspace)."""
     details = f"{task}\n\nworkspace: `{workspace}`" if workspace else task
     return {"static_summary": task_summary(task), "static_details": details}
+
+
+def list_query(**filters: str | None) -> str:
+    """A visibility query over refloop's attributes, for `client.list_workflows` (the API's
+    task list can use it where the server has visibility): list_query(status="completed",
+    session_id="s1") -> "RefloopStatus = 'completed' AND RefloopSessionId = 's1'"."""
+    names = {"status": STATUS.name, "kind": KIND.name, "session_id": SESSION_ID.name,
+             "intent": INTENT.name}
+    clauses = []
+    for key, value in filters.items():
+        if value is None:
+            continue
+        if key not in names:
+            raise ValueError(f"no search attribute for {key!r}")
+        quoted = value.replace("\\", "\\\\").replace("'", "\\'")
+        clauses.append(f"{names[key]} = '{quoted}'")
+    return " AND ".join(clauses)

@@ -41,3 +41,14 @@ def test_search_attribute_names_and_types_are_the_documented_ones():
         "RefloopIntent": "Keyword", "RefloopTotalTokens": "Int"}
     assert visibility.STATUS.name == "RefloopStatus" and visibility.TOTAL_TOKENS.name == \
         "RefloopTotalTokens"
+
+
+def test_list_query_quotes_hostile_values():
+    assert visibility.list_query(status="completed", session_id="s1", intent=None) == \
+        "RefloopStatus = 'completed' AND RefloopSessionId = 's1'"
+    assert visibility.list_query(session_id="x' OR RefloopStatus != '") == \
+        "RefloopSessionId = 'x\\' OR RefloopStatus != \\''"
+    import pytest
+
+    with pytest.raises(ValueError):
+        visibility.list_query(workflow_id="x")

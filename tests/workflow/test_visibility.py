@@ -82,9 +82,11 @@ async def test_search_attributes_summaries_and_details_follow_the_task(
         assert result.status == "completed"
         history = await handle.fetch_history()
 
-    found = await listed(client, f"RefloopStatus = 'completed' AND RefloopSessionId = "
-                                 f"'{session}' AND RefloopKind = 'agent_task'")
+    found = await listed(client, visibility.list_query(
+        status="completed", session_id=session, kind="agent_task"))
     assert found == [workflow_id]
+    hostile = visibility.list_query(session_id=f"{session}' OR RefloopStatus != '")
+    assert [w.id async for w in client.list_workflows(hostile)] == []
     described = await handle.describe()
     attributes = described.typed_search_attributes
     assert attributes.get(visibility.INTENT) == "CODING_TASK"
