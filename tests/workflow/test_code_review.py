@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 
+from refloop import visibility
 from refloop.code_review_models import CodeReviewInput, CodeReviewResult
 from refloop.store import CodeReviewContentRecord, store_for
 from tests.llm_fixtures import unique_scenario
@@ -74,6 +75,14 @@ async def test_happy_path_detailed(client, settings, scripted_llm, task_queue):
     # The reviewer saw the unified task JSON and the diff.
     first = bodies(scripted_llm, model, "code_review")[0]
     assert "retry_context" in first and "hunter2" in first
+    # Filterable in the Web UI and `temporal workflow list --query`.
+    found = [w async for w in client.list_workflows(
+        f"RefloopKind = 'code_review' AND RefloopStatus = 'completed' AND "
+        f"WorkflowId = '{result.task_id}'")]
+    described = await client.get_workflow_handle(result.task_id).describe()
+    attributes = described.typed_search_attributes
+    assert attributes.get(visibility.KIND) == "code_review" and len(found) <= 1
+    assert attributes.get(visibility.STATUS) == "completed"
 
 
 async def test_error_then_retry_with_context(client, settings, scripted_llm, task_queue):
