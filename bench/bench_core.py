@@ -1,7 +1,8 @@
 """Orchestration overhead of the durable agent loop, measured in one run.
 
 A scripted model answers every call after a fixed 200 ms. The same 10-step task runs
-(a) as AgentTaskWorkflow on the embedded Temporal test server and (b) as a plain asyncio
+(a) as AgentTaskWorkflow on the embedded Temporal dev server
+(`BENCH_TEMPORAL=sqlite|memory`, see bench/common.py) and (b) as a plain asyncio
 loop making the same gateway and tool calls. Both are divided by the sum of the model
 latencies; history bytes per step come from the workflow's event history, and from a
 second task that writes or reads a 1 MB file at every step.

@@ -1,4 +1,5 @@
-"""Scale figures, each measured in one run on the embedded test server:
+"""Scale figures, each measured in one run on the embedded Temporal dev server
+(`BENCH_TEMPORAL=sqlite` by default, or `memory`; see bench/common.py):
 
 1. concurrency: N concurrent 10-step agent tasks on one worker, beside a bare workflow
    making the same activity calls (the agent's 14 model calls: intent, plan, an act per
@@ -69,7 +70,7 @@ class BareActivities:
         self.settings = env.settings
         self.conversations: dict[str, list[ChatMessage]] = {}
         # Activities run at least once: a second execution of a model call (seen here
-        # under load on the test server) reuses the answer instead of finding the
+        # under load on the server) reuses the answer instead of finding the
         # scripted response consumed. Counted and printed, never hidden.
         self.answers: dict[tuple[str, str], str] = {}
         self.repeated_calls = 0
@@ -187,7 +188,7 @@ async def bare_batch(tasks: int, latency_ms: int, sandbox: bool, runner: str) ->
 
 
 async def concurrency(tasks: int, latency_ms: int, rounds: int, sandbox: bool) -> None:
-    """Agent and bare batches alternate, each in a fresh stack (Temporal test server,
+    """Agent and bare batches alternate, each in a fresh stack (Temporal dev server,
     worker, database, model process) after a warm-up of its own, so neither inherits the
     other's state. Every other round runs in reverse order, so a drift in the machine's
     load weighs on both alike; the ratio is of the summed times, beside the median of

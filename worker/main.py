@@ -44,7 +44,7 @@ SANDBOX_RESTRICTIONS = SandboxRestrictions.default.with_passthrough_modules(
 )
 
 
-# Core SDK warnings (e.g. about test-server capabilities) would drown the CLI's progress.
+# Core SDK warnings would drown the CLI's progress.
 RUNTIME = Runtime(
     telemetry=TelemetryConfig(
         logging=LoggingConfig(filter=TelemetryFilter(core_level="ERROR", other_level="ERROR"))

@@ -1,4 +1,4 @@
-"""The HTTP API against the real test server, real PostgreSQL and the scripted model."""
+"""The HTTP API against the real Temporal dev server, real PostgreSQL and the scripted model."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""AgentTaskWorkflow on the real Temporal test server with the scripted model over HTTP."""
+"""AgentTaskWorkflow on the real Temporal dev server with the scripted model over HTTP."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Seed 003's supervisor on the real test server with scripted Review/Verify agents."""
+"""Seed 003's supervisor on the real Temporal dev server with scripted Review/Verify agents."""
 
 from __future__ import annotations
 
