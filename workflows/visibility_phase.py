@@ -48,7 +48,9 @@ class VisibilityPhase(AgentBase):
             wanted["intent"] = visibility.intent_label(state.intent)
         shown = self._shown or {}
         changed = {key: value for key, value in wanted.items() if shown.get(key) != value}
-        if not changed:
+        # Each upsert is a visibility write on the server: the token count rides along
+        # with the other changes (status, intent, ...), never on its own.
+        if set(changed) <= {"tokens"}:
             return
         keys = {"status": visibility.STATUS, "kind": visibility.KIND,
                 "tokens": visibility.TOTAL_TOKENS, "session": visibility.SESSION_ID,
