@@ -185,10 +185,8 @@ def emit_result(result: TaskResult, as_json: bool) -> None:
 async def export_history(args: argparse.Namespace, settings: Settings) -> int:
     from worker.main import connect
     from worker.replay import dump_history
-    from worker.temporal_server import find_running_address
 
-    address = settings.temporal_address or find_running_address(
-        settings.refloop_data_dir, settings.refloop_temporal_port)
+    address = settings.temporal_address
     if not address:
         fail(
             "no Temporal server to read from: start `refloop up` (its dev server keeps "
@@ -418,7 +416,7 @@ async def until_signalled(runner: Any, settings: Settings) -> int:
 
 async def run_api(args: argparse.Namespace, settings: Settings) -> int:
     if not settings.temporal_address:
-        fail("refloop api needs TEMPORAL_ADDRESS (or use `refloop up`)")
+        fail("refloop api needs a Temporal server: set TEMPORAL_ADDRESS or start `refloop up`")
     await serve_api(settings, None, args.host, args.port)
     return 0
 
@@ -452,6 +450,12 @@ def main(argv: list[str] | None = None) -> None:
         ports = {"refloop_temporal_port": getattr(args, "temporal_port", None),
                  "refloop_ui_port": getattr(args, "ui_port", None)}
         settings = settings.model_copy(update={k: v for k, v in ports.items() if v})
+    if args.command in ("worker", "api", "history") and not settings.temporal_address:
+        from worker.temporal_server import find_running_address
+
+        # The server a running `refloop up` (or anything on the Temporal port) serves.
+        found = find_running_address(settings.refloop_data_dir, settings.refloop_temporal_port)
+        settings = settings.model_copy(update={"temporal_address": found})
     if args.command == "scripted-llm":
         from refloop.scripted_llm import serve
 

@@ -110,7 +110,8 @@ async def run_worker(settings: Settings) -> None:
     """`refloop worker`: needs TEMPORAL_ADDRESS; runs until cancelled (SIGTERM/SIGINT),
     then drains in-flight activities for the graceful shutdown timeout."""
     if not settings.temporal_address:
-        raise SystemExit("refloop worker needs TEMPORAL_ADDRESS (or use `refloop up`)")
+        raise SystemExit("refloop worker needs a Temporal server: set TEMPORAL_ADDRESS or "
+                         "start `refloop up`")
     from worker.stack import model_endpoint
 
     client = await connect(settings.temporal_address, settings.temporal_namespace)

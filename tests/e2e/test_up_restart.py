@@ -169,6 +169,14 @@ async def test_kill_9_of_refloop_up_mid_task_then_restart_completes_the_task(
         assert done.returncode == 0, done.stderr
         replay = refloop(env, "replay", str(history))
         assert replay.returncode == 0, replay.stderr
+        # ... and so does an extra worker.
+        worker = subprocess.Popen(  # noqa: ASYNC220 (returns at once)
+            [sys.executable, "-m", "refloop", "worker"], env=env,
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        first_line = await asyncio.to_thread(worker.stderr.readline)
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=20) == 143
+        assert f"worker on {up.address}" in first_line, first_line + worker.stderr.read()
 
         server = up.server_pid()
         assert up.terminate() == 143
