@@ -130,9 +130,13 @@ def _signature(lines: list[str], node: ast.AST) -> str:
 
 
 def _header(path: str, unit: _Unit) -> str:
-    """`path :: class Outer :: def method(self, x)`: file, enclosing classes, signature."""
+    """`path :: class Outer :: def method(self, x)`: file, enclosing classes, signature;
+    then the names split into words (`UploadFile.read_all` -> upload file read all), which
+    the model's word-piece vocabulary reads far better than CamelCase."""
     owners = unit.symbol.split(".")[:-1]
-    return " :: ".join([path, *(f"class {owner}" for owner in owners), unit.signature])
+    header = " :: ".join([path, *(f"class {owner}" for owner in owners), unit.signature])
+    words = " ".join(split_identifier(name) for name in unit.symbol.split("."))
+    return f"{header} | {words}" if words else header
 
 
 def _unit_chunks(path: str, unit: _Unit, lines: list[str], costs: list[int], budget: int,
@@ -142,8 +146,13 @@ def _unit_chunks(path: str, unit: _Unit, lines: list[str], costs: list[int], bud
     own = [n for n in unit.own_lines if lines[n - 1].strip()]
     whole = "\n".join(lines[n - 1] for n in own)
     if sum(costs[n - 1] for n in own) <= room:
-        return [CodeChunk(unit.start_line, unit.end_line, unit.symbol, header, whole,
-                          "whole")]
+        chunks = [CodeChunk(unit.start_line, unit.end_line, unit.symbol, header, whole,
+                            "whole")]
+        if unit.docstring:  # the prose alone, undiluted by code, matches prose queries
+            summary = _fit(f"{unit.signature}\n{unit.docstring}", room, count_tokens)
+            chunks.append(CodeChunk(unit.start_line, unit.end_line, unit.symbol, header,
+                                    summary, "summary"))
+        return chunks
     summary = _fit(f"{unit.signature}\n{unit.docstring}".strip(), room, count_tokens)
     chunks = [CodeChunk(unit.start_line, unit.end_line, unit.symbol, header, summary,
                         "summary")]
@@ -216,6 +225,11 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _CAMEL_PART = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
 
 
+def split_identifier(word: str) -> str:
+    """`parse_URLPath` -> "parse url path"; underscores-only names give ""."""
+    return " ".join(p.lower() for piece in word.split("_") for p in _CAMEL_PART.findall(piece))
+
+
 def identifier_terms(text: str) -> str:
     """Text for the full-text index: every identifier kept whole (underscores dropped, so
     a word tokenizer keeps it as one term) and split into its snake_case/CamelCase parts.
@@ -223,7 +237,7 @@ def identifier_terms(text: str) -> str:
     terms: list[str] = []
     for match in _IDENTIFIER.finditer(text):
         word = match.group(0)
-        parts = [p.lower() for piece in word.split("_") for p in _CAMEL_PART.findall(piece)]
+        parts = split_identifier(word).split()
         whole = word.replace("_", "").lower()
         if len(parts) > 1 and whole:
             terms.append(whole)

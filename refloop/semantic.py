@@ -23,6 +23,7 @@ import logging
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +45,7 @@ DIMENSIONS = 384
 SCHEMA_VERSION = 2  # chunks mapped to definitions, with a full-text column
 CANDIDATES = 60  # chunks fetched from each side before fusion and merging
 RRF_K = 60  # the usual reciprocal-rank-fusion constant
+TEXT_WEIGHT = 0.5  # the lexical list's say in the fusion, beside the vectors' 1.0
 COLUMNS = ["path", "start_line", "end_line", "symbol", "part", "text"]
 HIT_TEXT_LINES = 60  # the most of a definition a hit shows the model
 
@@ -167,16 +169,18 @@ def unchanged_report(index_dir: Path, workspace: Path,
                        chunks_total=indexed.get("chunks", 0), note="up to date")
 
 
-def fuse_by_definition(ranked_lists: list[list[dict]], k: int = RRF_K) -> list[dict]:
-    """Reciprocal-rank fusion per definition: each list is first merged per definition
-    (so one long function's windows do not crowd a list), then every definition scores
-    sum(1 / (k + rank)) over the lists; the row kept is its best-ranked chunk."""
+def fuse_by_definition(ranked_lists: list[list[dict]], weights: list[float] | None = None,
+                       k: int = RRF_K) -> list[dict]:
+    """Weighted reciprocal-rank fusion per definition: each list is first merged per
+    definition (so one long function's windows do not crowd a list), then every definition
+    scores sum(weight / (k + rank)) over the lists; the row kept is its best-ranked chunk."""
+    weights = weights or [1.0] * len(ranked_lists)
     scores: dict[tuple[str, int, int], float] = {}
     best: dict[tuple[str, int, int], tuple[int, dict]] = {}
-    for ranked in ranked_lists:
+    for ranked, weight in zip(ranked_lists, weights, strict=True):
         for rank, row in enumerate(merge_by_definition(ranked, len(ranked)), start=1):
             key = (row["path"], row["start_line"], row["end_line"])
-            scores[key] = scores.get(key, 0.0) + 1.0 / (k + rank)
+            scores[key] = scores.get(key, 0.0) + weight / (k + rank)
             if key not in best or rank < best[key][0]:
                 best[key] = (rank, row)
     order = sorted(scores, key=lambda key: (-scores[key], best[key][0]))
@@ -311,8 +315,10 @@ class CodeIndex:
         chunks."""
         if table.count_rows() == 0:
             return
-        table.create_fts_index("lexical", replace=True, use_tantivy=False, stem=True,
-                               remove_stop_words=True, with_position=False)
+        with warnings.catch_warnings():  # its successor's sync form only indexes vectors
+            warnings.simplefilter("ignore", DeprecationWarning)
+            table.create_fts_index("lexical", replace=True, use_tantivy=False, stem=True,
+                                   remove_stop_words=True, with_position=False)
 
     def _rows(self, batch: list[SourceFile]) -> list[dict]:
         from refloop.embedders import embedder
@@ -373,7 +379,8 @@ class CodeIndex:
                     .distance_type("cosine").rerank(RRFReranker()).select(COLUMNS)
                     .limit(CANDIDATES).to_list())
             return [{**row, "_score": row["_relevance_score"]} for row in rows]
-        return fuse_by_definition([vector_rows, self._text_side(table, query)])
+        return fuse_by_definition([vector_rows, self._text_side(table, query)],
+                                  [1.0, TEXT_WEIGHT])
 
     def _vector_side(self, table, query: str) -> list[dict]:
         rows = (table.search(embed([query], self.model)[0]).distance_type("cosine")

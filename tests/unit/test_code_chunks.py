@@ -3,7 +3,7 @@ and merging per definition. Pure functions: a word count stands in for the token
 
 from __future__ import annotations
 
-from refloop.code_chunks import approx_tokens, chunk_source, identifier_terms
+from refloop.code_chunks import approx_tokens, chunk_source, identifier_terms, split_identifier
 from refloop.semantic import fuse_by_definition, merge_by_definition
 
 SOURCE = '''"""Storage helpers."""
@@ -48,19 +48,22 @@ def _by_symbol(chunks):
 
 def test_each_definition_is_a_unit_with_its_whole_range_and_symbol_path():
     chunks = _by_symbol(chunk_source("pkg/m.py", SOURCE))
-    [top] = chunks["top"]
+    top, top_doc = chunks["top"]
     assert (top.start_line, top.end_line, top.part) == (7, 10, "whole")  # from its decorator
-    assert top.header == "pkg/m.py :: def top(a, b)"
-    assert top.document.startswith("pkg/m.py :: def top(a, b)\n@register")
+    assert top.header == "pkg/m.py :: def top(a, b) | top"
+    assert top.document.startswith("pkg/m.py :: def top(a, b) | top\n@register")
+    # a documented definition also embeds its prose alone
+    assert (top_doc.part, top_doc.text) == ("summary", "def top(a, b)\nAdd two numbers.")
+    assert (top_doc.start_line, top_doc.end_line) == (7, 10)
     [get] = chunks["Store.get"]
     assert (get.start_line, get.end_line) == (18, 19)
-    assert get.header == "pkg/m.py :: class Store :: def get(self, key)"
-    [store] = chunks["Store"]
+    assert get.header == "pkg/m.py :: class Store :: def get(self, key) | store get"
+    store = chunks["Store"][0]
     assert (store.start_line, store.end_line) == (13, 22)
     # the class's own text: header, docstring, attributes and member signatures only
     assert "limit = 10" in store.text and "def get(self, key):" in store.text
     assert "return key" not in store.text
-    assert chunks["Store.put"][0].header.endswith(":: async def put(self, key, value)")
+    assert chunks["Store.put"][0].header.endswith(":: async def put(self, key, value) | store put")
     module = chunks[""]
     assert module[0].start_line == 1 and "DEFAULT_LIMIT = 1" in module[0].text
     assert all(c.part == "window" and c.header == "pkg/m.py" for c in module)
@@ -74,7 +77,7 @@ def test_a_long_function_is_a_summary_plus_body_windows_all_with_its_range():
     parts = [c.part for c in chunks]
     assert parts[0] == "summary" and set(parts[1:]) == {"body"} and len(parts) > 3
     assert chunks[0].text == "def long_one(x)\nCrunch numbers\nin many steps."
-    assert all(c.header == "calc.py :: def long_one(x)" for c in chunks)
+    assert all(c.header == "calc.py :: def long_one(x) | long one" for c in chunks)
     assert all(sum(words([c.document])) <= 64 - 2 for c in chunks)
     # every body line is embedded somewhere, and windows overlap a little
     embedded = "\n".join(c.text for c in chunks[1:])
@@ -110,6 +113,8 @@ def test_identifiers_are_kept_whole_and_split():
             "parseurl2", "parse", "url", "2"} <= set(terms)
     assert identifier_terms("add route") == "add route"
     assert identifier_terms("!!! ... ???") == ""
+    assert split_identifier("parse_URLPath") == "parse url path"
+    assert split_identifier("__init__") == "init" and split_identifier("_") == ""
 
 
 def _row(path, start, end, part="body"):
@@ -135,3 +140,6 @@ def test_fusion_rewards_definitions_both_sides_agree_on():
     assert set(order) == {"long.py", "both.py", "vec.py", "txt.py"} and len(order) == 4
     assert fused[0]["_score"] > fused[1]["_score"] > 0
     assert fuse_by_definition([[], []]) == []
+    # a weight below 1 lets the other list decide between single-side hits
+    weighted = fuse_by_definition([[_row("v.py", 1, 2)], [_row("t.py", 1, 2)]], [1.0, 0.5])
+    assert [r["path"] for r in weighted] == ["v.py", "t.py"]
