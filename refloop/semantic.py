@@ -20,6 +20,7 @@ import hashlib
 import importlib.util
 import json
 import logging
+import re
 import sys
 import threading
 import time
@@ -45,7 +46,11 @@ DIMENSIONS = 384
 SCHEMA_VERSION = 2  # chunks mapped to definitions, with a full-text column
 CANDIDATES = 60  # chunks fetched from each side before fusion and merging
 RRF_K = 60  # the usual reciprocal-rank-fusion constant
-TEXT_WEIGHT = 0.5  # the lexical list's say in the fusion, beside the vectors' 1.0
+# The lexical list's say in the fusion, beside the vectors' 1.0: half for prose, more when
+# the query holds an identifier (snake_case or CamelCase), which names exactly what it wants.
+TEXT_WEIGHT = 0.5
+NAME_TEXT_WEIGHT = 1.5
+_CODE_NAME = re.compile(r"[A-Za-z0-9]_[A-Za-z0-9]|[a-z][A-Z]")
 COLUMNS = ["path", "start_line", "end_line", "symbol", "part", "text"]
 HIT_TEXT_LINES = 60  # the most of a definition a hit shows the model
 
@@ -167,6 +172,11 @@ def unchanged_report(index_dir: Path, workspace: Path,
         return None
     return IndexReport(files_seen=len(files), files_unchanged=len(files),
                        chunks_total=indexed.get("chunks", 0), note="up to date")
+
+
+def text_weight(query: str) -> float:
+    """How much the full-text list counts for `query` (see TEXT_WEIGHT)."""
+    return NAME_TEXT_WEIGHT if _CODE_NAME.search(query) else TEXT_WEIGHT
 
 
 def fuse_by_definition(ranked_lists: list[list[dict]], weights: list[float] | None = None,
@@ -380,7 +390,7 @@ class CodeIndex:
                     .limit(CANDIDATES).to_list())
             return [{**row, "_score": row["_relevance_score"]} for row in rows]
         return fuse_by_definition([vector_rows, self._text_side(table, query)],
-                                  [1.0, TEXT_WEIGHT])
+                                  [1.0, text_weight(query)])
 
     def _vector_side(self, table, query: str) -> list[dict]:
         rows = (table.search(embed([query], self.model)[0]).distance_type("cosine")

@@ -110,6 +110,8 @@ async def run_worker(settings: Settings) -> None:
         raise SystemExit("refloop worker needs TEMPORAL_ADDRESS (or use `refloop up`)")
     from worker.stack import model_endpoint
 
+    if settings.refloop_semantic_index:  # loads while we connect
+        start_warm_up(settings.refloop_embedding_model)
     client = await connect(settings.temporal_address, settings.temporal_namespace)
     with model_endpoint(settings) as effective:
         log.warning(

@@ -23,7 +23,7 @@ from bench.code_search_eval import (
 )
 from refloop.code_chunks import MODEL_WINDOW
 from refloop.embedders import WINDOW, embedder
-from refloop.semantic import CodeIndex
+from refloop.semantic import CodeIndex, start_warm_up
 
 
 @pytest.fixture(scope="module")
@@ -100,3 +100,10 @@ def test_after_warm_up_the_first_query_of_a_process_is_fast(small_eval):
     assert out["top"] == "middleware/cors.py"
     assert out["first_query_s"] < 1.0, out
     assert out["torch"] is False  # the default model needs no PyTorch
+
+
+def test_warm_up_runs_once_per_process_and_model():
+    first = start_warm_up()
+    assert first is not None and start_warm_up() is first
+    first.join(timeout=120)
+    assert not first.is_alive()

@@ -4,7 +4,7 @@ and merging per definition. Pure functions: a word count stands in for the token
 from __future__ import annotations
 
 from refloop.code_chunks import approx_tokens, chunk_source, identifier_terms, split_identifier
-from refloop.semantic import fuse_by_definition, merge_by_definition
+from refloop.semantic import fuse_by_definition, merge_by_definition, text_weight
 
 SOURCE = '''"""Storage helpers."""
 import sys
@@ -143,3 +143,9 @@ def test_fusion_rewards_definitions_both_sides_agree_on():
     # a weight below 1 lets the other list decide between single-side hits
     weighted = fuse_by_definition([[_row("v.py", 1, 2)], [_row("t.py", 1, 2)]], [1.0, 0.5])
     assert [r["path"] for r in weighted] == ["v.py", "t.py"]
+
+
+def test_a_query_naming_an_identifier_leans_on_the_lexical_side():
+    assert text_weight("add_vary_header") > 1.0 > text_weight("add a value to a header")
+    assert text_weight("TrustedHostMiddleware") == text_weight("url_path_for Router")
+    assert text_weight("answer a preflight OPTIONS request with JSON") < 1.0
