@@ -64,6 +64,9 @@ def test_hits_are_whole_definitions_one_each(small_eval):
     top = index.search("is_allowed_origin", 1)[0]
     assert top.path == "middleware/cors.py"
     assert top.text.lstrip().startswith("def is_allowed_origin")
+    # query syntax of the full-text engine and bare punctuation are only words or nothing
+    for hostile in ['path:"x" OR (*) AND -', "!!! ???", "' OR 1=1; --", "x" * 5000]:
+        assert len(index.search(hostile, 3)) == 3
 
 
 def test_every_indexed_chunk_fits_the_models_window(small_eval):
