@@ -39,6 +39,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.bench_scale
 	$(BIN)/python -m bench.bench_scale --no-sandbox
 	$(BIN)/python -m bench.bench_semantic
+	$(BIN)/python -m bench.bench_code_search
 
 histories: $(STAMP)
 	REFLOOP_RECORD_HISTORIES=1 $(BIN)/pytest -q tests/workflow -k "golden or child_that_writes"

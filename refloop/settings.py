@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -64,6 +65,9 @@ class Settings(BaseSettings):
     # unset dir: <data dir>/index (LanceDB). Point it at shared storage for several workers.
     refloop_semantic_index: bool = True
     refloop_index_dir: Path | None = None
+    # The embedding model of search_semantic: all-MiniLM-L6-v2 as int8 ONNX (fast to load)
+    # or its PyTorch build; each has its own index.
+    refloop_embedding_model: Literal["minilm-int8", "minilm"] = "minilm-int8"
     # System prompt's repo map budget, in tokens (0: no map)
     refloop_repo_map_tokens: int = Field(default=1024, ge=0, le=32_000)
     # Allowlist mode for run_cmd: comma-separated first words (e.g. "pytest,ls,cat"); unset: off

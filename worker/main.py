@@ -22,6 +22,7 @@ from activities.store_activities import StoreActivities
 from activities.tool_activities import ToolActivities
 from activities.workspace_activities import WorkspaceActivities
 from refloop.llm import LLMGateway
+from refloop.semantic import start_warm_up
 from refloop.settings import Settings
 from refloop.store import store_for
 from refloop.telemetry import configure_tracing
@@ -72,6 +73,8 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
     store = StoreActivities(database)
     code_review = CodeReviewActivities(gateway, store.store, settings.refloop_data_dir)
     workspace = WorkspaceActivities(settings, database)
+    if settings.refloop_semantic_index:  # the model loads now, not on the first query
+        start_warm_up(settings.refloop_embedding_model)
     return Worker(
         client,
         task_queue=task_queue or settings.refloop_task_queue,
@@ -114,6 +117,8 @@ async def run_worker(settings: Settings) -> None:
                          "start `refloop up`")
     from worker.stack import model_endpoint
 
+    if settings.refloop_semantic_index:  # loads while we connect
+        start_warm_up(settings.refloop_embedding_model)
     client = await connect(settings.temporal_address, settings.temporal_namespace)
     with model_endpoint(settings) as effective:
         log.warning(

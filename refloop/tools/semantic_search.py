@@ -1,4 +1,5 @@
-"""search_semantic: vector search over the workspace's index (seed 002 §6)."""
+"""search_semantic: hybrid (vector + full-text) search over the workspace's index; one hit
+per definition, with its whole line range."""
 
 from __future__ import annotations
 
@@ -17,11 +18,13 @@ class SemanticSearchArgs(BaseModel):
 
 
 @tool("search_semantic", SemanticSearchArgs,
-      "Find code by meaning (e.g. 'where is the retry policy configured'); returns the "
-      "best-matching chunks with path and line range.")
+      "Find code by meaning or by name (e.g. 'where is the retry policy configured'); "
+      "returns the best-matching definitions (function, method or class) with path and "
+      "line range.")
 async def search_semantic(ctx: ToolContext, args: SemanticSearchArgs) -> ToolResult:
     try:
-        index = CodeIndex(ctx.settings.index_dir, ctx.workspace)
+        index = CodeIndex(ctx.settings.index_dir, ctx.workspace,
+                          ctx.settings.refloop_embedding_model)
     except SemanticUnavailable as err:
         raise ToolError(f"E_NOT_INSTALLED: {err}") from None
     hits = index.search(args.query, args.limit)

