@@ -258,7 +258,8 @@ async def test_run_cmd_success_failure_and_truncation(ws):
 
 
 async def test_run_cmd_timeout_kills_the_process_group(ws):
-    result = await run(ws, "run_cmd", command="sleep 30 & sleep 30", timeout_s=0.5)
+    result = await run(ws, "run_cmd", command="sleep 30 & sleep 30", timeout_s=0.5,
+                 allow_shell_operators=True)
     assert not result.ok and "E_TIMEOUT" in result.error
 
 
@@ -283,3 +284,16 @@ def test_shell_operators_redirects_and_allowlist():
     allow = ["pytest", "ls"]
     assert evaluate_command("pytest -q", False, allowlist=allow).ok
     assert "not in the allowlist" in evaluate_command("rm -f a", False, allowlist=allow).reason
+
+
+def test_newline_and_ampersand_chain_and_every_command_meets_the_allowlist():
+    for chained in ("ls\nrm x", "ls\r\nrm x", "sleep 9 & rm x", "cat <(id)"):
+        assert not evaluate_command(chained, False).ok, chained
+    assert evaluate_command("pytest -q 2>&1 | tail -3", False).ok
+    allow = ["pytest", "ls", "tail"]
+    assert evaluate_command("pytest -q | tail -3", False, allowlist=allow).ok
+    for smuggled in ("ls\nrm -rf x", "ls & rm x", "ls | sh", "pytest && rm x", "ls $(rm x)",
+                     "X=1 rm x"):
+        decision = evaluate_command(smuggled, False, allow_shell_operators=True,
+                                    allowlist=allow)
+        assert not decision.ok and "not in the allowlist" in decision.reason, smuggled
