@@ -71,6 +71,8 @@ class Settings(BaseSettings):
     refloop_cmd_memory_mb: int = Field(default=8192, ge=64)
     refloop_cmd_file_mb: int = Field(default=1024, ge=1)
     refloop_cmd_max_processes: int = Field(default=4096, ge=8)
+    # Largest content a write or edit may produce (E_TOO_LARGE past it)
+    refloop_max_write_bytes: int = Field(default=10 * 1024 * 1024, gt=0)
 
     @property
     def sandbox_ro_paths(self) -> list[str]:

@@ -92,7 +92,8 @@ def _bwrap_problem(bwrap: str) -> str:
 
 
 def _bwrap_prefix(bwrap: str, workspace: Path, allow_network: bool,
-                  env: Mapping[str, str], extra_ro: tuple[str, ...] = ()) -> list[str]:
+                  env: Mapping[str, str], extra_ro: tuple[str, ...] = (),
+                  hidden: tuple[Path, ...] = ()) -> list[str]:
     argv = [bwrap, "--unshare-all"]
     if allow_network:
         argv.append("--share-net")
@@ -115,7 +116,11 @@ def _bwrap_prefix(bwrap: str, workspace: Path, allow_network: bool,
             argv += ["--ro-bind", path, path]
     argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
     ws = str(workspace)
-    argv += ["--bind", ws, ws, "--chdir", ws, "--"]
+    argv += ["--bind", ws, ws]
+    for path in hidden:  # refloop's own state, should it sit inside the workspace
+        if path != workspace and workspace in path.parents and path.is_dir():
+            argv += ["--tmpfs", str(path)]
+    argv += ["--chdir", ws, "--"]
     return argv
 
 
@@ -155,8 +160,9 @@ def sandboxed_command(argv: list[str], *, workspace: Path, allow_network: bool,
     if sandbox_mode(settings) == "none":
         return SandboxedCommand(argv=list(argv), env=full_env, preexec_fn=_limiter(limits),
                                 sandboxed=False, limits=limits)
+    hidden = tuple(Path(p).resolve() for p in (settings.refloop_data_dir, settings.index_dir))
     prefix = _bwrap_prefix(shutil.which("bwrap") or "bwrap", Path(workspace).resolve(),
-                           allow_network, full_env, tuple(settings.sandbox_ro_paths))
+                           allow_network, full_env, tuple(settings.sandbox_ro_paths), hidden)
     return SandboxedCommand(argv=[*prefix, *argv], env=full_env, preexec_fn=_limiter(limits),
                             sandboxed=True, limits=limits)
 

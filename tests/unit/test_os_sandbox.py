@@ -80,3 +80,13 @@ def test_resource_limits_apply(tmp_path: Path):
     assert "262144" in done.stdout  # ulimit -v in KiB
     hog = run("python3 -c \"b = bytearray(512 * 1024 * 1024)\"", tmp_path, settings=settings)
     assert hog.returncode != 0 and "MemoryError" in hog.stderr
+
+
+def test_a_data_dir_inside_the_workspace_is_hidden(tmp_path: Path):
+    data = tmp_path / ".refloop-data"
+    (data / "journal").mkdir(parents=True)
+    (data / "journal" / "entry.json").write_text("{}")
+    done = run("ls -A .refloop-data; echo forged > .refloop-data/x", tmp_path,
+               settings=Settings(refloop_cmd_timeout_s=5, refloop_data_dir=data))
+    assert "journal" not in done.stdout
+    assert not (data / "x").exists() and (data / "journal" / "entry.json").exists()
