@@ -44,7 +44,11 @@ class ToolActivities:
         # Offloaded arguments come back whole; a large output goes out as a marker. Only
         # those hop to a thread for the store: a busy worker pays for every thread hop.
         arguments = inp.arguments
-        if holds_marker(arguments):
+        try:
+            marked = holds_marker(arguments)
+        except RecursionError:  # hostile nesting: a tool error the model reads, not a retry
+            return ToolResult(ok=False, error="E_INVALID_ARGS: the arguments nest too deeply")
+        if marked:
             arguments = await asyncio.to_thread(resolve_args, arguments, self.store.get_blob)
         async with heartbeating(2.0):
             try:

@@ -28,10 +28,11 @@ from refloop.tools.sandbox import (
 )
 
 MAX_MATCHES = 200
-# The whole time one grep may spend matching: a pattern that backtracks without bound
-# ("(a+)+$") is stopped, and says so. The regex module checks its timeout periodically, so
-# the wall time can reach about twice this.
-GREP_BUDGET_S = 3.0
+# The time one grep may spend matching, in all and on one line: a pattern that backtracks
+# without bound ("(a+)+$") is stopped, and says so. The regex module checks its timeout
+# periodically, so the wall time can reach about twice this.
+GREP_BUDGET_S = 5.0
+GREP_LINE_BUDGET_S = 1.0  # one line that takes longer is a pathological pattern
 
 
 class PathArgs(BaseModel):
@@ -122,10 +123,12 @@ async def grep(ctx: ToolContext, args: GrepArgs) -> ToolResult:
             continue
         for number, line in enumerate(text.splitlines(), start=1):
             try:
-                matched = compiled.search(line, timeout=max(deadline - time.monotonic(), 0.01))
+                left = min(deadline - time.monotonic(), GREP_LINE_BUDGET_S)
+                matched = compiled.search(line, timeout=max(left, 0.01))
             except TimeoutError:
-                raise ToolError(f"E_TIMEOUT: the pattern took longer than {GREP_BUDGET_S:g}s "
-                                "(it backtracks too much); simplify it") from None
+                raise ToolError(f"E_TIMEOUT: the pattern is too slow on {rel}:{number} (it "
+                                "backtracks too much, or the search is too large); simplify "
+                                "it or narrow the path") from None
             if matched:
                 hits.append(f"{rel}:{number}: {line.rstrip()}")
         if len(hits) > MAX_MATCHES:

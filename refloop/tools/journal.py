@@ -80,6 +80,9 @@ class Journal:
         if key in entry["pre_images"]:
             return
         found = sandbox.kind(path)
+        if found == "link":
+            raise ToolError(f"E_SYMLINK: '{key}' is a symbolic link; the file tools never "
+                            "write through links")
         if found not in (None, "file"):
             raise ToolError(f"E_NOT_FOUND: '{key}' is not a regular file")
         entry["pre_images"][key] = (
