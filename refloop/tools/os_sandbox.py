@@ -152,19 +152,33 @@ def _limiter(limits: Mapping[str, int]) -> Callable[[], None]:
     return apply
 
 
+def _prlimit_prefix(limits: Mapping[str, int]) -> list[str] | None:
+    """util-linux `prlimit` sets the limits and execs the command: the worker spawns without
+    a pre-exec hook, which would force a full fork of its (large) process."""
+    prlimit = shutil.which("prlimit")
+    if not prlimit:
+        return None
+    return [prlimit, f"--cpu={limits['cpu_s']}", f"--as={limits['address_space']}",
+            f"--fsize={limits['file_size']}", f"--nproc={limits['processes']}", "--core=0",
+            "--"]
+
+
 def sandboxed_command(argv: list[str], *, workspace: Path, allow_network: bool,
                       env: Mapping[str, str], settings: Settings) -> SandboxedCommand:
-    """How to start `argv` confined to `workspace` (or unconfined, when chosen)."""
+    """How to start `argv` confined to `workspace` (or unconfined, when chosen). The limits
+    come as a `prlimit` prefix where it exists (then preexec_fn is None), else preexec_fn."""
     full_env = {**BASE_ENV, **env}
     limits = resource_limits(settings)
+    limited = _prlimit_prefix(limits)
+    preexec = None if limited else _limiter(limits)
     if sandbox_mode(settings) == "none":
-        return SandboxedCommand(argv=list(argv), env=full_env, preexec_fn=_limiter(limits),
-                                sandboxed=False, limits=limits)
+        return SandboxedCommand(argv=[*(limited or []), *argv], env=full_env,
+                                preexec_fn=preexec, sandboxed=False, limits=limits)
     hidden = tuple(Path(p).resolve() for p in (settings.refloop_data_dir, settings.index_dir))
     prefix = _bwrap_prefix(shutil.which("bwrap") or "bwrap", Path(workspace).resolve(),
                            allow_network, full_env, tuple(settings.sandbox_ro_paths), hidden)
-    return SandboxedCommand(argv=[*prefix, *argv], env=full_env, preexec_fn=_limiter(limits),
-                            sandboxed=True, limits=limits)
+    return SandboxedCommand(argv=[*(limited or []), *prefix, *argv], env=full_env,
+                            preexec_fn=preexec, sandboxed=True, limits=limits)
 
 
 UNSANDBOXED_WARNING = (

@@ -28,7 +28,8 @@ def test_default_is_bwrap_and_none_only_when_chosen():
     assert sandbox_mode(Settings(refloop_sandbox="none")) == "none"
     plain = sandboxed_command(["true"], workspace=Path("."), allow_network=False, env={},
                               settings=Settings(refloop_sandbox="none"))
-    assert plain.argv == ["true"] and not plain.sandboxed
+    assert plain.argv[-1] == "true" and "bwrap" not in " ".join(plain.argv)
+    assert not plain.sandboxed
 
 
 def test_missing_bwrap_is_an_error_never_a_silent_fallback(monkeypatch):
@@ -90,3 +91,15 @@ def test_a_data_dir_inside_the_workspace_is_hidden(tmp_path: Path):
                settings=Settings(refloop_cmd_timeout_s=5, refloop_data_dir=data))
     assert "journal" not in done.stdout
     assert not (data / "x").exists() and (data / "journal" / "entry.json").exists()
+
+
+def test_limits_without_prlimit_come_from_preexec(tmp_path: Path, monkeypatch):
+    real_which = os_sandbox.shutil.which
+    monkeypatch.setattr(os_sandbox.shutil, "which",
+                        lambda name: None if name == "prlimit" else real_which(name))
+    settings = Settings(refloop_cmd_timeout_s=5, refloop_cmd_file_mb=1)
+    command = sandboxed_command(["true"], workspace=tmp_path, allow_network=False, env={},
+                                settings=settings)
+    assert command.preexec_fn is not None and not command.argv[0].endswith("prlimit")
+    done = run("ulimit -f", tmp_path, settings=settings)
+    assert done.stdout.strip() == "2048"  # dash counts 512-byte blocks
