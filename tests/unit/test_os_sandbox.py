@@ -103,3 +103,15 @@ def test_limits_without_prlimit_come_from_preexec(tmp_path: Path, monkeypatch):
     assert command.preexec_fn is not None and not command.argv[0].endswith("prlimit")
     done = run("ulimit -f", tmp_path, settings=settings)
     assert done.stdout.strip() == "2048"  # dash counts 512-byte blocks
+
+
+def test_refloop_run_shows_unsandboxed_results():
+    from refloop.cli import describe_event
+    from refloop.models import Event
+
+    def line(output: str) -> str:
+        return describe_event(Event(seq=1, type="tool_result", ts="t", data={
+            "tool": "run_cmd", "ok": True, "output": output}))
+
+    assert line("[UNSANDBOXED] exit code 0\n").endswith("[UNSANDBOXED]")
+    assert "UNSANDBOXED" not in line("exit code 0\n")
