@@ -469,3 +469,15 @@ async def test_unsandboxed_only_when_chosen_and_then_marked(tmp_path: Path):
     result = await run_cmd(box, "echo hi")
     assert result.ok and result.data["sandboxed"] is False
     assert result.output.startswith("[UNSANDBOXED]")
+
+
+async def test_repo_map_and_index_skip_linked_files(box: Box):
+    from refloop.code_symbols import read_source
+
+    (box.outside / "secret.py").write_text("API_KEY = 'outside'\n")
+    os.link(box.outside / "secret.py", box.ws / "hard.py")
+    os.symlink(box.outside / "secret.py", box.ws / "soft.py")
+    (box.ws / "own.py").write_text("x = 1\n")
+    assert read_source(box.ws / "hard.py") is None
+    assert read_source(box.ws / "soft.py") is None
+    assert read_source(box.ws / "own.py") == "x = 1\n"
