@@ -481,3 +481,36 @@ async def test_repo_map_and_index_skip_linked_files(box: Box):
     assert read_source(box.ws / "hard.py") is None
     assert read_source(box.ws / "soft.py") is None
     assert read_source(box.ws / "own.py") == "x = 1\n"
+
+
+def test_a_killed_worker_takes_its_commands_along(tmp_path: Path):
+    """The worker dies mid-command (SIGKILL, no clean-up): the sandbox dies with it."""
+    import signal
+    import subprocess
+    import sys
+
+    n = unique_sleep()
+    command = f"setsid sleep {n} & sleep {n}"
+    script = (
+        "import asyncio, sys\n"
+        "from pathlib import Path\n"
+        "from refloop.models import RunToolInput\n"
+        "from refloop.settings import Settings\n"
+        "from refloop.tools import execute_tool\n"
+        f"call = RunToolInput(call_id='x', name='run_cmd', workspace={str(tmp_path)!r},\n"
+        f"    allow_shell_operators=True, arguments={{'command': {command!r}}})\n"
+        f"settings = Settings(refloop_data_dir=Path({str(tmp_path / 'data')!r}))\n"
+        "asyncio.run(execute_tool(call, settings))\n"
+    )
+    worker = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        for _ in range(100):
+            if len(survivors(f"sleep {n}")) >= 2:
+                break
+            time.sleep(0.1)
+        assert survivors(f"sleep {n}"), "the command never started"
+    finally:
+        worker.send_signal(signal.SIGKILL)
+        worker.wait()
+    time.sleep(0.5)
+    assert survivors(f"sleep {n}") == []

@@ -115,3 +115,16 @@ def test_refloop_run_shows_unsandboxed_results():
 
     assert line("[UNSANDBOXED] exit code 0\n").endswith("[UNSANDBOXED]")
     assert "UNSANDBOXED" not in line("exit code 0\n")
+
+
+def test_worker_refuses_to_start_without_its_sandbox(tmp_path: Path, monkeypatch, caplog):
+    from activities.tool_activities import ToolActivities
+    from refloop.store import store_for
+
+    store = store_for(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    with caplog.at_level("WARNING", logger="refloop"):
+        ToolActivities(Settings(refloop_sandbox="none"), store)
+    assert "UNSANDBOXED" in caplog.text
+    monkeypatch.setattr(os_sandbox.shutil, "which", lambda name: None)
+    with pytest.raises(SystemExit, match="bubblewrap"):
+        ToolActivities(Settings(), store)
