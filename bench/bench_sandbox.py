@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import resource
 import statistics
 import tempfile
 import time
@@ -54,6 +55,27 @@ async def spawn_costs(runs: int, workspace: Path) -> dict[str, list[float]]:
             samples[name].append((time.perf_counter() - started) * 1000)
             assert code == 0, name
     return samples
+
+
+def children_cpu_ms() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (usage.ru_utime + usage.ru_stime) * 1000
+
+
+async def spawn_cpu(runs: int, workspace: Path) -> dict[str, float]:
+    """CPU milliseconds (user + system, of the command's processes) per `sh -c true`: a
+    figure the machine's load does not inflate as it does wall time."""
+    settings = Settings(refloop_data_dir=workspace / "data")
+    boxed = sandboxed_command(COMMAND, workspace=workspace, allow_network=False, env={},
+                              settings=settings)
+    costs = {}
+    for name, argv in (("bare", COMMAND), ("bwrap+limits", boxed.argv)):
+        before = children_cpu_ms()
+        for _ in range(runs):
+            await run_bounded(argv, cwd=str(workspace), env=boxed.env,
+                              preexec_fn=boxed.preexec_fn, limit_s=10, cap=1000)
+        costs[name] = (children_cpu_ms() - before) / runs
+    return costs
 
 
 async def tool_costs(runs: int, workspace: Path) -> dict[str, list[float]]:
@@ -104,6 +126,7 @@ async def main(runs: int, steps: int, repeats: int) -> None:
         await spawn_costs(10, workspace)  # warm-up
         spawn = await spawn_costs(runs, workspace)
         tools = await tool_costs(runs, workspace)
+        cpu = await spawn_cpu(runs, workspace)
     load = os.getloadavg()[0]
     print(f"`sh -c true`, {runs} runs each, interleaved (ms; load average {load:.1f}):")
     for name, values in spawn.items():
@@ -114,6 +137,8 @@ async def main(runs: int, steps: int, repeats: int) -> None:
     cost = box_median - bare_median
     print(f"  sandbox cost  median {cost:6.2f}  p90 {box_p90 - bare_p90:6.2f}  "
           f"(goal <= {GOAL_MS:g} ms median: {'met' if cost <= GOAL_MS else 'MISSED'})")
+    print(f"  CPU per command: bare {cpu['bare']:.2f} ms, in bwrap {cpu['bwrap+limits']:.2f} "
+          f"ms (sandbox {cpu['bwrap+limits'] - cpu['bare']:.2f} ms of CPU)")
     print("run_cmd `true` through execute_tool (ms):")
     for mode, values in tools.items():
         median, p90 = quantiles(values)
