@@ -32,7 +32,7 @@ MAX_MATCHES = 200
 # without bound ("(a+)+$") is stopped, and says so. The regex module checks its timeout
 # periodically, so the wall time can reach about twice this.
 GREP_BUDGET_S = 5.0
-GREP_LINE_BUDGET_S = 1.0  # one line that takes longer is a pathological pattern
+GREP_LINE_BUDGET_S = 0.5  # one line that takes longer is a pathological pattern
 
 
 class PathArgs(BaseModel):
