@@ -128,3 +128,15 @@ def test_worker_refuses_to_start_without_its_sandbox(tmp_path: Path, monkeypatch
     monkeypatch.setattr(os_sandbox.shutil, "which", lambda name: None)
     with pytest.raises(SystemExit, match="bubblewrap"):
         ToolActivities(Settings(), store)
+
+
+def test_extra_read_only_paths(tmp_path: Path):
+    ws, tools = tmp_path / "ws", tmp_path / "toolchain"
+    ws.mkdir()
+    tools.mkdir()
+    (tools / "tool.sh").write_text("echo from the toolchain\n")
+    settings = Settings(refloop_cmd_timeout_s=5, refloop_sandbox_ro_paths=f"{tools}, /nonexistent")
+    done = run(f"sh {tools}/tool.sh; echo x > {tools}/new", ws, settings=settings)
+    assert "from the toolchain" in done.stdout and not (tools / "new").exists()
+    hidden = run(f"sh {tools}/tool.sh", ws)
+    assert "from the toolchain" not in hidden.stdout
