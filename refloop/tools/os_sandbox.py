@@ -111,10 +111,10 @@ def _bwrap_prefix(bwrap: str, workspace: Path, allow_network: bool,
     for path in MASKED_DIRS:
         if os.path.isdir(path):
             argv += ["--tmpfs", path]
-    for path in extra_ro:
+    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    for path in extra_ro:  # after /tmp: a path under it stays visible
         if os.path.exists(path):
             argv += ["--ro-bind", path, path]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
     ws = str(workspace)
     argv += ["--bind", ws, ws]
     for path in hidden:  # refloop's own state, should it sit inside the workspace
