@@ -15,7 +15,9 @@ COPY api ./api
 # EXTRAS=semantic adds search_semantic (with PIP_EXTRA_INDEX_URL set to the PyTorch CPU
 # index for a CPU-only torch); EXTRAS=otel the OTLP exporter.
 ARG EXTRAS=""
-RUN pip install --no-cache-dir ".${EXTRAS:+[$EXTRAS]}" && useradd --create-home refloop
+# /journal: the edit journal's mount point in docker-compose, owned by the worker's user.
+RUN pip install --no-cache-dir ".${EXTRAS:+[$EXTRAS]}" && useradd --create-home refloop \
+    && mkdir /journal && chown refloop:refloop /journal
 USER refloop
 ENV REFLOOP_DATA_DIR=/home/refloop/data
 EXPOSE 8000

@@ -73,6 +73,13 @@ class Settings(BaseSettings):
     refloop_cmd_max_processes: int = Field(default=4096, ge=8)
     # Largest content a write or edit may produce (E_TOO_LARGE past it)
     refloop_max_write_bytes: int = Field(default=10 * 1024 * 1024, gt=0)
+    # The edit journal (idempotent edits, undo); unset: <data dir>/journal. Point it at
+    # storage every worker shares, never inside a workspace.
+    refloop_journal_dir: Path | None = None
+
+    @property
+    def journal_dir(self) -> Path:
+        return self.refloop_journal_dir or self.refloop_data_dir / "journal"
 
     @property
     def sandbox_ro_paths(self) -> list[str]:

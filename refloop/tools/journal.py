@@ -5,7 +5,8 @@ every file it touches; after applying, it stores its result. A repeated call ret
 stored result; a call that crashed mid-apply restores the pre-images and applies again.
 Undo tools restore the same pre-images.
 
-The journal lives under the data dir, keyed by workspace and task, outside every workspace:
+The journal lives under the data dir (or REFLOOP_JOURNAL_DIR), keyed by workspace and task,
+outside every workspace:
 nothing a repository ships or a command writes can forge an entry. Restores go through the
 same no-follow writes as the tools, to paths checked like the model's own.
 """
@@ -41,17 +42,16 @@ def _safe_name(text: str) -> str:
 
 
 class Journal:
-    def __init__(self, root: Path, data_dir: Path, call_id: str,
+    def __init__(self, root: Path, journal_dir: Path, call_id: str,
                  max_image_bytes: int = sandbox.MAX_READ_FILE_BYTES) -> None:
         self.root = root
         workspace = hashlib.sha256(str(root).encode()).hexdigest()[:16]
-        self.dir = Path(data_dir).resolve() / "journal" / workspace / _safe_name(
-            task_key(call_id))
+        self.dir = Path(journal_dir).resolve() / workspace / _safe_name(task_key(call_id))
         self.max_image_bytes = max_image_bytes
 
     @classmethod
     def for_call(cls, ctx: ToolContext) -> Journal:
-        return cls(ctx.workspace, ctx.settings.refloop_data_dir, ctx.call_id,
+        return cls(ctx.workspace, ctx.settings.journal_dir, ctx.call_id,
                    ctx.settings.refloop_max_write_bytes)
 
     def _path(self, call_id: str) -> Path:

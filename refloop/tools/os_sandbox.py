@@ -118,7 +118,8 @@ def _bwrap_prefix(bwrap: str, workspace: Path, allow_network: bool,
     ws = str(workspace)
     argv += ["--bind", ws, ws]
     for path in hidden:  # refloop's own state, should it sit inside the workspace
-        if path != workspace and workspace in path.parents and path.is_dir():
+        covered = any(other in path.parents for other in hidden)
+        if path != workspace and workspace in path.parents and path.is_dir() and not covered:
             argv += ["--tmpfs", str(path)]
     argv += ["--chdir", ws, "--"]
     return argv
@@ -174,7 +175,8 @@ def sandboxed_command(argv: list[str], *, workspace: Path, allow_network: bool,
     if sandbox_mode(settings) == "none":
         return SandboxedCommand(argv=[*(limited or []), *argv], env=full_env,
                                 preexec_fn=preexec, sandboxed=False, limits=limits)
-    hidden = tuple(Path(p).resolve() for p in (settings.refloop_data_dir, settings.index_dir))
+    hidden = tuple(Path(p).resolve() for p in (settings.refloop_data_dir, settings.index_dir,
+                                                settings.journal_dir))
     prefix = _bwrap_prefix(shutil.which("bwrap") or "bwrap", Path(workspace).resolve(),
                            allow_network, full_env, tuple(settings.sandbox_ro_paths), hidden)
     return SandboxedCommand(argv=[*(limited or []), *prefix, *argv], env=full_env,

@@ -227,7 +227,7 @@ async def test_same_call_id_applies_once(ws):
 
 async def test_crash_mid_apply_restores_then_applies_once(ws):
     # Simulate a worker that died after writing but before recording the result.
-    journal = Journal(ws.resolve(), SETTINGS.refloop_data_dir, "wf.2.0")
+    journal = Journal(ws.resolve(), SETTINGS.journal_dir, "wf.2.0")
     entry = journal.begin("wf.2.0", "str_replace_based_edit_tool")
     journal.snapshot(entry, ws.resolve() / "a.txt")
     (ws / "a.txt").write_text("one\ntwo\nthree\nfour\n")
