@@ -46,7 +46,14 @@ class Journal:
                  max_image_bytes: int = sandbox.MAX_READ_FILE_BYTES) -> None:
         self.root = root
         workspace = hashlib.sha256(str(root).encode()).hexdigest()[:16]
-        self.dir = Path(journal_dir).resolve() / workspace / _safe_name(task_key(call_id))
+        base = Path(journal_dir).resolve()
+        inside = base == root or root in base.parents
+        if inside and base.relative_to(root).parts[:1] != (sandbox.DATA_DIR_NAME,):
+            # (a default data dir at the workspace's top is reserved for the file tools and
+            # hidden from commands, so the journal there is out of the model's reach)
+            raise ToolError("E_CONFIG: the edit journal (REFLOOP_JOURNAL_DIR, or the data dir) "
+                            "is inside the workspace, where the model could forge it")
+        self.dir = base / workspace / _safe_name(task_key(call_id))
         self.max_image_bytes = max_image_bytes
 
     @classmethod

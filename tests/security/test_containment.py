@@ -526,3 +526,23 @@ def test_a_killed_worker_takes_its_commands_along(tmp_path: Path):
         worker.wait()
     time.sleep(0.5)
     assert survivors(f"sleep {n}") == []
+
+
+async def test_a_journal_inside_the_workspace_is_refused(tmp_path: Path):
+    box = Box(tmp_path, refloop_journal_dir=tmp_path / "ws" / "journal")
+    result = await box.call("write_file", path="x.txt", content="x")
+    assert not result.ok and "E_CONFIG" in result.error
+    assert not (box.ws / "x.txt").exists()
+
+
+async def test_a_default_data_dir_at_the_workspace_top_keeps_the_journal_out_of_reach(
+        tmp_path: Path):
+    box = Box(tmp_path)
+    box.settings = box.settings.model_copy(update={"refloop_data_dir": box.ws / ".refloop-data"})
+    box.tools.settings = box.settings
+    assert (await box.call("write_file", path="x.txt", content="x")).ok
+    journal = next((box.ws / ".refloop-data" / "journal").rglob("*.json"))
+    forge = await box.call("write_file", path=str(journal.relative_to(box.ws)), content="{}")
+    assert not forge.ok and "E_PATH_RESERVED" in forge.error
+    seen = await run_cmd(box, "ls -A .refloop-data; echo forged > .refloop-data/x")
+    assert "journal" not in seen.output and not (box.ws / ".refloop-data" / "x").exists()
