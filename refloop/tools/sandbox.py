@@ -97,7 +97,21 @@ def open_nofollow(path: Path, flags: int, mode: int = 0o644) -> int:
     return _walk_open(str(path), flags, mode)
 
 
-def _path_error(err: OSError, raw: str) -> ToolError:
+def _through_link(path: Path | None) -> bool:
+    """Whether an existing component of `path` is a symbolic link (a directory link opened
+    with O_DIRECTORY|O_NOFOLLOW fails with ENOTDIR, not ELOOP)."""
+    if path is None:
+        return False
+    for candidate in (path, *path.parents):
+        with contextlib.suppress(OSError):
+            if stat.S_ISLNK(os.lstat(candidate).st_mode):
+                return True
+    return False
+
+
+def _path_error(err: OSError, raw: str, path: Path | None = None) -> ToolError:
+    if err.errno in (errno.ENOTDIR, errno.ENOENT) and _through_link(path):
+        err = OSError(errno.ELOOP, "link")
     if err.errno == errno.ELOOP:
         return ToolError(f"E_SYMLINK: '{raw}' goes through a symbolic link; the file tools "
                          "never follow links (read the link's target by its own path)")
@@ -164,9 +178,9 @@ def lstat(path: Path) -> os.stat_result | None:
     try:
         parent = open_nofollow(path.parent, os.O_RDONLY | os.O_DIRECTORY)
     except OSError as err:
-        if err.errno in (errno.ENOENT, errno.ENOTDIR):
+        if err.errno in (errno.ENOENT, errno.ENOTDIR) and not _through_link(path.parent):
             return None
-        raise _path_error(err, str(path)) from None
+        raise _path_error(err, str(path), path) from None
     try:
         return os.stat(path.name, dir_fd=parent, follow_symlinks=False) if path.name else \
             os.fstat(parent)
@@ -200,7 +214,7 @@ def read_bytes(path: Path, raw: str, limit: int = MAX_READ_FILE_BYTES) -> bytes:
     try:
         fd = open_nofollow(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as err:
-        raise _path_error(err, raw) from None
+        raise _path_error(err, raw, path) from None
     with os.fdopen(fd, "rb") as handle:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
@@ -255,7 +269,7 @@ def write_bytes(path: Path, data: bytes, raw: str | None = None,
     try:
         parent = _open_parent(path, create=True)
     except OSError as err:
-        raise _path_error(err, raw) from None
+        raise _path_error(err, raw, path) from None
     temp = f".{path.name[:200]}.{secrets.token_hex(6)}.refloop-tmp"
     try:
         mode = 0o644
@@ -283,7 +297,7 @@ def write_bytes(path: Path, data: bytes, raw: str | None = None,
                 os.unlink(temp, dir_fd=parent)
             raise
     except OSError as err:
-        raise _path_error(err, raw) from None
+        raise _path_error(err, raw, path) from None
     finally:
         os.close(parent)
 
@@ -304,13 +318,13 @@ def unlink(path: Path, raw: str | None = None) -> None:
     except FileNotFoundError:
         return
     except OSError as err:
-        raise _path_error(err, raw) from None
+        raise _path_error(err, raw, path) from None
     try:
         os.unlink(path.name, dir_fd=parent)
     except FileNotFoundError:
         pass
     except OSError as err:
-        raise _path_error(err, raw) from None
+        raise _path_error(err, raw, path) from None
     finally:
         os.close(parent)
 
@@ -320,9 +334,9 @@ def list_entries(path: Path, raw: str) -> list[tuple[str, bool]]:
     try:
         fd = open_nofollow(path, os.O_RDONLY | os.O_DIRECTORY)
     except OSError as err:
-        if err.errno == errno.ENOTDIR:
+        if err.errno == errno.ENOTDIR and not _through_link(path):
             raise ToolError(f"E_NOT_FOUND: '{raw}' is not a directory") from None
-        raise _path_error(err, raw) from None
+        raise _path_error(err, raw, path) from None
     try:
         with os.scandir(fd) as entries:
             return sorted((entry.name, entry.is_dir(follow_symlinks=False))

@@ -114,6 +114,15 @@ def survivors(marker: str) -> list[str]:
     return found
 
 
+async def assert_gone(marker: str) -> None:
+    """No process carries `marker` (the kernel tears a namespace down asynchronously)."""
+    for _ in range(40):
+        if not survivors(marker):
+            return
+        await asyncio.sleep(0.05)
+    assert survivors(marker) == []
+
+
 def unique_sleep() -> str:
     """A sleep with a duration no other process uses, to find it again."""
     return f"{40 + int.from_bytes(os.urandom(2), 'big') / 1000:.3f}"
@@ -271,8 +280,7 @@ async def test_no_process_outlives_the_call(box: Box, template: str):
     n = unique_sleep()
     result = await run_cmd(box, template.format(n=n))
     assert result.data["sandboxed"] is True
-    await asyncio.sleep(0.2)
-    assert survivors(f"sleep {n}") == []
+    await assert_gone(f"sleep {n}")
 
 
 @pytest.mark.parametrize("template", ["setsid sleep {n}", "sleep {n}", "sleep {n} & wait",
@@ -283,8 +291,7 @@ async def test_the_call_returns_at_the_timeout(box: Box, template: str):
     result = await run_cmd(box, template.format(n=n), timeout_s=1)
     assert time.monotonic() - started < 1 + 2
     assert not result.ok and "E_TIMEOUT" in result.error
-    await asyncio.sleep(0.2)
-    assert survivors(f"sleep {n}") == []
+    await assert_gone(f"sleep {n}")
 
 
 @pytest.mark.parametrize("command", [
@@ -315,8 +322,7 @@ async def test_fork_bomb_is_contained(tmp_path: Path):
     result = await run_cmd(box, "python3 -c \"import os\nwhile True:\n    os.fork()\"",
                            timeout_s=2)
     assert not result.ok
-    await asyncio.sleep(0.3)
-    assert survivors("while True:") == []
+    await assert_gone("while True:")
 
 
 # ---------------------------------------------------------------- file tools: links
@@ -516,7 +522,7 @@ def test_a_killed_worker_takes_its_commands_along(tmp_path: Path):
     )
     worker = subprocess.Popen([sys.executable, "-c", script])
     try:
-        for _ in range(100):
+        for _ in range(300):  # the worker's imports are slow on a loaded machine
             if len(survivors(f"sleep {n}")) >= 2:
                 break
             time.sleep(0.1)
@@ -524,7 +530,10 @@ def test_a_killed_worker_takes_its_commands_along(tmp_path: Path):
     finally:
         worker.send_signal(signal.SIGKILL)
         worker.wait()
-    time.sleep(0.5)
+    for _ in range(40):  # the kernel tears the namespace down asynchronously
+        if not survivors(f"sleep {n}"):
+            break
+        time.sleep(0.05)
     assert survivors(f"sleep {n}") == []
 
 
@@ -546,3 +555,31 @@ async def test_a_default_data_dir_at_the_workspace_top_keeps_the_journal_out_of_
     assert not forge.ok and "E_PATH_RESERVED" in forge.error
     seen = await run_cmd(box, "ls -A .refloop-data; echo forged > .refloop-data/x")
     assert "journal" not in seen.output and not (box.ws / ".refloop-data" / "x").exists()
+
+
+@pytest.mark.parametrize("openat2", [True, False], ids=["openat2", "o_nofollow_walk"])
+async def test_both_resolvers_refuse_links(box: Box, monkeypatch: pytest.MonkeyPatch,
+                                           openat2: bool):
+    """Kernels without openat2 take the component-wise O_NOFOLLOW walk: same outcomes."""
+    from refloop.tools import sandbox
+
+    monkeypatch.setattr(sandbox, "has_openat2", lambda: openat2)
+    os.symlink(box.outside, box.ws / "linkdir")
+    os.symlink(box.outside / "probe.txt", box.ws / "link.txt")
+    os.link(box.outside / "keep" / "file.txt", box.ws / "hard.txt")
+    for tool, args, error in [
+        ("read_file", {"path": "linkdir/probe.txt"}, "E_SYMLINK"),
+        ("read_file", {"path": "link.txt"}, "E_SYMLINK"),
+        ("read_file", {"path": "hard.txt"}, "E_HARDLINK"),
+        ("write_file", {"path": "linkdir/new.txt", "content": "x"}, "E_SYMLINK"),
+        ("write_file", {"path": "link.txt", "content": "x"}, "E_SYMLINK"),
+        ("write_file", {"path": "hard.txt", "content": "x"}, "E_HARDLINK"),
+        ("list_dir", {"path": "linkdir"}, "E_SYMLINK"),
+    ]:
+        result = await box.call(tool, **args)
+        assert not result.ok and error in result.error, (tool, args, result.error)
+    made = await box.call("write_file", path="deep/new/dir/f.txt", content="ok\n")
+    assert made.ok and (box.ws / "deep" / "new" / "dir" / "f.txt").read_text() == "ok\n"
+    read = await box.call("read_file", path="deep/new/dir/f.txt")
+    assert read.ok and "ok" in read.output
+    box.assert_outside_untouched()
