@@ -1,5 +1,10 @@
 # refloop worker/API image: `refloop worker` or `refloop api` against TEMPORAL_ADDRESS.
 FROM python:3.11.7-slim
+# bubblewrap: the OS sandbox of the model's commands (util-linux's prlimit sets their limits).
+# It needs user namespaces: run the container with a seccomp profile that allows them
+# (Docker's default blocks unshare/clone of namespaces), see README "Security model".
+RUN apt-get update && apt-get install -y --no-install-recommends bubblewrap util-linux \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY refloop ./refloop
@@ -10,7 +15,9 @@ COPY api ./api
 # EXTRAS=semantic adds search_semantic (with PIP_EXTRA_INDEX_URL set to the PyTorch CPU
 # index for a CPU-only torch); EXTRAS=otel the OTLP exporter.
 ARG EXTRAS=""
-RUN pip install --no-cache-dir ".${EXTRAS:+[$EXTRAS]}" && useradd --create-home refloop
+# /journal: the edit journal's mount point in docker-compose, owned by the worker's user.
+RUN pip install --no-cache-dir ".${EXTRAS:+[$EXTRAS]}" && useradd --create-home refloop \
+    && mkdir /journal && chown refloop:refloop /journal
 USER refloop
 ENV REFLOOP_DATA_DIR=/home/refloop/data
 EXPOSE 8000

@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_WS := .refloop-data/demo-workspace
 
-.PHONY: demo test lint bench postgres histories
+.PHONY: demo test lint bench postgres histories bwrap
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev,semantic]'
 	touch $(STAMP)
 
-demo: $(STAMP)
+demo: $(STAMP) bwrap
 	mkdir -p $(DEMO_WS)
 	$(BIN)/refloop run "Write a short report on refloop and save it as report.md" \
 		--workspace $(DEMO_WS)
@@ -23,7 +23,14 @@ postgres:
 		pg_ctlcluster --skip-systemctl-redirect $$(ls /etc/postgresql) main start || \
 		echo "PostgreSQL could not be started; DB tests will fail"
 
-test: $(STAMP) postgres
+# The model's commands run in bubblewrap; refloop refuses to run them without it.
+bwrap:
+	@command -v bwrap >/dev/null 2>&1 || \
+		(apt-get update -q && apt-get install -y -q bubblewrap) >/dev/null 2>&1 || \
+		echo "could not install bubblewrap (apt-get install bubblewrap): commands will be" \
+			"refused unless REFLOOP_SANDBOX=none"
+
+test: $(STAMP) postgres bwrap
 	$(BIN)/ruff check .
 	$(BIN)/pytest -q
 
@@ -38,6 +45,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.bench_code_review
 	$(BIN)/python -m bench.bench_scale
 	$(BIN)/python -m bench.bench_scale --no-sandbox
+	$(BIN)/python -m bench.bench_sandbox
 	$(BIN)/python -m bench.bench_semantic
 	$(BIN)/python -m bench.bench_code_search
 

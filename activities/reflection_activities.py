@@ -22,7 +22,7 @@ from refloop.models import (
 from refloop.prompts import completeness_messages, supplement_plan_messages
 from refloop.tools import tool_specs
 from refloop.tools.base import ToolError
-from refloop.tools.sandbox import resolve, workspace_root
+from refloop.tools.sandbox import is_file, resolve, workspace_root
 
 NO_SUPPLEMENTS_REASK = (
     "You judged the task incomplete but suggested no supplements. Either name the missing "
@@ -40,7 +40,7 @@ def deterministic_evidence(inp: CompletenessInput) -> tuple[list[str], list[str]
     decisive = []
     for name in inp.claimed_files:
         try:
-            exists = resolve(root, name).is_file()
+            exists = is_file(resolve(root, name))
         except ToolError:
             exists = False
         if not exists:

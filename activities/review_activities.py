@@ -22,14 +22,18 @@ from refloop.quality import (
     json_edit_snippet,
     review_messages,
 )
-from refloop.tools.sandbox import resolve, workspace_root
+from refloop.tools.base import ToolError
+from refloop.tools.sandbox import is_file, read_text, resolve, workspace_root
 
 
 def read_edited(inp: QualityReviewInput) -> tuple[str, str]:
     """(file path, file content after the edit); a deleted file reads as empty."""
     file_path = inp.data.get("file_path", "")
     path = resolve(workspace_root(inp.workspace), file_path)
-    return file_path, path.read_text(encoding="utf-8") if path.is_file() else ""
+    try:
+        return file_path, read_text(path, file_path) if is_file(path) else ""
+    except ToolError:  # binary, linked or too large: nothing to review
+        return file_path, ""
 
 
 def build_snippet(inp: QualityReviewInput, content: str) -> tuple[str, int | None, int | None]:

@@ -4,6 +4,7 @@ shows what ran; each looks the tool up in the one registry."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 
 from temporalio import activity
@@ -16,6 +17,7 @@ from refloop.models import ActivityName, RunToolInput, ToolResult
 from refloop.settings import Settings
 from refloop.store import Store
 from refloop.tools import TOOLS, UnknownToolError, execute_tool
+from refloop.tools.os_sandbox import UNSANDBOXED_WARNING, SandboxUnavailableError, sandbox_mode
 from workflows.policies import TOOL_RESULT_CHARS
 
 # What the model reads of one result, less the "[tool] ok" header the workflow adds.
@@ -28,13 +30,25 @@ class ToolActivities:
     def __init__(self, settings: Settings, store: Store) -> None:
         self.settings = settings
         self.store = store
+        # A worker without its command sandbox refuses to start, unless `none` was chosen.
+        try:
+            mode = sandbox_mode(settings)
+        except SandboxUnavailableError as err:
+            raise SystemExit(f"refloop worker: {err}") from None
+        if mode == "none":
+            logging.getLogger("refloop").warning("\n%s\n%s\n%s", "!" * 78,
+                                                 UNSANDBOXED_WARNING, "!" * 78)
 
     async def run(self, inp: RunToolInput) -> ToolResult:
         activity.logger.info("tool %s (%s)", inp.name, inp.call_id)
         # Offloaded arguments come back whole; a large output goes out as a marker. Only
         # those hop to a thread for the store: a busy worker pays for every thread hop.
         arguments = inp.arguments
-        if holds_marker(arguments):
+        try:
+            marked = holds_marker(arguments)
+        except RecursionError:  # hostile nesting: a tool error the model reads, not a retry
+            return ToolResult(ok=False, error="E_INVALID_ARGS: the arguments nest too deeply")
+        if marked:
             arguments = await asyncio.to_thread(resolve_args, arguments, self.store.get_blob)
         async with heartbeating():
             try:

@@ -62,7 +62,8 @@ def describe_event(event: Event) -> str:
             return f"→ {data.get('tool')} {json.dumps(data.get('args'), ensure_ascii=False)[:120]}"
         case "tool_result":
             status = "ok" if data.get("ok") else f"error: {data.get('error')}"
-            return f"← {data.get('tool')} {status}"
+            unconfined = str(data.get("output", "")).startswith("[UNSANDBOXED]")
+            return f"← {data.get('tool')} {status}" + (" [UNSANDBOXED]" if unconfined else "")
         case _:
             return f"{event.type}: {json.dumps(data, ensure_ascii=False)[:160]}"
 

@@ -12,6 +12,7 @@ import ast
 import functools
 import os
 import re
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,9 +70,18 @@ def iter_sources(root: Path, suffixes: frozenset[str], max_bytes: int
 
 
 def read_source(path: Path) -> str | None:
-    """The file's text, or None for binary or unreadable files."""
+    """The file's text, or None for binary or unreadable files, links and files with more
+    than one hard link (a repository's link may name a file outside it)."""
     try:
-        return path.read_text(encoding="utf-8")
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (OSError, ValueError):
+        return None
+    try:
+        with os.fdopen(fd, "rb") as handle:
+            info = os.fstat(handle.fileno())
+            if not stat.S_ISREG(info.st_mode) or info.st_nlink > 1:
+                return None
+            return handle.read().decode("utf-8")
     except (OSError, UnicodeDecodeError):
         return None
 

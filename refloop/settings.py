@@ -72,6 +72,27 @@ class Settings(BaseSettings):
     refloop_repo_map_tokens: int = Field(default=1024, ge=0, le=32_000)
     # Allowlist mode for run_cmd: comma-separated first words (e.g. "pytest,ls,cat"); unset: off
     refloop_cmd_allowlist: str | None = None
+    # Command sandbox: bwrap (default; an error when bubblewrap cannot run) or none (explicit,
+    # unconfined, loudly warned). Extra read-only paths a command may need (a toolchain
+    # outside /usr), comma-separated. Per-command limits (setrlimit).
+    refloop_sandbox: Literal["bwrap", "none"] | None = None
+    refloop_sandbox_ro_paths: str | None = None
+    refloop_cmd_memory_mb: int = Field(default=8192, ge=64)
+    refloop_cmd_file_mb: int = Field(default=1024, ge=1)
+    refloop_cmd_max_processes: int = Field(default=4096, ge=8)
+    # Largest content a write or edit may produce (E_TOO_LARGE past it)
+    refloop_max_write_bytes: int = Field(default=10 * 1024 * 1024, gt=0)
+    # The edit journal (idempotent edits, undo); unset: <data dir>/journal. Point it at
+    # storage every worker shares, never inside a workspace.
+    refloop_journal_dir: Path | None = None
+
+    @property
+    def journal_dir(self) -> Path:
+        return self.refloop_journal_dir or self.refloop_data_dir / "journal"
+
+    @property
+    def sandbox_ro_paths(self) -> list[str]:
+        return [p.strip() for p in (self.refloop_sandbox_ro_paths or "").split(",") if p.strip()]
 
     @property
     def cmd_allowlist(self) -> list[str] | None:

@@ -74,6 +74,8 @@ async def execute_tool(call: RunToolInput, settings: Settings) -> ToolResult:
         return await definition.fn(ctx, args)
     except ToolError as err:
         return ToolResult(ok=False, error=str(err))
+    except (OSError, ValueError, RecursionError) as err:  # never an activity failure
+        return ToolResult(ok=False, error=f"E_IO: {type(err).__name__}: {str(err)[:300]}")
 
 
 _thread_loops = threading.local()
@@ -90,7 +92,7 @@ def run_in_thread_loop(coroutine: Coroutine[Any, Any, T]) -> T:
 
 def _journaled(definition, ctx: ToolContext, args) -> ToolResult:
     """Apply an edit at most once per call id (runs in a thread: file I/O only)."""
-    journal = Journal(ctx.workspace)
+    journal = Journal.for_call(ctx)
     entry = journal.load(ctx.call_id)
     if entry is not None and entry["result"] is not None:
         return ToolResult.model_validate(entry["result"])
@@ -102,6 +104,8 @@ def _journaled(definition, ctx: ToolContext, args) -> ToolResult:
         result = run_in_thread_loop(definition.fn(ctx, args))
     except ToolError as err:
         result = ToolResult(ok=False, error=str(err))
+    except (OSError, ValueError, RecursionError) as err:
+        result = ToolResult(ok=False, error=f"E_IO: {type(err).__name__}: {str(err)[:300]}")
     journal.finish(entry, result)
     return result
 

@@ -1,4 +1,11 @@
-"""run_cmd: a command policy, then the command in its own process group with a timeout."""
+"""run_cmd: a friendly policy check, then the command in the OS sandbox (os_sandbox.py).
+
+The policy below only refuses early, with a clear message, what is plainly unwanted; it is
+not the security boundary. The boundary is the sandbox: the command sees the workspace and
+read-only system directories, no network unless the task allows it, an allowlisted
+environment, resource limits; its output is capped while it is read, and the call returns
+at the timeout with the whole process tree killed.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +13,15 @@ import asyncio
 import contextlib
 import os
 import re
+import shlex
 import signal
+import subprocess
 
 from pydantic import BaseModel, Field
 
 from refloop.models import ToolResult
 from refloop.tools.base import ToolContext, ToolError, tool
-from refloop.tools.sandbox import truncate_bytes
+from refloop.tools.os_sandbox import SandboxUnavailableError, sandboxed_command
 
 DENIED = [
     (r"\bsudo\b|\bsu\s", "privilege escalation"),
@@ -32,7 +41,14 @@ NETWORK = [
     r"\bgit\s+(clone|fetch|pull|push|ls-remote)\b",
     r"\bapt(-get)?\s+(install|update)\b",
 ]
-SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
+# Past this much output the command is stopped: `yes` or `cat /dev/zero` never run to the
+# timeout. Only refloop_max_output_bytes of it is ever kept in memory.
+OUTPUT_KILL_BYTES = 64 * 1024 * 1024
+READ_CHUNK = 65536
+# After the command exits, how long leftover output may still arrive.
+DRAIN_GRACE_S = 0.5
+# Ways a command can end besides its own exit.
+TIMED_OUT, TOO_MUCH_OUTPUT = "timed_out", "too_much_output"
 
 
 class PolicyDecision(BaseModel):
@@ -49,20 +65,41 @@ class RunCmdArgs(BaseModel):
 SHELL_OPERATORS = [
     (r";", "';' command chaining"), (r"&&", "'&&' command chaining"),
     (r"\|\|", "'||' command chaining"), (r"`", "backtick substitution"),
-    (r"\$\(", "$() substitution"),
+    (r"\$\(", "$() substitution"), (r"[\n\r]", "a newline chaining commands"),
+    (r"(?<![&>0-9])&(?![&>])", "'&' running a command in the background"),
+    (r"<\(|>\(", "process substitution"),
 ]
 # A redirect to an absolute path (other than /dev/null) or upwards leaves the workspace.
-REDIRECT_OUT = re.compile(r"(?<![0-9&])>>?\s*(?!/dev/null\b)(/|~|\.\./|\S*/\.\./)")
+REDIRECT_OUT = re.compile(r"(?<![&])>>?\|?\s*(?!/dev/null\b)(/|~|\.\./|\S*/\.\./)")
+# Where a new command starts, for the allowlist: after any separator or pipe.
+COMMAND_BREAK = re.compile(r"\|\|?|&&?|;|[\n\r]|\$\(|`|<\(|>\(")
+
+
+def first_words(command: str) -> list[str]:
+    """The program each piece of a command line runs: `a x | b && c` -> [a, b, c]."""
+    words = []
+    for piece in COMMAND_BREAK.split(command):
+        try:
+            tokens = shlex.split(piece, comments=False)
+        except ValueError:  # unbalanced quotes: judge the raw words
+            tokens = piece.split()
+        while tokens and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", tokens[0]):
+            tokens = tokens[1:]  # VAR=value prefixes
+        if tokens:
+            words.append(tokens[0])
+    return words
 
 
 def evaluate_command(command: str, allow_network: bool, allow_shell_operators: bool = False,
                      allowlist: list[str] | None = None) -> PolicyDecision:
-    """Allowlist (when configured), deny list, shell operators, redirects, network."""
+    """Allowlist (when configured), deny list, shell operators, redirects, network.
+
+    An early, friendly refusal; the sandbox is what actually contains a command."""
     if allowlist:
-        first = command.strip().split()[0] if command.strip() else ""
-        if first not in allowlist:
-            return PolicyDecision(ok=False, reason=f"denied by policy: '{first}' is not in the "
-                                                   f"allowlist ({', '.join(allowlist)})")
+        for first in first_words(command) or [""]:
+            if first not in allowlist:
+                return PolicyDecision(ok=False, reason=f"denied by policy: '{first}' is not in "
+                                                       f"the allowlist ({', '.join(allowlist)})")
     if not allow_shell_operators:
         for pattern, why in SHELL_OPERATORS:
             if re.search(pattern, command):
@@ -81,45 +118,134 @@ def evaluate_command(command: str, allow_network: bool, allow_shell_operators: b
     return PolicyDecision(ok=True)
 
 
-def sanitized_env() -> dict[str, str]:
-    """Secrets never reach commands the model writes."""
-    return {
-        name: value for name, value in os.environ.items()
-        if not name.startswith("OPENAI_") and not any(m in name.upper() for m in SECRET_MARKERS)
-    }
+class CappedOutput:
+    """Keeps the first `cap` bytes read from a pipe and counts the rest."""
+
+    def __init__(self, fd: int, cap: int) -> None:
+        self.fd, self.cap = fd, cap
+        self.kept = bytearray()
+        self.total = 0
+        self.eof = asyncio.get_running_loop().create_future()
+        self.overflow = asyncio.get_running_loop().create_future()
+
+    def on_readable(self) -> None:
+        for _ in range(16):  # bounded per wake-up: the event loop stays responsive
+            try:
+                data = os.read(self.fd, READ_CHUNK)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self.stop()
+                _settle(self.eof)
+                return
+            room = self.cap - len(self.kept)
+            if room > 0:
+                self.kept += data[:room]
+            self.total += len(data)
+            if self.total > OUTPUT_KILL_BYTES:
+                self.stop()
+                _settle(self.overflow)
+                return
+
+    def stop(self) -> None:
+        asyncio.get_running_loop().remove_reader(self.fd)
 
 
-@tool("run_cmd", RunCmdArgs, "Run a shell command in the workspace (policy-checked, timed out).",
+def _settle(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+async def run_bounded(argv: list[str], *, cwd: str, env: dict[str, str], preexec_fn,
+                      limit_s: float, cap: int) -> tuple[int | None, bytes, int, str | None]:
+    """Run argv; return (exit code, first `cap` bytes of output, total bytes, how it was
+    stopped). Returns by `limit_s` whatever the command does; the process group is always
+    killed before returning (and, under the sandbox, the whole pid namespace with it)."""
+    loop = asyncio.get_running_loop()
+    read_fd, write_fd = os.pipe()
+    try:
+        # Not asyncio's subprocess: in Python 3.11 its wait() also waits for the pipe to close,
+        # which a daemonised grandchild can hold open forever. Spawning returns at once.
+        process = subprocess.Popen(  # noqa: ASYNC220
+            argv, cwd=cwd, env=env, preexec_fn=preexec_fn, start_new_session=True,
+            stdin=subprocess.DEVNULL, stdout=write_fd, stderr=write_fd, close_fds=True)
+    except OSError as err:
+        os.close(read_fd)
+        raise ToolError(f"E_EXEC: cannot start the command: {err}") from None
+    finally:
+        os.close(write_fd)
+    os.set_blocking(read_fd, False)
+    pidfd = os.pidfd_open(process.pid)
+    exited = loop.create_future()
+    output = CappedOutput(read_fd, cap)
+    def on_exit() -> None:
+        loop.remove_reader(pidfd)  # level-triggered: readable from now on
+        _settle(exited)
+
+    loop.add_reader(pidfd, on_exit)
+    loop.add_reader(read_fd, output.on_readable)
+    stopped: str | None = None
+    try:
+        done, _ = await asyncio.wait({exited, output.overflow}, timeout=limit_s,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if output.overflow in done:
+            stopped = TOO_MUCH_OUTPUT
+        elif exited not in done:
+            stopped = TIMED_OUT
+        else:  # output written just before the exit is still in the pipe
+            await asyncio.wait({output.eof, output.overflow}, timeout=DRAIN_GRACE_S,
+                               return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        loop.remove_reader(read_fd)
+        os.close(read_fd)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(exited), 5)
+        loop.remove_reader(pidfd)
+        os.close(pidfd)
+        code = process.poll()
+    return (None if stopped else code), bytes(output.kept), output.total, stopped
+
+
+@tool("run_cmd", RunCmdArgs, "Run a shell command in the workspace (sandboxed, timed out).",
       blocking=False)
 async def run_cmd(ctx: ToolContext, args: RunCmdArgs) -> ToolResult:
     decision = evaluate_command(args.command, ctx.allow_network, ctx.allow_shell_operators,
                                 ctx.settings.cmd_allowlist)
     if not decision.ok:
         raise ToolError(f"E_POLICY: {decision.reason}: {args.command}")
+    if "\0" in args.command:
+        raise ToolError("E_INVALID_ARGS: the command contains a NUL byte")
     timeout = min(args.timeout_s or ctx.settings.refloop_cmd_timeout_s,
                   ctx.settings.refloop_cmd_timeout_s)
-    process = await asyncio.create_subprocess_shell(
-        args.command, cwd=ctx.workspace, env=sanitized_env(), start_new_session=True,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-        stdin=asyncio.subprocess.DEVNULL,
-    )
     try:
-        output, _ = await asyncio.wait_for(process.communicate(), timeout)
-    except (TimeoutError, asyncio.CancelledError) as err:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        await process.wait()
-        if isinstance(err, asyncio.CancelledError):
-            raise
-        return ToolResult(ok=False, error=f"E_TIMEOUT: command killed after {timeout:g}s",
-                          data={"exit_code": None, "timed_out": True})
-    text = truncate_bytes(output.decode("utf-8", errors="replace"),
-                          ctx.settings.refloop_max_output_bytes)
-    code = process.returncode
-    result = f"exit code {code}\n{text}"
+        command = sandboxed_command(["/bin/sh", "-c", args.command], workspace=ctx.workspace,
+                                    allow_network=ctx.allow_network, env={},
+                                    settings=ctx.settings)
+    except SandboxUnavailableError as err:
+        raise ToolError(f"E_SANDBOX: {err}") from None
+    cap = ctx.settings.refloop_max_output_bytes
+    code, kept, total, stopped = await run_bounded(
+        command.argv, cwd=str(ctx.workspace), env=command.env, preexec_fn=command.preexec_fn,
+        limit_s=timeout, cap=cap)
+    text = kept.decode("utf-8", errors="ignore" if total > cap else "replace")
+    if total > len(kept):
+        text += f"\n[... truncated {total - len(kept)} bytes ...]"
+    marker = "" if command.sandboxed else "[UNSANDBOXED] "
+    data = {"exit_code": code, "sandboxed": command.sandboxed}
+    if stopped == TIMED_OUT:
+        return ToolResult(ok=False, error=f"E_TIMEOUT: {marker}command killed after {timeout:g}s",
+                          output=f"{marker}{text}", data={**data, "timed_out": True})
+    if stopped == TOO_MUCH_OUTPUT:
+        return ToolResult(ok=False, output=f"{marker}{text}", data=data,
+                          error=f"E_OUTPUT_LIMIT: {marker}command killed after "
+                                f"{OUTPUT_KILL_BYTES // (1024 * 1024)} MiB of output")
+    result = f"{marker}exit code {code}\n{text}"
     if code != 0:
-        return ToolResult(ok=False, error=f"E_EXIT: command exited with {code}", output=result,
-                          data={"exit_code": code})
-    return ToolResult(ok=True, output=result, data={"exit_code": code})
-
-
+        return ToolResult(ok=False, error=f"E_EXIT: {marker}command exited with {code}",
+                          output=result,
+                          data=data)
+    return ToolResult(ok=True, output=result, data=data)

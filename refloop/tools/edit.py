@@ -11,7 +11,9 @@ from refloop.tools.base import ToolContext, ToolError, tool
 from refloop.tools.journal import Journal
 from refloop.tools.sandbox import (
     SKIPPED_DIRS,
+    kind,
     line_count,
+    list_entries,
     numbered,
     read_text,
     relative,
@@ -51,13 +53,17 @@ def edited(ctx: ToolContext, rel: str, text: str, start: int, end: int, kind: st
 
 def view(ctx: ToolContext, args: EditArgs) -> ToolResult:
     path = resolve(ctx.workspace, args.path)
-    if path.is_dir():
+    if kind(path) == "dir":
         entries = []
-        for child in sorted(path.rglob("*")):
-            rel = child.relative_to(path)
-            if len(rel.parts) <= 2 and not SKIPPED_DIRS.intersection(rel.parts):
-                entries.append(rel.as_posix() + ("/" if child.is_dir() else ""))
-        return ToolResult(ok=True, output="\n".join(entries) or "(empty)")
+        for name, folder in list_entries(path, args.path):
+            if name in SKIPPED_DIRS:
+                continue
+            entries.append(f"{name}/" if folder else name)
+            if folder:
+                entries += [f"{name}/{child}/" if sub else f"{name}/{child}"
+                            for child, sub in list_entries(path / name, f"{args.path}/{name}")
+                            if child not in SKIPPED_DIRS]
+        return ToolResult(ok=True, output="\n".join(sorted(entries)) or "(empty)")
     text = read_text(path, args.path)
     start, end = 1, line_count(text)
     if args.view_range:
@@ -75,10 +81,10 @@ def create(ctx: ToolContext, args: EditArgs) -> ToolResult:
     if args.file_text is None:
         raise ToolError("E_INVALID_ARGS: create needs file_text")
     path = resolve(ctx.workspace, args.path)
-    if path.exists():
+    if kind(path) is not None:
         raise ToolError(f"E_EXISTS: '{args.path}' already exists; use str_replace to change it")
     ctx.snapshot(path)
-    write_text(path, args.file_text)
+    write_text(path, args.file_text, args.path, ctx.settings.refloop_max_write_bytes)
     rel = relative(ctx.workspace, path)
     count = line_count(args.file_text)
     return ToolResult(
@@ -92,7 +98,7 @@ def str_replace(ctx: ToolContext, args: EditArgs) -> ToolResult:
     if not args.old_str:
         raise ToolError("E_INVALID_ARGS: str_replace needs a non-empty old_str")
     path = resolve(ctx.workspace, args.path)
-    text = read_text(path, args.path)
+    text = read_text(path, args.path, ctx.settings.refloop_max_write_bytes)
     occurrences = text.count(args.old_str)
     if occurrences != 1:
         where = "did not appear" if occurrences == 0 else f"appeared {occurrences} times"
@@ -103,7 +109,7 @@ def str_replace(ctx: ToolContext, args: EditArgs) -> ToolResult:
     start = text[: text.index(args.old_str)].count("\n") + 1
     updated = text.replace(args.old_str, new_str, 1)
     ctx.snapshot(path)
-    write_text(path, updated)
+    write_text(path, updated, args.path, ctx.settings.refloop_max_write_bytes)
     end = start + max(new_str.count("\n"), 0)
     return edited(ctx, relative(ctx.workspace, path), updated, start, end, "str_replace",
                   line_count(text))
@@ -113,7 +119,7 @@ def insert(ctx: ToolContext, args: EditArgs) -> ToolResult:
     if args.insert_line is None or args.new_str is None:
         raise ToolError("E_INVALID_ARGS: insert needs insert_line and new_str")
     path = resolve(ctx.workspace, args.path)
-    text = read_text(path, args.path)
+    text = read_text(path, args.path, ctx.settings.refloop_max_write_bytes)
     lines = text.splitlines()
     if args.insert_line > len(lines):
         raise ToolError(f"E_RANGE: insert_line {args.insert_line} is past the end ({len(lines)})")
@@ -121,7 +127,7 @@ def insert(ctx: ToolContext, args: EditArgs) -> ToolResult:
     updated_lines = lines[: args.insert_line] + new_lines + lines[args.insert_line :]
     updated = "\n".join(updated_lines) + "\n"
     ctx.snapshot(path)
-    write_text(path, updated)
+    write_text(path, updated, args.path, ctx.settings.refloop_max_write_bytes)
     start = args.insert_line + 1
     return edited(ctx, relative(ctx.workspace, path), updated, start,
                   start + len(new_lines) - 1, "insert", len(lines))
@@ -130,14 +136,14 @@ def insert(ctx: ToolContext, args: EditArgs) -> ToolResult:
 def undo_edit(ctx: ToolContext, args: EditArgs) -> ToolResult:
     path = resolve(ctx.workspace, args.path)
     rel = relative(ctx.workspace, path)
-    journal = Journal(ctx.workspace)
+    journal = Journal.for_call(ctx)
     for entry in journal.entries():
         if rel in entry["pre_images"] and not entry["undone"] and entry["call_id"] != ctx.call_id:
             ctx.snapshot(path)
             journal.restore(entry, only=rel)
             entry["undone"] = True
             journal.save(entry)
-            text = read_text(path, args.path) if path.exists() else ""
+            text = read_text(path, args.path) if kind(path) is not None else ""
             return ToolResult(
                 ok=True, output=f"Last edit to {rel} undone.\n{numbered(text)}",
                 data={"file_path": rel, "edit_kind": "undo", "undone_call": entry["call_id"],

@@ -1,27 +1,38 @@
-"""Read-only tools and write_file."""
+"""Read-only tools and write_file (every path opened with no link followed)."""
 
 from __future__ import annotations
 
 import fnmatch
-import os
-import re
+import time
 
+import regex
 from pydantic import BaseModel, Field
 
 from refloop.models import ToolResult
 from refloop.tools.base import ToolContext, ToolError, tool
 from refloop.tools.sandbox import (
     SKIPPED_DIRS,
+    check_path_text,
+    glob_match,
+    is_file,
+    kind,
     line_count,
+    list_entries,
     numbered,
     read_text,
     relative,
     resolve,
     truncate_bytes,
+    walk_files,
     write_text,
 )
 
 MAX_MATCHES = 200
+# The time one grep may spend matching, in all and on one line: a pattern that backtracks
+# without bound ("(a+)+$") is stopped, and says so. The regex module checks its timeout
+# periodically, so the wall time can reach about twice this.
+GREP_BUDGET_S = 5.0
+GREP_LINE_BUDGET_S = 0.5  # one line that takes longer is a pathological pattern
 
 
 class PathArgs(BaseModel):
@@ -49,22 +60,11 @@ class WriteFileArgs(BaseModel):
     content: str
 
 
-def walk_files(ctx: ToolContext, start):
-    for folder, dirs, files in os.walk(start):
-        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS)
-        for name in sorted(files):
-            yield os.path.join(folder, name)
-
-
 @tool("list_dir", PathArgs, "List a directory of the workspace.")
 async def list_dir(ctx: ToolContext, args: PathArgs) -> ToolResult:
     path = resolve(ctx.workspace, args.path)
-    if not path.is_dir():
-        raise ToolError(f"E_NOT_FOUND: '{args.path}' is not a directory")
-    entries = sorted(
-        f"{p.name}/" if p.is_dir() else p.name
-        for p in path.iterdir() if p.name not in SKIPPED_DIRS
-    )
+    entries = [f"{name}/" if folder else name
+               for name, folder in list_entries(path, args.path) if name not in SKIPPED_DIRS]
     return ToolResult(ok=True, output="\n".join(entries) or "(empty)",
                       data={"count": len(entries)})
 
@@ -85,12 +85,14 @@ async def read_file(ctx: ToolContext, args: ReadFileArgs) -> ToolResult:
 
 @tool("glob_file_search", GlobArgs, "Find files by glob pattern, e.g. **/*.md.")
 async def glob_file_search(ctx: ToolContext, args: GlobArgs) -> ToolResult:
+    check_path_text(args.pattern)
     if args.pattern.startswith("/") or ".." in args.pattern.split("/"):
         raise ToolError("E_PATH_ESCAPE: glob patterns are relative to the workspace")
+    pattern = "/".join(part for part in args.pattern.split("/") if part not in ("", "."))
     matches = []
-    for path in sorted(ctx.workspace.glob(args.pattern)):
+    for path in walk_files(ctx.workspace):
         rel = relative(ctx.workspace, path)
-        if path.is_file() and not SKIPPED_DIRS.intersection(rel.split("/")):
+        if glob_match(pattern, rel) and is_file(path):
             matches.append(rel)
     shown = matches[:MAX_MATCHES]
     more = f"\n[... {len(matches) - MAX_MATCHES} more ...]" if len(matches) > MAX_MATCHES else ""
@@ -101,23 +103,34 @@ async def glob_file_search(ctx: ToolContext, args: GlobArgs) -> ToolResult:
 @tool("grep", GrepArgs, "Search file contents with a regular expression.")
 async def grep(ctx: ToolContext, args: GrepArgs) -> ToolResult:
     try:
-        regex = re.compile(args.pattern)
-    except re.error as err:
+        compiled = regex.compile(args.pattern)
+    except (regex.error, RecursionError, OverflowError) as err:
         raise ToolError(f"E_INVALID_ARGS: bad regular expression: {err}") from None
     start = resolve(ctx.workspace, args.path)
-    candidates = [str(start)] if start.is_file() else walk_files(ctx, start)
+    found = kind(start)
+    if found not in ("file", "dir"):
+        raise ToolError(f"E_NOT_FOUND: '{args.path}' is not a file or directory")
+    candidates = [start] if found == "file" else walk_files(start)
+    deadline = time.monotonic() + GREP_BUDGET_S
     hits: list[str] = []
-    for name in candidates:
-        rel = relative(ctx.workspace, resolve(ctx.workspace, name))
-        if args.glob and not fnmatch.fnmatch(rel, args.glob):
+    for path in candidates:
+        rel = relative(ctx.workspace, path)
+        if args.glob and not glob_match(args.glob, rel) and not fnmatch.fnmatch(rel, args.glob):
             continue
         try:
-            with open(name, encoding="utf-8") as handle:
-                for number, line in enumerate(handle, start=1):
-                    if regex.search(line):
-                        hits.append(f"{rel}:{number}: {line.rstrip()}")
-        except (UnicodeDecodeError, OSError):
+            text = read_text(path, rel)
+        except ToolError:  # binary, linked, too large or gone: not searched
             continue
+        for number, line in enumerate(text.splitlines(), start=1):
+            try:
+                left = min(deadline - time.monotonic(), GREP_LINE_BUDGET_S)
+                matched = compiled.search(line, timeout=max(left, 0.01))
+            except TimeoutError:
+                raise ToolError(f"E_TIMEOUT: the pattern is too slow on {rel}:{number} (it "
+                                "backtracks too much, or the search is too large); simplify "
+                                "it or narrow the path") from None
+            if matched:
+                hits.append(f"{rel}:{number}: {line.rstrip()}")
         if len(hits) > MAX_MATCHES:
             break
     more = f"\n[... more than {MAX_MATCHES} matches ...]" if len(hits) > MAX_MATCHES else ""
@@ -128,13 +141,19 @@ async def grep(ctx: ToolContext, args: GrepArgs) -> ToolResult:
 
 @tool("write_file", WriteFileArgs, "Create or overwrite a text file.", edits=True)
 async def write_file(ctx: ToolContext, args: WriteFileArgs) -> ToolResult:
+    limit = ctx.settings.refloop_max_write_bytes
+    size = len(args.content.encode("utf-8", errors="surrogatepass"))
+    if size > limit:
+        raise ToolError(f"E_TOO_LARGE: the content is {size} bytes; the limit is {limit} "
+                        "(REFLOOP_MAX_WRITE_BYTES)")
     path = resolve(ctx.workspace, args.path)
-    if path.is_dir():
+    found = kind(path)
+    if found == "dir":
         raise ToolError(f"E_IS_DIR: '{args.path}' is a directory")
-    existed = path.is_file()
-    before = line_count(read_text(path, args.path)) if existed else 0
+    existed = found is not None
+    before = line_count(read_text(path, args.path, limit)) if existed else 0
     ctx.snapshot(path)
-    write_text(path, args.content)
+    write_text(path, args.content, args.path, limit)
     after = line_count(args.content)
     rel = relative(ctx.workspace, path)
     return ToolResult(

@@ -4,6 +4,11 @@ Each edit call has a deterministic id. Before writing, the call records the pre-
 every file it touches; after applying, it stores its result. A repeated call returns the
 stored result; a call that crashed mid-apply restores the pre-images and applies again.
 Undo tools restore the same pre-images.
+
+The journal lives under the data dir (or REFLOOP_JOURNAL_DIR), keyed by workspace and task,
+outside every workspace:
+nothing a repository ships or a command writes can forge an entry. Restores go through the
+same no-follow writes as the tools, to paths checked like the model's own.
 """
 
 from __future__ import annotations
@@ -17,18 +22,47 @@ from pathlib import Path
 from typing import Any
 
 from refloop.models import ToolResult
-from refloop.tools.sandbox import INTERNAL_DIR
+from refloop.tools import sandbox
+from refloop.tools.base import ToolContext, ToolError
+
+# Agent call ids are "<workflow id>.<run id[:8]>.<iteration>.<index>": the task is the
+# workflow id. Other ids (tests, benches) share one journal per workspace.
+_AGENT_CALL = re.compile(r"^(?P<task>.+)\.[0-9a-f]{8}\.\d+\.\d+$")
+SHARED_TASK = "_shared"
+
+
+def task_key(call_id: str) -> str:
+    match = _AGENT_CALL.match(call_id)
+    return match.group("task") if match else SHARED_TASK
+
+
+def _safe_name(text: str) -> str:
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", text)[:80]
+    return f"{safe}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
 
 
 class Journal:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, journal_dir: Path, call_id: str,
+                 max_image_bytes: int = sandbox.MAX_READ_FILE_BYTES) -> None:
         self.root = root
-        self.dir = root / INTERNAL_DIR / "journal"
+        workspace = hashlib.sha256(str(root).encode()).hexdigest()[:16]
+        base = Path(journal_dir).resolve()
+        inside = base == root or root in base.parents
+        if inside and base.relative_to(root).parts[:1] != (sandbox.DATA_DIR_NAME,):
+            # (a default data dir at the workspace's top is reserved for the file tools and
+            # hidden from commands, so the journal there is out of the model's reach)
+            raise ToolError("E_CONFIG: the edit journal (REFLOOP_JOURNAL_DIR, or the data dir) "
+                            "is inside the workspace, where the model could forge it")
+        self.dir = base / workspace / _safe_name(task_key(call_id))
+        self.max_image_bytes = max_image_bytes
+
+    @classmethod
+    def for_call(cls, ctx: ToolContext) -> Journal:
+        return cls(ctx.workspace, ctx.settings.journal_dir, ctx.call_id,
+                   ctx.settings.refloop_max_write_bytes)
 
     def _path(self, call_id: str) -> Path:
-        safe = re.sub(r"[^A-Za-z0-9._-]", "_", call_id)[:80]
-        digest = hashlib.sha256(call_id.encode()).hexdigest()[:12]
-        return self.dir / f"{safe}-{digest}.json"
+        return self.dir / f"{_safe_name(call_id)}.json"
 
     def load(self, call_id: str) -> dict[str, Any] | None:
         path = self._path(call_id)
@@ -49,11 +83,18 @@ class Journal:
 
     def snapshot(self, entry: dict[str, Any], path: Path) -> None:
         """Record a file's content before its first write in this call."""
-        key = path.relative_to(self.root).as_posix()
+        key = sandbox.relative(self.root, path)
         if key in entry["pre_images"]:
             return
+        found = sandbox.kind(path)
+        if found == "link":
+            raise ToolError(f"E_SYMLINK: '{key}' is a symbolic link; the file tools never "
+                            "write through links")
+        if found not in (None, "file"):
+            raise ToolError(f"E_NOT_FOUND: '{key}' is not a regular file")
         entry["pre_images"][key] = (
-            base64.b64encode(path.read_bytes()).decode() if path.is_file() else None
+            base64.b64encode(sandbox.read_bytes(path, key, self.max_image_bytes)).decode()
+            if found == "file" else None
         )
         self.save(entry)
 
@@ -62,12 +103,11 @@ class Journal:
         for key, image in entry["pre_images"].items():
             if only is not None and key != only:
                 continue
-            target = self.root / key
+            target = sandbox.resolve(self.root, key)
             if image is None:
-                target.unlink(missing_ok=True)
+                sandbox.unlink(target, key)
             else:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(base64.b64decode(image))
+                sandbox.write_bytes(target, base64.b64decode(image), key)
             restored.append(key)
         return restored
 

@@ -12,6 +12,8 @@ from refloop.models import ToolResult
 from refloop.tools.base import ToolContext, ToolError, tool
 from refloop.tools.sandbox import line_count, read_text, relative, resolve, write_text
 
+# Deeper documents (or values) are refused: Python's json recursion has a hard floor.
+MAX_JSON_DEPTH = 100
 _TOKEN = re.compile(r"\.([A-Za-z_][\w-]*)|\[(-?\d+)\]|\[(['\"])(.*?)\3\]|\[(-)\]")
 
 
@@ -39,6 +41,25 @@ def parse_path(path: str) -> list[str | int]:
     return parts
 
 
+def depth(value: Any) -> int:
+    """Nesting depth, iteratively (no recursion to exhaust)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, level)
+            if level > MAX_JSON_DEPTH:
+                return level
+            stack.extend((child, level + 1)
+                         for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+def check_depth(value: Any, what: str) -> None:
+    if depth(value) > MAX_JSON_DEPTH:
+        raise ToolError(f"E_JSON_DEPTH: {what} nests deeper than {MAX_JSON_DEPTH} levels")
+
+
 def walk(doc: Any, parts: list[str | int], path: str) -> Any:
     for part in parts:
         try:
@@ -52,13 +73,19 @@ def walk(doc: Any, parts: list[str | int], path: str) -> Any:
       "remove; '[-]' appends to an array.", edits=True)
 async def json_edit_tool(ctx: ToolContext, args: JsonEditArgs) -> ToolResult:
     path = resolve(ctx.workspace, args.file_path)
-    text = read_text(path, args.file_path)
+    text = read_text(path, args.file_path, ctx.settings.refloop_max_write_bytes)
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as err:
         raise ToolError(f"E_INVALID_JSON: {args.file_path}: {err}") from None
+    except RecursionError:
+        raise ToolError(f"E_JSON_DEPTH: {args.file_path} nests too deeply") from None
+    check_depth(doc, args.file_path)
+    check_depth(args.value, "the value")
     json_path = args.json_path or "$"
     parts = parse_path(json_path)
+    if len(parts) > MAX_JSON_DEPTH:
+        raise ToolError(f"E_JSON_PATH: '{json_path[:100]}' is deeper than {MAX_JSON_DEPTH}")
     if args.operation == "view":
         return ToolResult(ok=True, output=json.dumps(walk(doc, parts, json_path), indent=2,
                                                      ensure_ascii=False))
@@ -70,9 +97,10 @@ async def json_edit_tool(ctx: ToolContext, args: JsonEditArgs) -> ToolResult:
         parent = walk(doc, parts[:-1], json_path)
         last = parts[-1]
         apply_change(parent, last, args.operation, args.value, json_path)
+    check_depth(doc, "the result")
     updated = json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
     ctx.snapshot(path)
-    write_text(path, updated)
+    write_text(path, updated, args.file_path, ctx.settings.refloop_max_write_bytes)
     rel = relative(ctx.workspace, path)
     return ToolResult(
         ok=True, output=f"{args.operation} {json_path} in {rel}",

@@ -11,7 +11,15 @@ from pydantic import BaseModel, Field
 from refloop.models import ToolResult
 from refloop.tools.base import ToolContext, ToolError, tool
 from refloop.tools.journal import Journal
-from refloop.tools.sandbox import line_count, read_text, relative, resolve, write_text
+from refloop.tools.sandbox import (
+    kind,
+    line_count,
+    read_text,
+    relative,
+    resolve,
+    unlink,
+    write_text,
+)
 
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
@@ -98,20 +106,25 @@ async def apply_patch(ctx: ToolContext, args: PatchArgs) -> ToolResult:
     for file_patch in parse_patch(args.patch):
         name = file_patch.new or file_patch.old
         path = resolve(ctx.workspace, name)
-        before = read_text(path, name).splitlines() if file_patch.old else []
-        if file_patch.old is None and path.exists():
+        limit = ctx.settings.refloop_max_write_bytes
+        before = read_text(path, name, limit).splitlines() if file_patch.old else []
+        if file_patch.old is None and kind(path) is not None:
             raise ToolError(f"E_PATCH: {name} already exists but the patch creates it")
         after = apply_hunks(before, file_patch.hunks, name)
-        planned.append((path, None if file_patch.new is None else "\n".join(after) + "\n",
-                        len(before)))
+        content = None if file_patch.new is None else "\n".join(after) + "\n"
+        if content is not None and len(content.encode("utf-8", "surrogatepass")) > limit:
+            raise ToolError(f"E_TOO_LARGE: the patched {name} would be larger than {limit} "
+                            "bytes (REFLOOP_MAX_WRITE_BYTES)")
+        planned.append((path, content, len(before)))
     # Everything matched: now write, journaling each pre-image first.
     files = []
     for path, content, _ in planned:
         ctx.snapshot(path)
         if content is None:
-            path.unlink(missing_ok=True)
+            unlink(path, relative(ctx.workspace, path))
         else:
-            write_text(path, content)
+            write_text(path, content, relative(ctx.workspace, path),
+                       ctx.settings.refloop_max_write_bytes)
         files.append(relative(ctx.workspace, path))
     first_path, first_content, first_before = planned[0]
     return ToolResult(
@@ -126,7 +139,7 @@ async def apply_patch(ctx: ToolContext, args: PatchArgs) -> ToolResult:
 @tool("undo_patch", UndoPatchArgs, "Undo a patch applied with apply_patch (default: the latest).",
       edits=True)
 async def undo_patch(ctx: ToolContext, args: UndoPatchArgs) -> ToolResult:
-    journal = Journal(ctx.workspace)
+    journal = Journal.for_call(ctx)
     patches = [e for e in journal.entries() if e["tool"] == "apply_patch" and not e["undone"]]
     if args.patch_id:
         patches = [e for e in patches if e["call_id"] == args.patch_id]
@@ -135,7 +148,7 @@ async def undo_patch(ctx: ToolContext, args: UndoPatchArgs) -> ToolResult:
         raise ToolError(f"E_NO_HISTORY: no {target} to undo")
     entry = patches[0]
     for key in entry["pre_images"]:
-        ctx.snapshot(ctx.workspace / key)
+        ctx.snapshot(resolve(ctx.workspace, key))
     restored = journal.restore(entry)
     entry["undone"] = True
     journal.save(entry)

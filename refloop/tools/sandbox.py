@@ -1,32 +1,167 @@
-"""Every path a tool touches resolves inside the task's workspace."""
+"""Every path a tool touches is inside the task's workspace, and is the file it names.
+
+The workspace root is resolved once. A path from the model is checked (no NUL, not too long,
+valid UTF-8), normalised lexically and must stay under the root. It is then opened with no
+symbolic link followed anywhere on the way (`openat2` with RESOLVE_NO_SYMLINKS where the
+kernel has it, else one `O_NOFOLLOW` directory fd per component), so a link shipped in a
+repository cannot steer a read or a write out of the workspace. Writes go to a fresh
+temporary file in the same directory (O_EXCL, no-follow) renamed over the target. Files with
+more than one hard link are refused for reads and writes: their other name may be outside.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import errno
+import functools
+import os
+import posixpath
+import secrets
+import stat
+from collections.abc import Iterator
+from fnmatch import fnmatchcase
 from pathlib import Path
 
 from refloop.tools.base import ToolError
 
-INTERNAL_DIR = ".refloop"  # the edit journal lives here; tools may not touch it
-SKIPPED_DIRS = frozenset({INTERNAL_DIR, ".git", "__pycache__", "node_modules", ".venv"})
+INTERNAL_DIR = ".refloop"  # refloop's own state in a workspace: tools may not touch it
+DATA_DIR_NAME = ".refloop-data"  # the default data dir, should it sit inside a workspace
+RESERVED = frozenset({INTERNAL_DIR, DATA_DIR_NAME})
+SKIPPED_DIRS = frozenset({*RESERVED, ".git", "__pycache__", "node_modules", ".venv"})
+MAX_PATH_CHARS = 4096
+MAX_NAME_BYTES = 255
+# Reads of files larger than this are refused (grep skips them): nothing loads a whole disk.
+MAX_READ_FILE_BYTES = 64 * 1024 * 1024
+
+_SYS_OPENAT2 = 437  # the same number on every Linux architecture
+_AT_FDCWD = -100
+_RESOLVE_NO_MAGICLINKS, _RESOLVE_NO_SYMLINKS = 0x02, 0x04
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64),
+                ("resolve", ctypes.c_uint64)]
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    return libc
+
+
+def _openat2(path: str, flags: int, mode: int) -> int:
+    how = _OpenHow(flags | os.O_CLOEXEC, mode if flags & os.O_CREAT else 0,
+                   _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS)
+    fd = _libc().syscall(ctypes.c_long(_SYS_OPENAT2), ctypes.c_int(_AT_FDCWD),
+                         ctypes.c_char_p(os.fsencode(path)), ctypes.byref(how),
+                         ctypes.c_size_t(ctypes.sizeof(how)))
+    if fd < 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code), path)
+    return int(fd)
+
+
+@functools.cache
+def has_openat2() -> bool:
+    """openat2 exists (Linux 5.6+) and no seccomp profile refuses it."""
+    try:
+        os.close(_openat2("/", os.O_RDONLY | os.O_DIRECTORY, 0))
+    except (OSError, AttributeError):
+        return False
+    return True
+
+
+def _walk_open(path: str, flags: int, mode: int) -> int:
+    """Component by component from /, each directory opened O_NOFOLLOW."""
+    parts = [p for p in path.split("/") if p]
+    fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in parts[:-1]:
+            nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                          dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        if not parts:
+            return os.dup(fd)
+        return os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def open_nofollow(path: Path, flags: int, mode: int = 0o644) -> int:
+    """An fd for `path` (absolute, normalised, under a resolved root) with no link followed."""
+    if has_openat2():
+        return _openat2(str(path), flags | os.O_NOFOLLOW, mode)
+    return _walk_open(str(path), flags, mode)
+
+
+def _through_link(path: Path | None) -> bool:
+    """Whether an existing component of `path` is a symbolic link (a directory link opened
+    with O_DIRECTORY|O_NOFOLLOW fails with ENOTDIR, not ELOOP)."""
+    if path is None:
+        return False
+    for candidate in (path, *path.parents):
+        with contextlib.suppress(OSError):
+            if stat.S_ISLNK(os.lstat(candidate).st_mode):
+                return True
+    return False
+
+
+def _path_error(err: OSError, raw: str, path: Path | None = None) -> ToolError:
+    if err.errno in (errno.ENOTDIR, errno.ENOENT) and _through_link(path):
+        err = OSError(errno.ELOOP, "link")
+    if err.errno == errno.ELOOP:
+        return ToolError(f"E_SYMLINK: '{raw}' goes through a symbolic link; the file tools "
+                         "never follow links (read the link's target by its own path)")
+    if err.errno in (errno.ENOENT, errno.ENOTDIR):
+        return ToolError(f"E_NOT_FOUND: '{raw}' does not exist")
+    if err.errno == errno.ENAMETOOLONG:
+        return ToolError(f"E_INVALID_PATH: '{raw[:100]}' is too long")
+    if err.errno == errno.EISDIR:
+        return ToolError(f"E_IS_DIR: '{raw}' is a directory")
+    return ToolError(f"E_IO: '{raw}': {err.strerror or err}")
 
 
 def workspace_root(workspace: str | Path) -> Path:
-    root = Path(workspace).resolve()
-    if not root.is_dir():
+    try:
+        root = Path(workspace).resolve()
+        found = root.is_dir()
+    except (OSError, ValueError):
+        found = False
+    if not found:
         raise ToolError(f"E_NO_WORKSPACE: workspace '{workspace}' does not exist")
     return root
 
 
-def resolve(root: Path, raw: str) -> Path:
-    """The real path of `raw` (symlinks followed), refused when it leaves the workspace."""
+def check_path_text(raw: object) -> str:
+    """A path the model wrote, refused with a readable reason when malformed."""
     if not isinstance(raw, str) or not raw.strip():
         raise ToolError("E_INVALID_ARGS: path must be a non-empty string")
-    candidate = Path(raw)
-    resolved = (candidate if candidate.is_absolute() else root / candidate).resolve()
+    if "\x00" in raw:
+        raise ToolError("E_INVALID_PATH: the path contains a NUL byte")
+    if len(raw) > MAX_PATH_CHARS:
+        raise ToolError(f"E_INVALID_PATH: the path is longer than {MAX_PATH_CHARS} characters")
+    try:
+        encoded = raw.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ToolError("E_INVALID_PATH: the path is not valid UTF-8") from None
+    if any(len(part) > MAX_NAME_BYTES for part in encoded.split(b"/")):
+        raise ToolError(f"E_INVALID_PATH: a name in the path is longer than {MAX_NAME_BYTES} "
+                        "bytes")
+    return raw
+
+
+def resolve(root: Path, raw: str) -> Path:
+    """The workspace path `raw` names (lexically; links are refused when it is opened)."""
+    check_path_text(raw)
+    joined = raw if raw.startswith("/") else posixpath.join(str(root), raw)
+    resolved = Path(posixpath.normpath(joined))
     if resolved != root and root not in resolved.parents:
         raise ToolError(f"E_PATH_ESCAPE: '{raw}' resolves outside the workspace")
-    relative = resolved.relative_to(root)
-    if relative.parts and relative.parts[0] == INTERNAL_DIR:
+    parts = resolved.relative_to(root).parts
+    if parts and parts[0] in RESERVED:
         raise ToolError(f"E_PATH_RESERVED: '{raw}' is refloop's internal state")
     return resolved
 
@@ -35,21 +170,211 @@ def relative(root: Path, path: Path) -> str:
     return path.relative_to(root).as_posix() or "."
 
 
-def read_text(path: Path, raw: str) -> str:
-    if not path.is_file():
-        raise ToolError(f"E_NOT_FOUND: '{raw}' is not a file")
+# ---------------------------------------------------------------- entries
+
+
+def lstat(path: Path) -> os.stat_result | None:
+    """The entry itself (a link is a link), or None when it or a parent is missing."""
     try:
-        return path.read_text(encoding="utf-8")
+        parent = open_nofollow(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as err:
+        if err.errno in (errno.ENOENT, errno.ENOTDIR) and not _through_link(path.parent):
+            return None
+        raise _path_error(err, str(path), path) from None
+    try:
+        return os.stat(path.name, dir_fd=parent, follow_symlinks=False) if path.name else \
+            os.fstat(parent)
+    except FileNotFoundError:
+        return None
+    finally:
+        os.close(parent)
+
+
+def kind(path: Path) -> str | None:
+    """'file', 'dir', 'link', 'other', or None when missing."""
+    info = lstat(path)
+    if info is None:
+        return None
+    if stat.S_ISREG(info.st_mode):
+        return "file"
+    if stat.S_ISDIR(info.st_mode):
+        return "dir"
+    return "link" if stat.S_ISLNK(info.st_mode) else "other"
+
+
+def is_file(path: Path) -> bool:
+    return kind(path) == "file"
+
+
+def is_dir(path: Path) -> bool:
+    return kind(path) == "dir"
+
+
+def read_bytes(path: Path, raw: str, limit: int = MAX_READ_FILE_BYTES) -> bytes:
+    try:
+        fd = open_nofollow(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as err:
+        raise _path_error(err, raw, path) from None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ToolError(f"E_NOT_FOUND: '{raw}' is not a file")
+        if info.st_nlink > 1:
+            raise ToolError(f"E_HARDLINK: '{raw}' has {info.st_nlink} hard links; the file "
+                            "tools refuse them, as another name may be outside the workspace")
+        if info.st_size > limit:
+            raise ToolError(f"E_TOO_LARGE: '{raw}' is {info.st_size} bytes; the limit is "
+                            f"{limit}")
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise ToolError(f"E_TOO_LARGE: '{raw}' is larger than {limit} bytes")
+    return data
+
+
+def read_text(path: Path, raw: str, limit: int = MAX_READ_FILE_BYTES) -> str:
+    try:
+        return read_bytes(path, raw, limit).decode("utf-8")
     except UnicodeDecodeError:
         raise ToolError(f"E_BINARY: '{raw}' is not a UTF-8 text file") from None
 
 
-def write_text(path: Path, text: str) -> None:
-    """Atomic: a crash mid-write never leaves half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(f".{path.name}.refloop-tmp")
-    temp.write_text(text, encoding="utf-8")
-    temp.replace(path)
+def _open_parent(path: Path, create: bool) -> int:
+    """The fd of path's directory, creating missing directories (no link followed)."""
+    try:
+        return open_nofollow(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    except FileNotFoundError:
+        if not create:
+            raise
+    fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in path.parent.parts[1:]:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(part, 0o755, dir_fd=fd)
+            nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                          dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        return os.dup(fd)
+    finally:
+        os.close(fd)
+
+
+def write_bytes(path: Path, data: bytes, raw: str | None = None,
+                limit: int | None = None) -> None:
+    """Atomic (temp file + rename in the same directory); refuses links and hard links."""
+    raw = raw or path.name
+    if limit is not None and len(data) > limit:
+        raise ToolError(f"E_TOO_LARGE: writing {len(data)} bytes to '{raw}'; the limit is "
+                        f"{limit} (REFLOOP_MAX_WRITE_BYTES)")
+    try:
+        parent = _open_parent(path, create=True)
+    except OSError as err:
+        raise _path_error(err, raw, path) from None
+    temp = f".{path.name[:200]}.{secrets.token_hex(6)}.refloop-tmp"
+    try:
+        mode = 0o644
+        with contextlib.suppress(FileNotFoundError):
+            info = os.stat(path.name, dir_fd=parent, follow_symlinks=False)
+            if stat.S_ISDIR(info.st_mode):
+                raise ToolError(f"E_IS_DIR: '{raw}' is a directory")
+            if stat.S_ISLNK(info.st_mode):
+                raise ToolError(f"E_SYMLINK: '{raw}' is a symbolic link; the file tools "
+                                "never write through links")
+            if not stat.S_ISREG(info.st_mode):
+                raise ToolError(f"E_NOT_FOUND: '{raw}' is not a regular file")
+            if info.st_nlink > 1:
+                raise ToolError(f"E_HARDLINK: '{raw}' has {info.st_nlink} hard links; the "
+                                "file tools do not write to it")
+            mode = stat.S_IMODE(info.st_mode)
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     mode, dir_fd=parent)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+            os.rename(temp, path.name, src_dir_fd=parent, dst_dir_fd=parent)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temp, dir_fd=parent)
+            raise
+    except OSError as err:
+        raise _path_error(err, raw, path) from None
+    finally:
+        os.close(parent)
+
+
+def write_text(path: Path, text: str, raw: str | None = None, limit: int | None = None) -> None:
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ToolError("E_INVALID_ARGS: the content is not valid UTF-8 text") from None
+    write_bytes(path, data, raw, limit)
+
+
+def unlink(path: Path, raw: str | None = None) -> None:
+    """Remove the entry itself (a link, never its target); missing is fine."""
+    raw = raw or path.name
+    try:
+        parent = open_nofollow(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    except FileNotFoundError:
+        return
+    except OSError as err:
+        raise _path_error(err, raw, path) from None
+    try:
+        os.unlink(path.name, dir_fd=parent)
+    except FileNotFoundError:
+        pass
+    except OSError as err:
+        raise _path_error(err, raw, path) from None
+    finally:
+        os.close(parent)
+
+
+def list_entries(path: Path, raw: str) -> list[tuple[str, bool]]:
+    """(name, is a directory) of a workspace directory; links are never followed."""
+    try:
+        fd = open_nofollow(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as err:
+        if err.errno == errno.ENOTDIR and not _through_link(path):
+            raise ToolError(f"E_NOT_FOUND: '{raw}' is not a directory") from None
+        raise _path_error(err, raw, path) from None
+    try:
+        with os.scandir(fd) as entries:
+            return sorted((entry.name, entry.is_dir(follow_symlinks=False))
+                          for entry in entries)
+    finally:
+        os.close(fd)
+
+
+def walk_files(start: Path) -> Iterator[Path]:
+    """Files under a workspace directory, sorted, skipping refloop's and vendored folders;
+    directory links are not entered (the walk holds directory fds)."""
+    try:
+        fd = open_nofollow(start, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        for folder, dirs, files, _ in os.fwalk(".", dir_fd=fd):
+            dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS)
+            base = start / folder if folder != "." else start
+            for name in sorted(files):
+                yield Path(posixpath.normpath(str(base / name)))
+    finally:
+        os.close(fd)
+
+
+def glob_match(pattern: str, rel: str) -> bool:
+    """`**` matches any number of folders; other segments match like fnmatch."""
+    pat, parts = pattern.split("/"), rel.split("/")
+
+    @functools.cache
+    def match(i: int, j: int) -> bool:
+        if i == len(pat):
+            return j == len(parts)
+        if pat[i] == "**":
+            return match(i + 1, j) or (j < len(parts) and match(i, j + 1))
+        return j < len(parts) and fnmatchcase(parts[j], pat[i]) and match(i + 1, j + 1)
+
+    return match(0, 0)
 
 
 def line_count(text: str) -> int:

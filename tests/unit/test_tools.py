@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -25,7 +26,7 @@ def ws(tmp_path: Path) -> Path:
 
 
 SETTINGS = Settings(refloop_max_read_bytes=400, refloop_max_output_bytes=300,
-                    refloop_cmd_timeout_s=5)
+                    refloop_cmd_timeout_s=5, refloop_data_dir=Path(tempfile.mkdtemp()))
 
 
 async def run(ws: Path, name: str, call_id: str | None = None, allow_network: bool = False,
@@ -79,7 +80,7 @@ async def test_symlink_out_of_the_workspace_is_refused(ws, tmp_path):
     (tmp_path / "secret.txt").write_text("secret")
     os.symlink(tmp_path / "secret.txt", ws / "link.txt")
     result = await run(ws, "read_file", path="link.txt")
-    assert not result.ok and "E_PATH_ESCAPE" in result.error
+    assert not result.ok and "E_SYMLINK" in result.error and "secret" not in result.output
     write = await run(ws, "write_file", path="link.txt", content="x")
     assert not write.ok and (tmp_path / "secret.txt").read_text() == "secret"
 
@@ -226,7 +227,7 @@ async def test_same_call_id_applies_once(ws):
 
 async def test_crash_mid_apply_restores_then_applies_once(ws):
     # Simulate a worker that died after writing but before recording the result.
-    journal = Journal(ws.resolve())
+    journal = Journal(ws.resolve(), SETTINGS.journal_dir, "wf.2.0")
     entry = journal.begin("wf.2.0", "str_replace_based_edit_tool")
     journal.snapshot(entry, ws.resolve() / "a.txt")
     (ws / "a.txt").write_text("one\ntwo\nthree\nfour\n")
@@ -258,7 +259,8 @@ async def test_run_cmd_success_failure_and_truncation(ws):
 
 
 async def test_run_cmd_timeout_kills_the_process_group(ws):
-    result = await run(ws, "run_cmd", command="sleep 30 & sleep 30", timeout_s=0.5)
+    result = await run(ws, "run_cmd", command="sleep 30 & sleep 30", timeout_s=0.5,
+                 allow_shell_operators=True)
     assert not result.ok and "E_TIMEOUT" in result.error
 
 
@@ -283,3 +285,16 @@ def test_shell_operators_redirects_and_allowlist():
     allow = ["pytest", "ls"]
     assert evaluate_command("pytest -q", False, allowlist=allow).ok
     assert "not in the allowlist" in evaluate_command("rm -f a", False, allowlist=allow).reason
+
+
+def test_newline_and_ampersand_chain_and_every_command_meets_the_allowlist():
+    for chained in ("ls\nrm x", "ls\r\nrm x", "sleep 9 & rm x", "cat <(id)"):
+        assert not evaluate_command(chained, False).ok, chained
+    assert evaluate_command("pytest -q 2>&1 | tail -3", False).ok
+    allow = ["pytest", "ls", "tail"]
+    assert evaluate_command("pytest -q | tail -3", False, allowlist=allow).ok
+    for smuggled in ("ls\nrm -rf x", "ls & rm x", "ls | sh", "pytest && rm x", "ls $(rm x)",
+                     "X=1 rm x"):
+        decision = evaluate_command(smuggled, False, allow_shell_operators=True,
+                                    allowlist=allow)
+        assert not decision.ok and "not in the allowlist" in decision.reason, smuggled
