@@ -81,6 +81,17 @@ def refloop(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]
                           capture_output=True, text=True, timeout=60)
 
 
+def read_until(process: subprocess.Popen[str], text: str) -> str:
+    """stderr lines up to the first one holding `text` (or the end of the stream)."""
+    assert process.stderr is not None
+    lines = []
+    for line in process.stderr:
+        lines.append(line)
+        if text in line:
+            break
+    return "".join(lines)
+
+
 def dev_servers_on(db: Path) -> list[int]:
     """PIDs of `temporal server start-dev` processes on this SQLite file."""
     pids = []
@@ -173,10 +184,10 @@ async def test_kill_9_of_refloop_up_mid_task_then_restart_completes_the_task(
         worker = subprocess.Popen(  # noqa: ASYNC220 (returns at once)
             [sys.executable, "-m", "refloop", "worker"], env=env,
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        first_line = await asyncio.to_thread(worker.stderr.readline)
+        started = await asyncio.to_thread(read_until, worker, "worker on ")
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=20) == 143
-        assert f"worker on {up.address}" in first_line, first_line + worker.stderr.read()
+        assert f"worker on {up.address}" in started, started + worker.stderr.read()
 
         server = up.server_pid()
         assert up.terminate() == 143
