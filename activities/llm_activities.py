@@ -25,6 +25,7 @@ from refloop.models import (
     Purpose,
     SummarizeInput,
     SummarizeResult,
+    ToolSpec,
 )
 from refloop.prompts import intent_messages, plan_messages, summary_messages
 from refloop.store import BlobNotCached, Store
@@ -34,6 +35,8 @@ from workflows.policies import TOOL_RESULT_CHARS  # what the model reads of one 
 
 # A stored conversation: one JSON array, parsed and written in pydantic's core.
 CONVERSATION = TypeAdapter(list[ChatMessage])
+SPECS = TypeAdapter(list[ToolSpec])
+_MCP_SPECS: dict[str, list[ToolSpec]] = {}
 
 
 class LLMActivities:
@@ -50,6 +53,18 @@ class LLMActivities:
         messages = trim_history([*earlier, *inp.messages], inp.max_history_messages)
         return messages, for_model(messages, get, TOOL_RESULT_CHARS)
 
+    async def _mcp_specs(self, ref: str | None) -> list[ToolSpec]:
+        """A task's MCP tool specs, stored once by the listing (content-addressed: cached)."""
+        if ref is None:
+            return []
+        specs = _MCP_SPECS.get(ref)
+        if specs is None:
+            text = await asyncio.to_thread(self.store.get_blob, ref)
+            specs = _MCP_SPECS[ref] = SPECS.validate_json(text)
+            while len(_MCP_SPECS) > 256:
+                _MCP_SPECS.pop(next(iter(_MCP_SPECS)))
+        return specs
+
     @activity.defn(name=ActivityName.CLASSIFY_INTENT)
     async def classify_intent(self, inp: ClassifyIntentInput) -> ClassifyIntentResult:
         out = await call_model(
@@ -63,7 +78,8 @@ class LLMActivities:
     async def make_plan(self, inp: MakePlanInput) -> MakePlanResult:
         rules = load_task_rules(self.gateway.settings.refloop_task_rules)
         guidance = constraints_for(keyword_type(inp.task, rules), rules)
-        messages = plan_messages(inp.task, tool_specs(inp.tool_names), inp.feedback, guidance)
+        tools = [*tool_specs(inp.tool_names), *await self._mcp_specs(inp.mcp_tools_ref)]
+        messages = plan_messages(inp.task, tools, inp.feedback, guidance)
         out = await call_model(
             self.gateway.structured(Purpose.plan, messages, Plan, model=inp.model)
         )
@@ -89,7 +105,7 @@ class LLMActivities:
                 Purpose.act,
                 prompt,
                 model=inp.model,
-                tools=tool_specs(inp.tool_names),
+                tools=[*tool_specs(inp.tool_names), *await self._mcp_specs(inp.mcp_tools_ref)],
                 parallel_tool_calls=inp.parallel_tool_calls,
             )
         )

@@ -12,9 +12,11 @@ from fastapi.responses import JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.responses import Response
+from starlette.routing import Route
 from temporalio.client import Client
 
 from api.deps import require_token
+from api.mcp_server import McpDeps, build_mcp_server, http_endpoint
 from api.routes import code_reviews, health, prompts, reviews, tasks
 from refloop.settings import Settings
 from refloop.store import store_for
@@ -34,6 +36,15 @@ class BodyLimit(BaseHTTPMiddleware):
         return await call_next(request)
 
 
+def mcp_deps(app: FastAPI) -> McpDeps:
+    client = app.state.client
+    if client is None:
+        from mcp.server.mcpserver.exceptions import ToolError
+
+        raise ToolError("Temporal is not connected")
+    return McpDeps(client, app.state.store, app.state.settings)
+
+
 def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
     """`client` given (tests, `refloop up`): used as is; else connect to TEMPORAL_ADDRESS."""
 
@@ -47,7 +58,8 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
                                                  settings.temporal_namespace)
             except Exception as err:  # /healthz reports it; routes answer 503
                 log.error("cannot reach Temporal at %s: %s", settings.temporal_address, err)
-        yield
+        async with mcp_lifespan():
+            yield
 
     app = FastAPI(
         title="refloop",
@@ -73,6 +85,10 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
     @app.get("/", include_in_schema=False)
     async def root() -> RedirectResponse:
         return RedirectResponse("/ui/")
+
+    # refloop as an MCP server (streamable HTTP), behind the same token as the routes.
+    mcp_app, mcp_lifespan = http_endpoint(build_mcp_server(lambda: mcp_deps(app)), settings)
+    app.router.routes.append(Route("/mcp", endpoint=mcp_app))
 
     secured = [Depends(require_token)]
     app.include_router(health.router)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from refloop.models import TaskProgress
 
 ApprovalMode = Literal["auto", "confirm_writes", "confirm_all"]
+McpServerName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")]
 
 
 class SessionStart(BaseModel):
@@ -27,6 +28,8 @@ class SessionStart(BaseModel):
     model: str | None = Field(default=None, max_length=200)
     model_config_id: int | None = None
     approval_mode: ApprovalMode = "auto"
+    # MCP servers (REFLOOP_MCP_CONFIG names) the session's tasks use by default
+    mcp_servers: list[McpServerName] = Field(default_factory=list, max_length=16)
 
 
 class SessionStarted(BaseModel):
@@ -46,6 +49,7 @@ class TaskCreate(BaseModel):
     approval_mode: ApprovalMode | None = None
     enable_reflection: bool | None = None
     max_iterations: int = Field(default=20, ge=1, le=500)
+    mcp_servers: list[McpServerName] | None = None  # None: the session's
 
 
 class TaskAccepted(BaseModel):

@@ -92,6 +92,21 @@ async def follow_events(handle: Any, done: asyncio.Event) -> None:
         await asyncio.sleep(0.3)
 
 
+def chosen_mcp_servers(value: str | None, settings: Settings) -> list[str]:
+    """`--mcp git,time`: names REFLOOP_MCP_CONFIG must know."""
+    from refloop.mcp_config import McpConfigError, choose, load_config, parse_server_list
+
+    names = parse_server_list(value)
+    if not names:
+        return []
+    if not settings.refloop_mcp_config:
+        fail("--mcp needs REFLOOP_MCP_CONFIG (a JSON file with an `mcpServers` map)")
+    try:
+        return list(choose(load_config(settings.refloop_mcp_config), names))
+    except McpConfigError as err:
+        fail(f"--mcp: {err}")
+
+
 async def run_task(args: argparse.Namespace, settings: Settings) -> int:
     from temporalio.client import WorkflowFailureError
     from temporalio.exceptions import ApplicationError
@@ -105,6 +120,7 @@ async def run_task(args: argparse.Namespace, settings: Settings) -> int:
     if not workspace.is_dir():
         fail(f"--workspace: not a directory: {workspace}")
     rules = read_rules(args.review_rules)
+    mcp_servers = chosen_mcp_servers(args.mcp, settings)
     task = TaskInput(
         task=args.task,
         workspace=str(workspace),
@@ -115,6 +131,7 @@ async def run_task(args: argparse.Namespace, settings: Settings) -> int:
         reflection_max_supplements=settings.reflection_max_supplements,
         reflection_max_rounds=settings.reflection_max_rounds,
         max_iterations=args.max_iterations,
+        mcp_servers=mcp_servers,
     )
     workflow_id = f"task-{uuid.uuid4().hex[:12]}"
     # With TEMPORAL_ADDRESS a separate `refloop worker` does the work.
@@ -306,8 +323,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--model", help="model name (default REFLOOP_MODEL)")
     run.add_argument("--max-iterations", type=int, default=20)
     run.add_argument("--save-history", metavar="FILE", help="write the event history")
+    run.add_argument("--mcp", metavar="NAMES",
+                     help="MCP servers whose tools the task may use, e.g. git,time "
+                          "(names in the REFLOOP_MCP_CONFIG file)")
 
     sub.add_parser("worker", help="run a worker against TEMPORAL_ADDRESS")
+    sub.add_parser("mcp", help="serve refloop's tasks as an MCP server over stdio "
+                               "(TEMPORAL_ADDRESS, else the embedded stack)")
     for name, text in (("up", "the embedded stack: Temporal, worker and API"),
                        ("api", "the HTTP API against TEMPORAL_ADDRESS")):
         serve = sub.add_parser(name, help=text)
@@ -468,6 +490,10 @@ def main(argv: list[str] | None = None) -> None:
         runner = until_signalled(run_worker(settings), settings)
     elif args.command == "run":
         runner = run_task(args, settings)
+    elif args.command == "mcp":
+        from api.mcp_server import serve_stdio
+
+        runner = serve_stdio(settings)
     elif args.command == "up":
         runner = until_signalled(run_up(args, settings), settings)
     elif args.command == "api":

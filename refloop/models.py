@@ -133,6 +133,7 @@ class MakePlanInput(BaseModel):
     tool_names: list[str] = Field(default_factory=list)
     model: str | None = None
     feedback: str | None = None  # violations of a previous plan, for a bounded re-plan
+    mcp_tools_ref: str | None = None  # blob of the task's MCP tool specs
 
 
 class ToolConstraints(BaseModel):
@@ -155,6 +156,7 @@ class ActInput(BaseModel):
     # the turns added since the last act travel in `messages`.
     messages: list[ChatMessage]
     tool_names: list[str] = Field(default_factory=list)  # specs resolved by the activity
+    mcp_tools_ref: str | None = None  # blob of the task's MCP tool specs (MCP names)
     conversation_ref: str | None = None
     max_history_messages: int = 30
     model: str | None = None
@@ -351,6 +353,8 @@ class TaskInput(BaseModel):
     resume_state: dict[str, Any] | None = None
     triggers: TriggerConfig = Field(default_factory=lambda: TriggerConfig())
     max_history_messages: int = Field(default=30, ge=4)
+    # MCP servers (names in REFLOOP_MCP_CONFIG) whose tools this task may call; none: none.
+    mcp_servers: list[str] = Field(default_factory=list, max_length=16)
 
 
 class WorkspaceInput(BaseModel):
@@ -458,6 +462,8 @@ class ActivityName:
     RECORD_QUALITY_REVIEW = "refloop.store.record_quality_review"
     DESCRIBE_WORKSPACE = "refloop.workspace.describe"
     INDEX_WORKSPACE = "refloop.workspace.index"
+    MCP_LIST_TOOLS = "refloop.mcp.list_tools"
+    MCP_CALL_TOOL = "refloop.mcp.call_tool"
     TOOL_PREFIX = "refloop.tool."
 
     @staticmethod

@@ -55,6 +55,8 @@ class Settings(BaseSettings):
     fc_reflection_max_retries: int = Field(default=2, ge=0, le=10)
     # Seed 001 task-type tool constraints; unset: the shipped refloop/task_rules.yaml
     refloop_task_rules: str | None = None
+    # A JSON file in the `mcpServers` shape: the MCP tool servers tasks may choose.
+    refloop_mcp_config: str | None = None
     # Tools
     refloop_max_read_bytes: int = Field(default=200_000, gt=0)
     refloop_max_output_bytes: int = Field(default=20_000, gt=0)

@@ -12,7 +12,8 @@ from collections import OrderedDict
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import JSON, Boolean, Column, Text, event
+from sqlalchemy import JSON, Boolean, Column, Text, event, inspect
+from sqlalchemy import text as sql_text
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Engine
@@ -115,6 +116,8 @@ class SessionRecord(SQLModel, table=True):
     model_config_id: int | None = None
     approval_mode: str = "auto"
     created_at: datetime = Field(default_factory=utcnow)
+    # MCP servers its tasks use unless a task names its own (added later: nullable)
+    mcp_servers: list[str] | None = Field(default=None, sa_column=Column(JSON))
 
 
 class CodeReviewContentRecord(SQLModel, table=True):
@@ -197,6 +200,23 @@ def sqlite_engine(url: str) -> Engine:
     return engine
 
 
+def add_missing_columns(engine: Engine) -> None:
+    """Nullable columns added to a model after its table was created: added to the table
+    (create_all creates missing tables only)."""
+    inspector = inspect(engine)
+    for table in SQLModel.metadata.sorted_tables:
+        if not inspector.has_table(table.name):
+            continue
+        present = {column["name"] for column in inspector.get_columns(table.name)}
+        for column in table.columns:
+            if column.name in present or not column.nullable:
+                continue
+            kind = column.type.compile(dialect=engine.dialect)
+            with engine.begin() as connection:
+                connection.execute(sql_text(
+                    f'ALTER TABLE "{table.name}" ADD COLUMN "{column.name}" {kind}'))
+
+
 class Store:
     def __init__(self, url: str) -> None:
         self.sqlite = url.startswith("sqlite")
@@ -215,6 +235,7 @@ class Store:
         with self._init_lock:
             if not self._initialised:
                 SQLModel.metadata.create_all(self.engine)
+                add_missing_columns(self.engine)
                 self._initialised = True
 
     def record_task(self, rec: RecordTaskInput) -> TaskRecord:

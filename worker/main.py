@@ -6,6 +6,7 @@ import asyncio
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from typing import Any
 
 from temporalio.client import Client
 from temporalio.contrib.opentelemetry import TracingInterceptor
@@ -16,12 +17,14 @@ from temporalio.worker.workflow_sandbox import SandboxRestrictions
 
 from activities.code_review_activities import CodeReviewActivities
 from activities.llm_activities import LLMActivities
+from activities.mcp_activities import McpActivities
 from activities.reflection_activities import ReflectionActivities
 from activities.review_activities import ReviewActivities
 from activities.store_activities import StoreActivities
 from activities.tool_activities import ToolActivities
 from activities.workspace_activities import WorkspaceActivities
 from refloop.llm import LLMGateway
+from refloop.mcp_pool import McpPool
 from refloop.semantic import start_warm_up
 from refloop.settings import Settings
 from refloop.store import store_for
@@ -62,6 +65,20 @@ async def connect(address: str, namespace: str) -> Client:
     )
 
 
+class RefloopWorker(Worker):
+    """A worker that stops its pooled MCP servers when it stops."""
+
+    def __init__(self, *args: Any, mcp_pool: McpPool, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.mcp_pool = mcp_pool
+
+    async def run(self) -> None:
+        try:
+            await super().run()
+        finally:
+            await self.mcp_pool.close()
+
+
 def build_worker(client: Client, settings: Settings, task_queue: str | None = None) -> Worker:
     """A worker with every workflow and activity, built with its dependencies."""
     gateway = LLMGateway(settings)
@@ -75,8 +92,10 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
     workspace = WorkspaceActivities(settings, database)
     if settings.refloop_semantic_index:  # the model loads now, not on the first query
         start_warm_up(settings.refloop_embedding_model)
-    return Worker(
+    mcp = McpActivities(settings, database)
+    return RefloopWorker(
         client,
+        mcp_pool=mcp.pool,
         task_queue=task_queue or settings.refloop_task_queue,
         workflows=WORKFLOWS,
         activities=[
@@ -97,6 +116,7 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
             workspace.describe,
             workspace.index,
             *tools.activities(),
+            *mcp.activities(),
         ],
         activity_executor=ThreadPoolExecutor(8),
         max_cached_workflows=settings.refloop_worker_max_cached_workflows,

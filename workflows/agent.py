@@ -44,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
 from workflows import logic, review_logic, triggers
 from workflows.agent_base import TaskFailed, describe_failure, raise_if_cancelled
 from workflows.approval_phase import ApprovalPhase, validate_decision
+from workflows.mcp_phase import McpPhase, with_mcp_reads
 from workflows.policies import (
     CARRIED_EVENTS,
     LLM_CALL,
@@ -59,7 +60,7 @@ from workflows.workspace_phase import WorkspacePhase
 
 @workflow.defn(name="AgentTaskWorkflow")
 class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, WorkspacePhase,
-                        VisibilityPhase):
+                        VisibilityPhase, McpPhase):
     @workflow.init
     def __init__(self, inp: TaskInput) -> None:
         if inp.resume_state is not None:  # continued-as-new: the same task, a fresh history
@@ -70,6 +71,8 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
         self.tools = tool_specs()
         self.tool_names = [spec.name for spec in self.tools]
         self.keywords = task_keywords(inp.task)
+        if self.state.mcp_tools:  # continued-as-new: listed by an earlier run
+            self._adopt_mcp_tools()
 
     # ------------------------------------------------------------ queries
 
@@ -126,6 +129,8 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
 
     async def _run(self, inp: TaskInput) -> TaskResult:
         try:
+            if inp.resume_state is None:
+                await self._list_mcp_tools()
             if inp.resume_state is not None:
                 pass  # intent and plan were settled by an earlier run of this task
             elif inp.preset_plan is not None:  # a supplement child: planned by its parent
@@ -179,15 +184,18 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
                     tool_names=self.tool_names,
                     model=self.state.input.model,
                     feedback=feedback,
+                    mcp_tools_ref=self.state.mcp_tools_ref,
                 ),
                 result_type=MakePlanResult,
                 summary=f"plan · attempt {attempt + 1}" if attempt else "plan",
                 **LLM_CALL.kwargs(),
             )
             self._account(result.usage)
-            violations = logic.validate_plan(result.plan, TOOLS, result.constraints)
+            violations = logic.validate_plan(result.plan, [*TOOLS, *self.state.mcp_tools],
+                                             result.constraints)
             if not violations:
-                self.state.constraints = result.constraints
+                self.state.constraints = with_mcp_reads(result.constraints,
+                                                        self._mcp_read_tools())
                 if result.constraints and result.constraints.task_type:
                     self._emit("constraints", result.constraints.model_dump(mode="json"))
                 self._adopt_plan(result.plan)
@@ -233,6 +241,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
                     conversation_ref=self.state.conversation_ref,
                     max_history_messages=inp.max_history_messages,
                     tool_names=self.tool_names,
+                    mcp_tools_ref=self.state.mcp_tools_ref,
                     model=inp.model,
                     parallel_tool_calls=False if inp.enable_quality_review else None,
                 ),
@@ -351,7 +360,8 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
         self.state.loop_records.append(triggers.LoopRecord(
             iteration=iteration, step=step_before, tool=call.name,
             args_key=triggers.args_key(call.arguments),
-            anomaly=triggers.anomaly_of(call.name, result), advanced=advanced,
+            anomaly=triggers.anomaly_of(call.name, result, self._mcp_kind(call.name)),
+            advanced=advanced,
         ))
         if advanced:
             self.state.step_started = iteration + 1
@@ -368,6 +378,10 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
             result = refused
         elif (denied := await self._await_approval(call, f"{iteration}.{index}")) is not None:
             result = denied
+        elif call.name in self.state.mcp_tools:
+            info = workflow.info()
+            result = await self._call_mcp(
+                call, f"{info.workflow_id}.{info.run_id[:8]}.{iteration}.{index}", self.keywords)
         elif call.name not in TOOLS:
             result = ToolResult(
                 ok=False,

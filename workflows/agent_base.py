@@ -11,6 +11,7 @@ from temporalio.exceptions import ApplicationError, CancelledError
 
 # Models are plain data; passed through so the sandbox does not re-import pydantic.
 with workflow.unsafe.imports_passed_through():
+    from refloop.mcp_config import mcp_tool_kind
     from refloop.models import (
         ActivityName,
         ChatMessage,
@@ -42,6 +43,11 @@ class AgentBase:
 
     def _show(self, status: str | None = None) -> None:
         """Refresh what the Web UI shows of the task (VisibilityPhase)."""
+
+    def _mcp_kind(self, name: str) -> str | None:
+        """An MCP tool's kind (None: a built-in); approval and triggers read it."""
+        tool = self.state.mcp_tools.get(name)
+        return mcp_tool_kind(tool) if tool is not None else None
 
     async def _record(self, status: str, **fields: Any) -> None:
         await self._store_write(

@@ -15,8 +15,12 @@ WRITE_TOOLS = frozenset({"write_file", "apply_patch", "undo_patch", "run_cmd"})
 READ_ONLY_COMMANDS = frozenset({"view"})
 
 
-def needs_approval(mode: str, call: ToolCall) -> bool:
-    """confirm_writes: anything that changes files or runs a command; confirm_all: any tool."""
+def needs_approval(mode: str, call: ToolCall, kind: str | None = None) -> bool:
+    """confirm_writes: anything that changes files or runs a command; confirm_all: any tool.
+    `kind` "write": an MCP tool its server's config lists under `confirm`, which waits for a
+    decision in every mode (the operator asked for it)."""
+    if kind == "write":
+        return True
     if mode == "auto" or call.name == "complete_step":
         return False
     if mode == "confirm_all":
@@ -42,7 +46,7 @@ class ApprovalPhase(AgentBase):
     async def _await_approval(self, call: ToolCall, call_key: str) -> ToolResult | None:
         """None when the call may run; a denied tool result when it was rejected."""
         inp = self.state.input
-        if not needs_approval(inp.approval_mode, call):
+        if not needs_approval(inp.approval_mode, call, self._mcp_kind(call.name)):
             return None
         pending = self.state.pending_approvals
         pending[call_key] = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -64,6 +65,23 @@ TOOL_CALL = ActivityOptions(
         non_retryable_error_types=["UnknownToolError"],
     ),
 )
+
+# MCP tool calls: a transport failure or a stdio server that died is retried on a fresh
+# connection; the start-to-close follows the server's `timeout_s` (workflows/agent.py).
+MCP_CALL = ActivityOptions(
+    start_to_close=timedelta(minutes=2),
+    heartbeat=timedelta(seconds=10),
+    retry=RetryPolicy(
+        initial_interval=timedelta(seconds=1),
+        maximum_interval=timedelta(seconds=10),
+        maximum_attempts=5,
+        non_retryable_error_types=["McpConfigError"],
+    ),
+)
+MCP_CALL_MARGIN = timedelta(seconds=30)  # beyond the server's own timeout_s
+# Listing at task start: starts the servers not yet running (each within a minute).
+MCP_LIST = dataclasses.replace(MCP_CALL, start_to_close=timedelta(minutes=3),
+                               heartbeat=timedelta(seconds=30))
 
 # Persistence: a database outage is waited out, never turned into a lost record. Writes
 # run as local activities (idempotent upserts, milliseconds long): no task-queue round

@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from refloop.mcp_config import McpToolInfo
 from refloop.models import (
     ApprovalDecision,
     ChatMessage,
@@ -56,3 +57,6 @@ class AgentState(BaseModel):
     workspace_context: str | None = None
     # call key -> decision (None while waiting); the update validator reads it
     pending_approvals: dict[str, ApprovalDecision | None] = Field(default_factory=dict)
+    # The chosen MCP servers' tools, listed once at task start (by model-facing name)
+    mcp_tools: dict[str, McpToolInfo] = Field(default_factory=dict)
+    mcp_tools_ref: str | None = None

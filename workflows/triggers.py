@@ -60,12 +60,15 @@ def args_key(arguments: dict[str, Any]) -> str:
     return json.dumps(cleaned, sort_keys=True, ensure_ascii=False)
 
 
-def anomaly_of(tool: str, result: ToolResult) -> str | None:
+def anomaly_of(tool: str, result: ToolResult, kind: str | None = None) -> str | None:
+    """`kind`: an MCP tool's (refloop.mcp_config.mcp_tool_kind); its reads count as
+    content tools."""
     if not result.ok:
         error = result.error or "failed"
         return "denied" if error.startswith(("E_DENIED", "E_POLICY", "E_FORBIDDEN")) else (
             f"error: {error[:120]}")
-    if tool in CONTENT_TOOLS and result.output.strip().split("\n")[-1] in EMPTY_OUTPUTS:
+    content = tool in CONTENT_TOOLS or kind == "read"
+    if content and result.output.strip().split("\n")[-1] in EMPTY_OUTPUTS:
         return "empty result"
     return None
 

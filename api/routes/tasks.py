@@ -41,7 +41,7 @@ def not_found(what: str) -> HTTPException:
 
 
 @interactive.post("/start", response_model=SessionStarted, status_code=201)
-def start_session(body: SessionStart, store: StoreDep) -> SessionStarted:
+def start_session(body: SessionStart, store: StoreDep, settings: SettingsDep) -> SessionStarted:
     if not Path(body.workspace).is_dir():
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
                             f"workspace {body.workspace!r} is not an existing directory")
@@ -71,8 +71,21 @@ def start_session(body: SessionStart, store: StoreDep) -> SessionStarted:
         model=model,
         model_config_id=body.model_config_id,
         approval_mode=body.approval_mode,
+        mcp_servers=known_mcp_servers(body.mcp_servers, settings) or None,
     ))
     return SessionStarted(session_id=session.session_id)
+
+
+def known_mcp_servers(names: list[str], settings: Settings) -> list[str]:
+    """Names the MCP configuration knows, or 422 naming the unknown ones."""
+    from refloop.mcp_config import McpConfigError, choose, load_config
+
+    if not names:
+        return []
+    try:
+        return list(choose(load_config(settings.refloop_mcp_config), names))
+    except McpConfigError as err:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(err)) from None
 
 
 def task_input(body: TaskCreate, session: SessionRecord, settings: Settings,
@@ -95,6 +108,8 @@ def task_input(body: TaskCreate, session: SessionRecord, settings: Settings,
         reflection_max_supplements=settings.reflection_max_supplements,
         reflection_max_rounds=settings.reflection_max_rounds,
         max_iterations=body.max_iterations,
+        mcp_servers=known_mcp_servers(pick(body.mcp_servers, session.mcp_servers or []),
+                                      settings),
     )
 
 

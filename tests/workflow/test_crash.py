@@ -27,7 +27,8 @@ from workflows.agent import AgentTaskWorkflow
 
 
 def spawn_worker(temporal_server: str, settings, task_queue: str,
-                 log: Path | None = None) -> subprocess.Popen:
+                 log: Path | None = None,
+                 extra_env: dict[str, str] | None = None) -> subprocess.Popen:
     env = {
         **os.environ,
         "TEMPORAL_ADDRESS": temporal_server,
@@ -37,6 +38,7 @@ def spawn_worker(temporal_server: str, settings, task_queue: str,
         "DATABASE_URL": settings.database_url,
         "REFLOOP_DATA_DIR": str(settings.refloop_data_dir),
         "REFLOOP_GRACEFUL_SHUTDOWN_S": "15",
+        **(extra_env or {}),
     }
     return subprocess.Popen(
         [sys.executable, "-m", "refloop", "worker"],

@@ -1,0 +1,162 @@
+"""MCP activities: list the chosen servers' tools once per task, and call one tool.
+
+Retry classes: a transport failure (server down, a stdio server that died mid-call) raises
+and Temporal retries on a fresh connection; a tool result with `isError` and arguments the
+tool's schema refuses come back as error results for the model, never retried; a server
+the configuration does not name is a non-retryable failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.errors import heartbeating
+from refloop.blobs import holds_large_string, offload_output
+from refloop.feedback import window_text
+from refloop.mcp_config import (
+    McpCallInput,
+    McpConfigError,
+    McpListInput,
+    McpToolInfo,
+    McpToolList,
+    choose,
+    model_schema,
+    tool_name,
+)
+from refloop.mcp_pool import Connection, McpPool, McpTransportError
+from refloop.models import ActivityName, ToolResult
+from refloop.settings import Settings
+from refloop.store import Store
+from workflows.policies import TOOL_RESULT_CHARS
+
+FEEDBACK_CHARS = TOOL_RESULT_CHARS - 100
+
+
+def schema_error(schema: dict[str, Any], arguments: dict[str, Any]) -> str | None:
+    """The schema's own message for arguments it refuses; None when they are valid."""
+    import jsonschema
+
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
+    if error is None:
+        return None
+    where = ".".join(str(p) for p in error.absolute_path) or "arguments"
+    return f"{where}: {error.message}"
+
+
+def is_refusal(err: Exception) -> bool:
+    """A JSON-RPC error the server sent (bad params, unknown tool): the model should see it.
+    A closed connection or a timeout is a transport failure: retried."""
+    from mcp import MCPError
+    from mcp_types.jsonrpc import CONNECTION_CLOSED, REQUEST_TIMEOUT
+
+    return isinstance(err, MCPError) and err.code not in (CONNECTION_CLOSED, REQUEST_TIMEOUT)
+
+
+def result_text(result: Any) -> str:
+    """A CallToolResult as text: its text blocks, else its structured content, else a
+    description of what else it held."""
+    parts = []
+    for block in result.content or []:
+        kind = getattr(block, "type", "")
+        if kind == "text":
+            parts.append(block.text)
+        elif kind == "resource":
+            resource = block.resource
+            parts.append(getattr(resource, "text", None) or f"[resource {resource.uri}]")
+        else:
+            parts.append(f"[{kind} content]")
+    if not parts and getattr(result, "structured_content", None) is not None:
+        parts.append(json.dumps(result.structured_content, ensure_ascii=False))
+    return "\n".join(parts)
+
+
+class McpActivities:
+    def __init__(self, settings: Settings, store: Store, pool: McpPool | None = None) -> None:
+        self.settings = settings
+        self.store = store
+        self.pool = pool or McpPool(settings)
+
+    async def _connect(self, server: str, workspace: str) -> Connection:
+        try:
+            return await self.pool.connection(server, workspace)
+        except McpConfigError as err:
+            raise ApplicationError(str(err), type="McpConfigError", non_retryable=True) from None
+
+    @activity.defn(name=ActivityName.MCP_LIST_TOOLS)
+    async def list_tools(self, inp: McpListInput) -> McpToolList:
+        try:
+            chosen = choose(self.pool.config(), inp.servers)
+        except McpConfigError as err:
+            raise ApplicationError(str(err), type="McpConfigError", non_retryable=True) from None
+        tools: list[McpToolInfo] = []
+        taken: set[str] = set()
+        async with heartbeating(2.0):
+            for server, config in chosen.items():
+                connection = await self._connect(server, inp.workspace)
+                allowed = set(config.tools) if config.tools is not None else None
+                for tool in connection.tools:
+                    if allowed is not None and tool.name not in allowed:
+                        continue
+                    name = tool_name(server, tool.name, taken)
+                    taken.add(name)
+                    tools.append(McpToolInfo(
+                        name=name, server=server, tool=tool.name,
+                        description=tool.description or tool.title or "",
+                        parameters=model_schema(tool.input_schema),
+                        confirm=tool.name in config.confirm, timeout_s=config.timeout_s,
+                    ))
+        specs = json.dumps([t.spec().model_dump() for t in tools], ensure_ascii=False)
+        ref = await asyncio.to_thread(self.store.put_blob, specs) if tools else None
+        return McpToolList(tools=tools, specs_ref=ref)
+
+    @activity.defn(name=ActivityName.MCP_CALL_TOOL)
+    async def call_tool(self, inp: McpCallInput) -> ToolResult:
+        activity.logger.info("mcp %s: %s (%s)", inp.server, inp.tool, inp.call_id)
+        config = self._server_config(inp.server)
+        if config.tools is not None and inp.tool not in config.tools:
+            return ToolResult(ok=False, error=f"E_POLICY: {inp.server} tool {inp.tool!r} is "
+                                              "not in the server's allow list")
+        async with heartbeating(2.0):
+            connection = await self._connect(inp.server, inp.workspace)
+            listed = next((t for t in connection.tools if t.name == inp.tool), None)
+            if listed is None:
+                return ToolResult(ok=False, error=f"E_UNKNOWN_TOOL: {inp.server} lists no "
+                                                  f"tool {inp.tool!r}")
+            problem = schema_error(model_schema(listed.input_schema), inp.arguments)
+            if problem:
+                return ToolResult(ok=False, error=f"E_INVALID_ARGS: {problem}")
+            try:
+                result = await connection.session.call_tool(
+                    inp.tool, inp.arguments, read_timeout_seconds=config.timeout_s)
+            except Exception as err:
+                if is_refusal(err):  # a live server answered with a JSON-RPC error
+                    return ToolResult(ok=False, error=f"E_MCP: {err}")
+                await self.pool.drop(inp.server, inp.workspace, connection)
+                raise McpTransportError(
+                    f"MCP server {inp.server!r} failed during {inp.tool}: "
+                    f"{type(err).__name__}: {err}") from None
+        text = result_text(result)
+        if result.is_error:
+            return ToolResult(ok=False, error=f"E_TOOL: {text or 'the tool reported an error'}")
+        output = window_text(text, inp.keywords, FEEDBACK_CHARS)
+        threshold = self.settings.refloop_blob_threshold_bytes
+        if holds_large_string(output, threshold):
+            output = await asyncio.to_thread(offload_output, output, threshold,
+                                             self.store.put_blob)
+        return ToolResult(ok=True, output=output,
+                          data={"server": inp.server, "tool": inp.tool})
+
+    def _server_config(self, server: str):  # noqa: ANN202
+        try:
+            return self.pool.server_config(server)
+        except McpConfigError as err:
+            raise ApplicationError(str(err), type="McpConfigError", non_retryable=True) from None
+
+    def activities(self) -> list[Any]:
+        return [self.list_tools, self.call_tool]

@@ -1,0 +1,232 @@
+"""The worker's MCP client connections: one per (server, workspace), started on first use.
+
+Each connection is owned by one asyncio task that enters the transport and the session and
+waits for `close`: anyio's cancel scopes must be entered and left by the same task, while
+activities call the session from theirs. A connection whose transport fails (a stdio
+server that died, an HTTP server that went away) is dropped; the next use starts a new one,
+and the activity's retry makes that use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from refloop.mcp_config import (
+    McpConfig,
+    McpConfigError,
+    McpServerConfig,
+    load_config,
+    resolved_env,
+    resolved_headers,
+)
+from refloop.settings import Settings
+
+log = logging.getLogger("refloop.mcp")
+START_TIMEOUT_S = 60.0
+
+
+class McpTransportError(Exception):
+    """The server could not be reached or died mid-call: retried by Temporal's policy."""
+
+
+@dataclass
+class LaunchSpec:
+    argv: list[str]
+    env: dict[str, str]
+    sandboxed: bool = False
+    preexec_fn: Any = None
+
+
+def launch_spec(server: str, config: McpServerConfig, workspace: Path,
+                settings: Settings, environ: Mapping[str, str] | None = None) -> LaunchSpec:
+    """The one place a stdio server's command line is built: the configured command, its
+    `${VAR}`s resolved from the worker's environment, inside the OS sandbox `run_cmd` uses
+    when that is available (workspace bound, network only if the server allows it)."""
+    assert config.command is not None
+    command = shutil.which(config.command) or config.command
+    argv = [command, *config.args]
+    env = resolved_env(server, config, environ)
+    try:
+        from refloop.tools.os_sandbox import sandboxed_command
+    except ImportError:  # no OS sandbox in this build: the server runs as configured
+        return LaunchSpec(argv, env)
+    base = {key: value for key in ("PATH", "HOME", "LANG", "TMPDIR")
+            if (value := os.environ.get(key))}
+    wrapped = sandboxed_command(argv, workspace=workspace, allow_network=config.network,
+                                env={**base, **env}, settings=settings)
+    return LaunchSpec(list(wrapped.argv), dict(wrapped.env), wrapped.sandboxed,
+                      wrapped.preexec_fn)
+
+
+@dataclass
+class Connection:
+    server: str
+    session: Any = None
+    tools: list[Any] = field(default_factory=list)  # the server's own listing (mcp Tool)
+    ready: asyncio.Future[None] | None = None
+    closing: asyncio.Event = field(default_factory=asyncio.Event)
+    owner: asyncio.Task[None] | None = None
+    broken: bool = False
+    started_at: float = 0.0
+
+    def alive(self) -> bool:
+        """Not known to be dead: a stdio server that exited closes its session's dispatcher."""
+        if self.broken or self.owner is None or self.owner.done():
+            return False
+        dispatcher = getattr(self.session, "_dispatcher", None)
+        return not getattr(dispatcher, "_closed", False)
+
+
+class McpPool:
+    """Per worker: connections keyed by (server, workspace); closed at worker shutdown."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._connections: dict[tuple[str, str], Connection] = {}
+        self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self._config: tuple[float, McpConfig] | None = None
+        self.starts = 0  # servers started (the bench reads it)
+
+    def config(self) -> McpConfig:
+        """The configuration file, re-read when it changes."""
+        path = self.settings.refloop_mcp_config
+        if not path:
+            return McpConfig(mcpServers={})
+        try:
+            mtime = Path(path).stat().st_mtime
+        except OSError as err:
+            raise McpConfigError(f"MCP config {path}: {err.strerror or err}") from None
+        if self._config is None or self._config[0] != mtime:
+            self._config = (mtime, load_config(path))
+        return self._config[1]
+
+    def server_config(self, server: str) -> McpServerConfig:
+        config = self.config().servers.get(server)
+        if config is None:
+            raise McpConfigError(f"unknown MCP server {server!r}")
+        return config
+
+    async def connection(self, server: str, workspace: str) -> Connection:
+        key = (server, workspace)
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            current = self._connections.get(key)
+            if current is not None and current.alive():
+                return current
+            if current is not None:
+                await self._close(current)
+            config = self.server_config(server)
+            connection = await self._start(server, config, Path(workspace))
+            self._connections[key] = connection
+            return connection
+
+    async def drop(self, server: str, workspace: str, connection: Connection) -> None:
+        """Forget a failed connection (if it is still the current one) and stop it."""
+        connection.broken = True
+        key = (server, workspace)
+        if self._connections.get(key) is connection:
+            del self._connections[key]
+        await self._close(connection)
+
+    async def _start(self, server: str, config: McpServerConfig, workspace: Path) -> Connection:
+        loop = asyncio.get_running_loop()
+        connection = Connection(server=server, ready=loop.create_future(),
+                                started_at=loop.time())
+        connection.owner = asyncio.create_task(self._own(connection, config, workspace),
+                                               name=f"mcp:{server}")
+        self.starts += 1
+        try:
+            await asyncio.wait_for(asyncio.shield(connection.ready), START_TIMEOUT_S)
+        except Exception as err:
+            await self._close(connection)
+            raise McpTransportError(f"MCP server {server!r} did not start: "
+                                    f"{_describe(err)}") from None
+        return connection
+
+    async def _own(self, connection: Connection, config: McpServerConfig,
+                   workspace: Path) -> None:
+        """Enter the transport and session, serve until `closing`, leave them here."""
+        from mcp import ClientSession, types
+
+        assert connection.ready is not None
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                read, write = await stack.enter_async_context(
+                    self._transport(connection.server, config, workspace))
+                session = await stack.enter_async_context(
+                    ClientSession(read, write, read_timeout_seconds=config.timeout_s))
+                await session.initialize()
+                tools, cursor = [], None
+                while True:
+                    page = await session.list_tools(
+                        params=types.PaginatedRequestParams(cursor=cursor) if cursor else None)
+                    tools.extend(page.tools)
+                    cursor = getattr(page, "next_cursor", None)
+                    if not cursor:
+                        break
+                connection.session, connection.tools = session, tools
+                connection.ready.set_result(None)
+                await connection.closing.wait()
+        except BaseException as err:  # noqa: BLE001 - reported to the waiting caller
+            connection.broken = True
+            if not connection.ready.done():
+                connection.ready.set_exception(McpTransportError(_describe(err)))
+            elif not connection.closing.is_set():
+                log.warning("MCP server %s stopped: %s", connection.server, _describe(err))
+            if isinstance(err, asyncio.CancelledError):
+                raise
+
+    def _transport(self, server: str, config: McpServerConfig, workspace: Path) -> Any:
+        if config.transport == "http":
+            from mcp.client.streamable_http import streamable_http_client
+            from mcp.shared._httpx_utils import create_mcp_http_client
+
+            client = create_mcp_http_client(headers=resolved_headers(server, config))
+            return _http(streamable_http_client, config.url, client)
+        from mcp import StdioServerParameters, stdio_client
+
+        spec = launch_spec(server, config, workspace, self.settings)
+        params = StdioServerParameters(command=spec.argv[0], args=spec.argv[1:],
+                                       env=spec.env, cwd=str(workspace))
+        return stdio_client(params, errlog=sys.stderr)
+
+    async def _close(self, connection: Connection) -> None:
+        connection.closing.set()
+        owner = connection.owner
+        if owner is None or owner.done():
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(owner), 10)
+        except TimeoutError:
+            owner.cancel()
+            with contextlib.suppress(BaseException):
+                await owner
+        except BaseException:  # noqa: BLE001 - the owner logged it
+            pass
+
+    async def close(self) -> None:
+        """Stop every server (worker shutdown)."""
+        connections = list(self._connections.values())
+        self._connections.clear()
+        await asyncio.gather(*(self._close(c) for c in connections), return_exceptions=True)
+
+
+@contextlib.asynccontextmanager
+async def _http(factory: Any, url: str | None, client: Any) -> Any:
+    async with client, factory(url, http_client=client) as streams:
+        yield streams[0], streams[1]
+
+
+def _describe(err: BaseException) -> str:
+    if isinstance(err, BaseExceptionGroup):
+        return "; ".join(_describe(e) for e in err.exceptions)
+    return f"{type(err).__name__}: {err}" if str(err) else type(err).__name__

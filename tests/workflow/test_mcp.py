@@ -1,0 +1,282 @@
+"""MCP tool servers as durable tools, against real servers nobody here wrote:
+mcp-server-git and mcp-server-time (test dependencies), started by the worker's pool."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from refloop.models import TaskInput
+from tests.llm_fixtures import unique_scenario
+from tests.workflow.helpers import (
+    CODING,
+    SUMMARY,
+    call,
+    events_of,
+    final,
+    result_of,
+    run_task,
+    run_with_history,
+    start,
+)
+from tests.workflow.test_crash import spawn_worker, wait_for_event
+from worker.main import build_worker
+from worker.replay import dump_history
+
+BIN = Path(sys.executable).parent
+SECRET = "s3cr3t-mcp-value-7d1f"
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
+                          text=True).stdout
+
+
+@pytest.fixture
+def repo(workspace: Path) -> Path:
+    git(workspace, "init", "-q", "-b", "main")
+    git(workspace, "config", "user.email", "t@example.com")
+    git(workspace, "config", "user.name", "Tester")
+    (workspace / "README.md").write_text("hello\n")
+    git(workspace, "add", "README.md")
+    git(workspace, "commit", "-q", "-m", "first commit: add the readme")
+    (workspace / "new.txt").write_text("untracked\n")
+    return workspace
+
+
+@pytest.fixture
+def mcp_settings(settings, tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("REFLOOP_TEST_MCP_SECRET", SECRET)
+    config = {"mcpServers": {
+        "git": {"command": str(BIN / "mcp-server-git"),
+                "env": {"GIT_TEST_TOKEN": "${REFLOOP_TEST_MCP_SECRET}"},
+                "confirm": ["git_commit", "git_add"]},
+        "time": {"command": str(BIN / "mcp-server-time"), "timeout_s": 20},
+    }}
+    path = tmp_path / "mcp.json"
+    path.write_text(json.dumps(config))
+    return settings.model_copy(update={"refloop_mcp_config": str(path)})
+
+
+def tool_messages(request: dict) -> list[str]:
+    return [m.get("content") or "" for m in request["body"]["messages"] if m["role"] == "tool"]
+
+
+async def test_git_server_tools_reach_the_model(client, mcp_settings, scripted_llm, repo,
+                                                task_queue):
+    model = unique_scenario(scripted_llm, {
+        "intent": [CODING],
+        "act": [
+            call("git__git_status", repo_path=str(repo)),
+            call("git__git_log", repo_path=str(repo), max_count=5),
+            final("one commit, one untracked file"),
+        ],
+        "summary": [SUMMARY],
+    })
+    inp = TaskInput(task="describe the repository", workspace=str(repo), model=model,
+                    enable_planning=False, enable_reflection=False, mcp_servers=["git"])
+    result, history = await run_with_history(client, mcp_settings, task_queue, inp)
+    if os.environ.get("REFLOOP_RECORD_HISTORIES"):
+        (Path(__file__).parent.parent / "histories" / "agent_mcp_git.json").write_text(
+            dump_history(history))
+
+    assert result.status == "completed", result.answer
+    listed = events_of(result, "mcp_tools")[0]
+    assert "git__git_status" in listed["tools"] and "git__git_log" in listed["tools"]
+    results = events_of(result, "tool_result")
+    assert [r["tool"] for r in results] == ["git__git_status", "git__git_log"]
+    assert all(r["ok"] for r in results), results
+    acts = scripted_llm.requests(model=model, purpose="act")
+    # The server's schemas went to the model as they are, under namespaced names.
+    tools = {t["function"]["name"]: t["function"] for t in acts[0]["body"]["tools"]}
+    assert tools["git__git_status"]["parameters"]["required"] == ["repo_path"]
+    assert "read_file" in tools  # built-ins stay
+    # The answers reached the model.
+    assert "new.txt" in tool_messages(acts[1])[-1]
+    assert "first commit: add the readme" in tool_messages(acts[2])[-1]
+    # The secret in the server's env was resolved on the worker only.
+    text = json.dumps(history.to_json_dict())
+    assert SECRET not in text and "${REFLOOP_TEST_MCP_SECRET}" not in text
+    assert "refloop.mcp.list_tools" in text and "refloop.mcp.call_tool" in text
+
+
+async def test_bad_arguments_and_tool_errors_go_back_to_the_model(
+        client, mcp_settings, scripted_llm, workspace, task_queue):
+    model = unique_scenario(scripted_llm, {
+        "intent": [CODING],
+        "act": [
+            call("time__get_current_time"),  # `timezone` is required
+            call("time__get_current_time", timezone="Nowhere/Atlantis"),  # isError
+            final("gave up"),
+        ],
+        "summary": [SUMMARY],
+    })
+    result = await run_task(client, mcp_settings, task_queue, model, workspace,
+                            enable_planning=False, mcp_servers=["time"])
+    assert result.status == "completed", result.answer
+    refused, failed = events_of(result, "tool_result")
+    assert not refused["ok"] and refused["error"].startswith("E_INVALID_ARGS")
+    assert "'timezone' is a required property" in refused["error"]
+    assert not failed["ok"] and failed["error"].startswith("E_TOOL")
+    assert "Nowhere/Atlantis" in failed["error"]
+    # The refused and failed calls were not retried: one attempt each.
+    assert result.stats.tool_errors == 2
+
+
+async def test_confirm_tool_waits_for_approval(client, mcp_settings, scripted_llm, repo,
+                                               task_queue):
+    (repo / "new.txt").write_text("to add\n")
+    model = unique_scenario(scripted_llm, {
+        "intent": [CODING],
+        "act": [call("git__git_add", repo_path=str(repo), files=["new.txt"]),
+                final("not added")],
+        "summary": [SUMMARY],
+    })
+    inp = TaskInput(task="stage new.txt", workspace=str(repo), model=model,
+                    enable_planning=False, enable_reflection=False, mcp_servers=["git"],
+                    approval_timeout_s=1)
+    result, _ = await run_with_history(client, mcp_settings, task_queue, inp)
+    assert result.status == "completed", result.answer
+    required = events_of(result, "approval_required")
+    assert [r["tool"] for r in required] == ["git__git_add"]  # even in auto mode
+    assert events_of(result, "tool_result")[0]["error"].startswith("E_DENIED")
+    assert "new.txt" not in git(repo, "diff", "--cached", "--name-only")
+
+
+async def test_unknown_server_fails_the_task_without_retrying(
+        client, mcp_settings, scripted_llm, workspace, task_queue):
+    model = unique_scenario(scripted_llm, {"intent": [CODING], "act": [final("x")]})
+    result = await run_task(client, mcp_settings, task_queue, model, workspace,
+                            enable_planning=False, mcp_servers=["nosuch"])
+    assert result.status == "failed"
+    assert "unknown MCP server(s) nosuch" in result.answer
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def server_pids(root: int, name: str) -> list[int]:
+    pids = []
+    for pid in descendants(root):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue
+        if name.encode() in cmdline:
+            pids.append(pid)
+    return pids
+
+
+async def test_time_server_killed_mid_call_is_retried(client, mcp_settings, scripted_llm,
+                                                      workspace, task_queue):
+    model = unique_scenario(scripted_llm, {
+        "intent": [CODING],
+        "act": [
+            call("time__get_current_time", timezone="UTC"),
+            call("time__get_current_time", timezone="Europe/Paris"),
+            final("two times"),
+        ],
+        "summary": [SUMMARY],
+    }, latency_ms=300)
+    inp = TaskInput(task="what time is it", workspace=str(workspace), model=model,
+                    enable_planning=False, enable_reflection=False, mcp_servers=["time"])
+    async with build_worker(client, mcp_settings, task_queue):
+        handle = await start(client, task_queue, inp)
+        await wait_for_event(handle, lambda e: e.type == "tool_result")
+        [server] = server_pids(os.getpid(), "mcp-server-time")
+        os.kill(server, signal.SIGSTOP)  # the next call hangs in it...
+        try:
+            await wait_for_event(handle, lambda e: e.type == "tool_call"
+                                 and e.data["iteration"] == 2)
+            await asyncio.sleep(0.5)
+        finally:
+            os.kill(server, signal.SIGKILL)  # ...and the server dies mid-call
+        result = await asyncio.wait_for(result_of(handle), timeout=60)
+        history = await handle.fetch_history()
+
+    assert result.status == "completed", result.answer
+    results = events_of(result, "tool_result")
+    assert [r["ok"] for r in results] == [True, True]
+    assert "Europe/Paris" in results[1]["output"]
+    attempts = [e.activity_task_started_event_attributes.attempt for e in history.events
+                if e.HasField("activity_task_started_event_attributes")]
+    assert max(attempts) == 2  # the killed call ran again, on a restarted server
+    assert server not in server_pids(os.getpid(), "mcp-server-time")
+
+
+@pytest.mark.slow
+async def test_worker_killed_during_mcp_call_resumes_without_repeating(
+        client, temporal_server, mcp_settings, scripted_llm, repo, task_queue):
+    responses = {
+        "intent": [CODING],
+        "act": [
+            call("git__git_create_branch", repo_path=str(repo), branch_name="feature-x"),
+            call("git__git_status", repo_path=str(repo)),
+            final("branch created"),
+        ],
+        "summary": [SUMMARY],
+    }
+    model = unique_scenario(scripted_llm, responses)
+    extra = {"REFLOOP_MCP_CONFIG": mcp_settings.refloop_mcp_config}
+    workers = [spawn_worker(temporal_server, mcp_settings, task_queue, extra)]
+    stopped: list[int] = []
+    try:
+        handle = await start(client, task_queue, TaskInput(
+            task="create a branch", workspace=str(repo), model=model, enable_planning=False,
+            enable_reflection=False, mcp_servers=["git"]))
+        await wait_for_event(handle, lambda e: e.type == "tool_result")
+        # Freeze the worker's git server so the next call is in flight when the worker dies.
+        stopped = server_pids(workers[0].pid, "mcp-server-git")
+        assert stopped, "the worker runs no git server"
+        for pid in stopped:
+            os.kill(pid, signal.SIGSTOP)
+        await wait_for_event(handle, lambda e: e.type == "tool_call"
+                             and e.data["iteration"] == 2)
+        await asyncio.sleep(0.5)
+        os.killpg(workers[0].pid, signal.SIGKILL)
+        workers[0].wait()
+        workers.append(spawn_worker(temporal_server, mcp_settings, task_queue, extra))
+        result = await asyncio.wait_for(result_of(handle), timeout=120)
+    finally:
+        for pid in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for proc in workers:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+    assert result.status == "completed", result.answer
+    results = events_of(result, "tool_result")
+    assert [(r["tool"], r["ok"]) for r in results] == [
+        ("git__git_create_branch", True), ("git__git_status", True)]
+    assert "feature-x" in git(repo, "branch", "--list")
+    # The finished create_branch call was not run again (it would fail: the branch exists),
+    # and no answered model call was asked again.
+    for purpose, scripted in responses.items():
+        assert len(scripted_llm.requests(model=model, purpose=purpose)) == len(scripted)
+

@@ -1,0 +1,75 @@
+"""MCP tool servers in the agent workflow: one listing at task start, one activity a call."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from refloop.mcp_config import McpCallInput, McpListInput, McpToolList
+    from refloop.models import ActivityName, ToolCall, ToolConstraints, ToolResult, ToolSpec
+
+from workflows.agent_base import AgentBase
+from workflows.policies import MCP_CALL, MCP_CALL_MARGIN, MCP_LIST
+
+MCP_TOOLS_PATCH = "mcp-tool-servers"
+
+
+def with_mcp_reads(constraints: ToolConstraints | None,
+                   read_tools: list[str]) -> ToolConstraints | None:
+    """Read-only MCP tools are allowed wherever the task type lists allowed tools, as the
+    read-only built-ins are; `forbidden` names MCP tools (server__tool) like any other."""
+    if constraints is None or not constraints.allowed or not read_tools:
+        return constraints
+    allowed = sorted(set(constraints.allowed) | set(read_tools))
+    return constraints.model_copy(update={"allowed": allowed})
+
+
+class McpPhase(AgentBase):
+    tools: list[ToolSpec]
+    tool_names: list[str]
+
+    def _adopt_mcp_tools(self) -> None:
+        """Add the listed MCP tools to what the model is offered (also after a
+        continue-as-new, from the state)."""
+        specs = [tool.spec() for tool in self.state.mcp_tools.values()]
+        self.tools = [*self.tools, *specs]
+        self.tool_names = [spec.name for spec in self.tools]
+
+    async def _list_mcp_tools(self) -> None:
+        inp = self.state.input
+        if not inp.mcp_servers or not workflow.patched(MCP_TOOLS_PATCH):
+            return
+        listing: McpToolList = await workflow.execute_activity(
+            ActivityName.MCP_LIST_TOOLS,
+            McpListInput(servers=inp.mcp_servers, workspace=inp.workspace),
+            result_type=McpToolList,
+            summary=", ".join(inp.mcp_servers),
+            **MCP_LIST.kwargs(),
+        )
+        self.state.mcp_tools = {tool.name: tool for tool in listing.tools}
+        self.state.mcp_tools_ref = listing.specs_ref
+        self._emit("mcp_tools", {"servers": inp.mcp_servers,
+                                 "tools": [tool.name for tool in listing.tools]})
+        self._adopt_mcp_tools()
+
+    def _mcp_read_tools(self) -> list[str]:
+        return [name for name in self.state.mcp_tools if self._mcp_kind(name) == "read"]
+
+    async def _call_mcp(self, call: ToolCall, call_id: str, keywords: list[str]) -> ToolResult:
+        tool = self.state.mcp_tools[call.name]
+        options = dataclasses.replace(
+            MCP_CALL, start_to_close=timedelta(seconds=tool.timeout_s) + MCP_CALL_MARGIN)
+        return await workflow.execute_activity(
+            ActivityName.MCP_CALL_TOOL,
+            McpCallInput(
+                call_id=call_id, server=tool.server, tool=tool.tool,
+                arguments={k: v for k, v in call.arguments.items() if k != "justification"},
+                workspace=self.state.input.workspace, keywords=keywords,
+            ),
+            result_type=ToolResult,
+            summary=f"{tool.server}: {tool.tool}",
+            **options.kwargs(),
+        )
