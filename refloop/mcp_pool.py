@@ -43,28 +43,51 @@ class LaunchSpec:
     argv: list[str]
     env: dict[str, str]
     sandboxed: bool = False
-    preexec_fn: Any = None
 
 
 def launch_spec(server: str, config: McpServerConfig, workspace: Path,
                 settings: Settings, environ: Mapping[str, str] | None = None) -> LaunchSpec:
     """The one place a stdio server's command line is built: the configured command, its
     `${VAR}`s resolved from the worker's environment, inside the OS sandbox `run_cmd` uses
-    when that is available (workspace bound, network only if the server allows it)."""
+    (workspace bound read-write, the server's install read-only, the network only when its
+    config says `"network": true`). `REFLOOP_SANDBOX=none` runs it unconfined.
+
+    The sandbox's per-command rlimits (a CPU-seconds cap meant for one command) are not
+    applied to a long-lived server."""
+    from refloop.tools.os_sandbox import sandboxed_command
+
     assert config.command is not None
-    command = shutil.which(config.command) or config.command
+    command = os.path.abspath(shutil.which(config.command) or config.command)
     argv = [command, *config.args]
     env = resolved_env(server, config, environ)
-    try:
-        from refloop.tools.os_sandbox import sandboxed_command
-    except ImportError:  # no OS sandbox in this build: the server runs as configured
-        return LaunchSpec(argv, env)
-    base = {key: value for key in ("PATH", "HOME", "LANG", "TMPDIR")
-            if (value := os.environ.get(key))}
+    readable = [*settings.sandbox_ro_paths, *install_roots(command)]
+    confined = settings.model_copy(
+        update={"refloop_sandbox_ro_paths": ",".join(dict.fromkeys(readable))})
     wrapped = sandboxed_command(argv, workspace=workspace, allow_network=config.network,
-                                env={**base, **env}, settings=settings)
-    return LaunchSpec(list(wrapped.argv), dict(wrapped.env), wrapped.sandboxed,
-                      wrapped.preexec_fn)
+                                env=env, settings=confined)
+    return LaunchSpec(list(wrapped.argv), dict(wrapped.env), wrapped.sandboxed)
+
+
+def install_roots(command: str) -> list[str]:
+    """What a server's command needs to read beyond the system dirs: the tree it is
+    installed in (a virtualenv: the dir above `bin`), and its script interpreter's."""
+    roots: list[str] = []
+    paths = [Path(command)]
+    try:
+        with open(command, "rb") as script:
+            first = script.readline(512)
+        if first.startswith(b"#!"):
+            interpreter = first[2:].split()[0].decode(errors="replace")
+            paths += [Path(interpreter), Path(os.path.realpath(interpreter))]
+    except OSError:
+        pass
+    for path in paths:
+        for candidate in (path, Path(os.path.realpath(path))):
+            if not candidate.is_absolute() or str(candidate).startswith(("/usr/", "/bin/")):
+                continue
+            parent = candidate.parent
+            roots.append(str(parent.parent if parent.name == "bin" else parent))
+    return list(dict.fromkeys(roots))
 
 
 @dataclass

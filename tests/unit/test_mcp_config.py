@@ -144,3 +144,25 @@ def test_kind_drives_approval_triggers_and_constraints():
     assert widened.allowed == ["git__git_log", "read_file"]
     assert widened.forbidden == ["git__git_commit"]
     assert with_mcp_reads(ToolConstraints(), ["git__git_log"]).allowed == []
+
+
+def test_stdio_launch_is_sandboxed_with_network_only_when_allowed(tmp_path, monkeypatch):
+    from refloop.mcp_config import McpServerConfig
+    from refloop.mcp_pool import launch_spec
+    from refloop.settings import Settings
+    from refloop.tools.os_sandbox import sandbox_mode
+
+    settings = Settings(refloop_data_dir=tmp_path / "data")
+    if sandbox_mode(settings) != "bwrap":
+        pytest.skip("bubblewrap cannot run here")
+    config = McpServerConfig(command="true", args=["--x"], env={"TOKEN": "${T}"})
+    spec = launch_spec("s", config, tmp_path, settings, {"T": "tok"})
+    assert spec.sandboxed and spec.argv[-2:] == ["/usr/bin/true", "--x"]
+    assert "--share-net" not in spec.argv and spec.env["TOKEN"] == "tok"
+    assert ["--bind", str(tmp_path), str(tmp_path)] == spec.argv[
+        spec.argv.index("--bind"):spec.argv.index("--bind") + 3]
+    networked = config.model_copy(update={"network": True})
+    assert "--share-net" in launch_spec("s", networked, tmp_path, settings, {"T": "t"}).argv
+    unconfined = settings.model_copy(update={"refloop_sandbox": "none"})
+    plain = launch_spec("s", config, tmp_path, unconfined, {"T": "t"})
+    assert not plain.sandboxed and plain.argv == ["/usr/bin/true", "--x"]

@@ -108,6 +108,25 @@ async def test_git_server_tools_reach_the_model(client, mcp_settings, scripted_l
     assert "refloop.mcp.list_tools" in text and "refloop.mcp.call_tool" in text
 
 
+async def test_stdio_server_runs_in_the_sandbox(client, mcp_settings, scripted_llm, repo,
+                                                tmp_path, task_queue):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    git(outside, "init", "-q")
+    model = unique_scenario(scripted_llm, {
+        "intent": [CODING],
+        "act": [call("git__git_status", repo_path=str(outside)),
+                call("git__git_status", repo_path=str(repo)), final("done")],
+        "summary": [SUMMARY],
+    })
+    result = await run_task(client, mcp_settings, task_queue, model, repo,
+                            enable_planning=False, mcp_servers=["git"])
+    outside_result, inside_result = events_of(result, "tool_result")
+    # Only the workspace is bound: a repository beside it does not exist for the server.
+    assert not outside_result["ok"], outside_result
+    assert inside_result["ok"], inside_result
+
+
 async def test_bad_arguments_and_tool_errors_go_back_to_the_model(
         client, mcp_settings, scripted_llm, workspace, task_queue):
     model = unique_scenario(scripted_llm, {
@@ -207,14 +226,19 @@ async def test_time_server_killed_mid_call_is_retried(client, mcp_settings, scri
     async with build_worker(client, mcp_settings, task_queue):
         handle = await start(client, task_queue, inp)
         await wait_for_event(handle, lambda e: e.type == "tool_result")
-        [server] = server_pids(os.getpid(), "mcp-server-time")
-        os.kill(server, signal.SIGSTOP)  # the next call hangs in it...
+        # The server and the sandbox around it (bubblewrap) are stopped, then killed.
+        server = server_pids(os.getpid(), "mcp-server-time")
+        assert server, "the worker runs no time server"
+        for pid in server:
+            os.kill(pid, signal.SIGSTOP)  # the next call hangs in it...
         try:
             await wait_for_event(handle, lambda e: e.type == "tool_call"
                                  and e.data["iteration"] == 2)
             await asyncio.sleep(0.5)
         finally:
-            os.kill(server, signal.SIGKILL)  # ...and the server dies mid-call
+            for pid in server:  # ...and the server dies mid-call
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
         result = await asyncio.wait_for(result_of(handle), timeout=60)
         history = await handle.fetch_history()
 
@@ -225,7 +249,7 @@ async def test_time_server_killed_mid_call_is_retried(client, mcp_settings, scri
     attempts = [e.activity_task_started_event_attributes.attempt for e in history.events
                 if e.HasField("activity_task_started_event_attributes")]
     assert max(attempts) == 2  # the killed call ran again, on a restarted server
-    assert server not in server_pids(os.getpid(), "mcp-server-time")
+    assert not set(server) & set(server_pids(os.getpid(), "mcp-server-time"))
 
 
 @pytest.mark.slow
