@@ -70,7 +70,7 @@ def tool_messages(request: dict) -> list[str]:
     return [m.get("content") or "" for m in request["body"]["messages"] if m["role"] == "tool"]
 
 
-async def test_git_server_tools_reach_the_model(client, mcp_settings, scripted_llm, repo,
+async def test_git_server_tools_reach_the_model_golden(client, mcp_settings, scripted_llm, repo,
                                                 task_queue):
     model = unique_scenario(scripted_llm, {
         "intent": [CODING],
@@ -85,7 +85,7 @@ async def test_git_server_tools_reach_the_model(client, mcp_settings, scripted_l
                     enable_planning=False, enable_reflection=False, mcp_servers=["git"])
     result, history = await run_with_history(client, mcp_settings, task_queue, inp)
     if os.environ.get("REFLOOP_RECORD_HISTORIES"):
-        (Path(__file__).parent.parent / "histories" / "agent_mcp_git.json").write_text(
+        (Path(__file__).parent.parent / "histories" / "mcp_git_tools.json").write_text(
             dump_history(history))
 
     assert result.status == "completed", result.answer
