@@ -163,3 +163,26 @@ def test_sigterm_stops_refloop_api_within_its_grace_period(tmp_path: Path, tempo
         if api.poll() is None:
             api.kill()
     assert "Traceback" not in api.stderr.read()
+
+
+def test_run_with_mcp_servers(tmp_path: Path):
+    """`refloop run --mcp git`: the git server's tools are listed for the task (the offline
+    demo model does not call them); unknown names and a missing config are one line."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {"git": {
+        "command": str(Path(sys.executable).parent / "mcp-server-git")}}}))
+    done = refloop("run", "write a report", "--workspace", str(workspace), "--json",
+                   "--no-reflection", "--mcp", "git", tmp_path=tmp_path,
+                   REFLOOP_MCP_CONFIG=str(config))
+    assert done.returncode == 0, done.stderr
+    listed = [e["data"] for e in json.loads(done.stdout)["events"] if e["type"] == "mcp_tools"]
+    assert listed[0]["servers"] == ["git"] and "git__git_status" in listed[0]["tools"]
+    unknown = refloop("run", "x", "--workspace", str(workspace), "--mcp", "git,nosuch",
+                      tmp_path=tmp_path, REFLOOP_MCP_CONFIG=str(config))
+    assert unknown.returncode != 0 and "unknown MCP server(s) nosuch; known: git" in (
+        unknown.stderr)
+    unset = refloop("run", "x", "--workspace", str(workspace), "--mcp", "git",
+                    tmp_path=tmp_path)
+    assert unset.returncode != 0 and "REFLOOP_MCP_CONFIG" in unset.stderr
