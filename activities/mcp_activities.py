@@ -132,8 +132,9 @@ class McpActivities:
             if problem:
                 return ToolResult(ok=False, error=f"E_INVALID_ARGS: {problem}")
             try:
-                result = await connection.session.call_tool(
-                    inp.tool, inp.arguments, read_timeout_seconds=config.timeout_s)
+                async with self.pool.busy(connection):
+                    result = await connection.session.call_tool(
+                        inp.tool, inp.arguments, read_timeout_seconds=config.timeout_s)
             except Exception as err:
                 if is_refusal(err):  # a live server answered with a JSON-RPC error
                     return ToolResult(ok=False, error=f"E_MCP: {err}")

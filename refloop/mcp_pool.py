@@ -15,7 +15,7 @@ import logging
 import os
 import shutil
 import sys
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,9 @@ from refloop.settings import Settings
 
 log = logging.getLogger("refloop.mcp")
 START_TIMEOUT_S = 60.0
+# Servers are per (server, workspace): idle ones stop, and a worker keeps at most this many.
+IDLE_S = 600.0
+MAX_CONNECTIONS = 32
 
 
 class McpTransportError(Exception):
@@ -100,6 +103,8 @@ class Connection:
     owner: asyncio.Task[None] | None = None
     broken: bool = False
     started_at: float = 0.0
+    last_used: float = 0.0
+    busy: int = 0  # calls in flight: never evicted while > 0
 
     def alive(self) -> bool:
         """Not known to be dead: a stdio server that exited closes its session's dispatcher."""
@@ -142,15 +147,38 @@ class McpPool:
         key = (server, workspace)
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
+            await self._evict(keep=key)
             current = self._connections.get(key)
             if current is not None and current.alive():
+                current.last_used = asyncio.get_running_loop().time()
                 return current
             if current is not None:
                 await self._close(current)
             config = self.server_config(server)
             connection = await self._start(server, config, Path(workspace))
+            connection.last_used = asyncio.get_running_loop().time()
             self._connections[key] = connection
             return connection
+
+    @contextlib.asynccontextmanager
+    async def busy(self, connection: Connection) -> AsyncIterator[Connection]:
+        """Mark a call in flight: the connection is not evicted meanwhile."""
+        connection.busy += 1
+        try:
+            yield connection
+        finally:
+            connection.busy -= 1
+            connection.last_used = asyncio.get_running_loop().time()
+
+    async def _evict(self, keep: tuple[str, str]) -> None:
+        """Stop servers idle for IDLE_S, and the least recently used beyond MAX_CONNECTIONS."""
+        now = asyncio.get_running_loop().time()
+        idle = sorted((c.last_used, key) for key, c in self._connections.items()
+                      if key != keep and c.busy == 0)
+        excess = len(self._connections) - MAX_CONNECTIONS + 1
+        for rank, (last_used, key) in enumerate(idle):
+            if rank < excess or now - last_used > IDLE_S:
+                await self._close(self._connections.pop(key))
 
     async def drop(self, server: str, workspace: str, connection: Connection) -> None:
         """Forget a failed connection (if it is still the current one) and stop it."""
