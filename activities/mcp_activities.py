@@ -16,7 +16,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.errors import heartbeating
-from refloop.blobs import holds_large_string, offload_output
+from refloop.blobs import holds_large_string, holds_marker, offload_output, resolve_args
 from refloop.feedback import window_text
 from refloop.mcp_config import (
     McpCallInput,
@@ -35,6 +35,9 @@ from refloop.store import Store
 from workflows.policies import TOOL_RESULT_CHARS
 
 FEEDBACK_CHARS = TOOL_RESULT_CHARS - 100
+# What one task is offered at most (the chat APIs take 128 tools; the built-ins come first)
+MAX_MCP_TOOLS = 96
+MAX_DESCRIPTION_CHARS = 2000
 
 
 def schema_error(schema: dict[str, Any], arguments: dict[str, Any]) -> str | None:
@@ -95,6 +98,7 @@ class McpActivities:
         except McpConfigError as err:
             raise ApplicationError(str(err), type="McpConfigError", non_retryable=True) from None
         tools: list[McpToolInfo] = []
+        dropped: list[str] = []
         taken: set[str] = set()
         async with heartbeating(2.0):
             for server, config in chosen.items():
@@ -103,17 +107,21 @@ class McpActivities:
                 for tool in connection.tools:
                     if allowed is not None and tool.name not in allowed:
                         continue
+                    if len(tools) >= MAX_MCP_TOOLS:
+                        dropped.append(f"{server}/{tool.name}")
+                        continue
                     name = tool_name(server, tool.name, taken)
                     taken.add(name)
                     tools.append(McpToolInfo(
                         name=name, server=server, tool=tool.name,
-                        description=tool.description or tool.title or "",
+                        description=(tool.description or tool.title or "")[
+                            :MAX_DESCRIPTION_CHARS],
                         parameters=model_schema(tool.input_schema),
                         confirm=tool.name in config.confirm, timeout_s=config.timeout_s,
                     ))
         specs = json.dumps([t.spec().model_dump() for t in tools], ensure_ascii=False)
         ref = await asyncio.to_thread(self.store.put_blob, specs) if tools else None
-        return McpToolList(tools=tools, specs_ref=ref)
+        return McpToolList(tools=tools, specs_ref=ref, dropped=dropped)
 
     @activity.defn(name=ActivityName.MCP_CALL_TOOL)
     async def call_tool(self, inp: McpCallInput) -> ToolResult:
@@ -122,19 +130,22 @@ class McpActivities:
         if config.tools is not None and inp.tool not in config.tools:
             return ToolResult(ok=False, error=f"E_POLICY: {inp.server} tool {inp.tool!r} is "
                                               "not in the server's allow list")
+        arguments = inp.arguments
+        if holds_marker(arguments):  # large arguments the act activity offloaded
+            arguments = await asyncio.to_thread(resolve_args, arguments, self.store.get_blob)
         async with heartbeating(2.0):
             connection = await self._connect(inp.server, inp.workspace)
             listed = next((t for t in connection.tools if t.name == inp.tool), None)
             if listed is None:
                 return ToolResult(ok=False, error=f"E_UNKNOWN_TOOL: {inp.server} lists no "
                                                   f"tool {inp.tool!r}")
-            problem = schema_error(model_schema(listed.input_schema), inp.arguments)
+            problem = schema_error(model_schema(listed.input_schema), arguments)
             if problem:
                 return ToolResult(ok=False, error=f"E_INVALID_ARGS: {problem}")
             try:
                 async with self.pool.busy(connection):
                     result = await connection.session.call_tool(
-                        inp.tool, inp.arguments, read_timeout_seconds=config.timeout_s)
+                        inp.tool, arguments, read_timeout_seconds=config.timeout_s)
             except Exception as err:
                 if is_refusal(err):  # a live server answered with a JSON-RPC error
                     return ToolResult(ok=False, error=f"E_MCP: {err}")

@@ -97,6 +97,7 @@ class McpToolList(BaseModel):
     tools: list[McpToolInfo] = Field(default_factory=list)
     # The specs as one blob: model-facing activities read them by ref, not from history.
     specs_ref: str | None = None
+    dropped: list[str] = Field(default_factory=list)  # over the cap: server/tool
 
 
 class McpCallInput(BaseModel):

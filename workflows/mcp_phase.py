@@ -52,7 +52,8 @@ class McpPhase(AgentBase):
         self.state.mcp_tools = {tool.name: tool for tool in listing.tools}
         self.state.mcp_tools_ref = listing.specs_ref
         self._emit("mcp_tools", {"servers": inp.mcp_servers,
-                                 "tools": [tool.name for tool in listing.tools]})
+                                 "tools": [tool.name for tool in listing.tools],
+                                 "dropped": listing.dropped})
         self._adopt_mcp_tools()
 
     def _mcp_read_tools(self) -> list[str]:

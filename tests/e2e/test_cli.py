@@ -186,3 +186,35 @@ def test_run_with_mcp_servers(tmp_path: Path):
     unset = refloop("run", "x", "--workspace", str(workspace), "--mcp", "git",
                     tmp_path=tmp_path)
     assert unset.returncode != 0 and "REFLOOP_MCP_CONFIG" in unset.stderr
+
+
+async def test_refloop_mcp_on_its_own_embedded_stack(tmp_path: Path):
+    """`refloop mcp` with nothing configured: its embedded stack runs the offline demo task
+    for an MCP client over stdio, and nothing but protocol reaches stdout."""
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OPENAI_BASE_URL", "TEMPORAL_ADDRESS", "DATABASE_URL")}
+    env["REFLOOP_DATA_DIR"] = str(tmp_path / "data")
+    params = StdioServerParameters(command=sys.executable, args=["-m", "refloop", "mcp"],
+                                   env=env)
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        started = await session.call_tool("start_task", {
+            "task": "write a report", "workspace": str(workspace)})
+        task_id = json.loads(started.content[0].text)["task_id"]
+        seen, ended = 0, False
+        for _ in range(120):
+            page = json.loads((await session.call_tool("task_events", {
+                "task_id": task_id, "after_seq": seen, "wait_s": 2})).content[0].text)
+            seen = max([seen, *(e["seq"] for e in page["events"])])
+            if page["ended"]:
+                ended = True
+                break
+        assert ended
+        state = json.loads((await session.call_tool("get_task", {"task_id": task_id}))
+                           .content[0].text)
+        assert state["status"] == "completed", state
+    assert (workspace / "report.md").exists()

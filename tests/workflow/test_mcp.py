@@ -4,6 +4,7 @@ mcp-server-git and mcp-server-time (test dependencies), started by the worker's 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import os
@@ -66,6 +67,26 @@ def mcp_settings(settings, tmp_path: Path, monkeypatch):
     return settings.model_copy(update={"refloop_mcp_config": str(path)})
 
 
+def history_text(history) -> str:
+    """The history as JSON with every payload decoded (they are base64 in the JSON form)."""
+    decoded = []
+
+    def walk(value):
+        if isinstance(value, dict):
+            if "data" in value and isinstance(value["data"], str) and "metadata" in value:
+                decoded.append(base64.b64decode(value["data"]).decode("utf-8", "replace"))
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+
+    raw = history.to_json_dict()
+    walk(raw)
+    assert decoded, "no payloads found"
+    return json.dumps(raw) + "\n".join(decoded)
+
+
 def tool_messages(request: dict) -> list[str]:
     return [m.get("content") or "" for m in request["body"]["messages"] if m["role"] == "tool"]
 
@@ -103,7 +124,8 @@ async def test_git_server_tools_reach_the_model_golden(client, mcp_settings, scr
     assert "new.txt" in tool_messages(acts[1])[-1]
     assert "first commit: add the readme" in tool_messages(acts[2])[-1]
     # The secret in the server's env was resolved on the worker only.
-    text = json.dumps(history.to_json_dict())
+    text = history_text(history)
+    assert "git__git_status" in text  # payloads are decoded: the check below can fail
     assert SECRET not in text and "${REFLOOP_TEST_MCP_SECRET}" not in text
     assert "refloop.mcp.list_tools" in text and "refloop.mcp.call_tool" in text
 
@@ -304,3 +326,33 @@ async def test_worker_killed_during_mcp_call_resumes_without_repeating(
     for purpose, scripted in responses.items():
         assert len(scripted_llm.requests(model=model, purpose=purpose)) == len(scripted)
 
+
+
+async def test_large_arguments_and_results_follow_the_blob_rules(
+        client, settings, scripted_llm, repo, tmp_path, task_queue):
+    config = tmp_path / "plain.json"
+    config.write_text(json.dumps({"mcpServers": {"git": {
+        "command": str(BIN / "mcp-server-git")}}}))
+    plain = settings.model_copy(update={"refloop_mcp_config": str(config)})
+    message = "subject line\n\n" + "a long body line of the commit message\n" * 150
+    git(repo, "add", "new.txt")
+    model = unique_scenario(scripted_llm, {
+        "intent": [CODING],
+        "act": [call("git__git_commit", repo_path=str(repo), message=message),
+                call("git__git_log", repo_path=str(repo), max_count=1),
+                final("committed")],
+        "summary": [SUMMARY],
+    })
+    inp = TaskInput(task="commit", workspace=str(repo), model=model, enable_planning=False,
+                    enable_reflection=False, mcp_servers=["git"])
+    result, history = await run_with_history(client, plain, task_queue, inp)
+    assert result.status == "completed", result.answer
+    # The server got the whole message, though the history only carries a marker.
+    assert git(repo, "log", "-1", "--format=%B").strip() == message.strip()
+    text = history_text(history)
+    assert "[[blob:" in text and "a long body line" * 3 not in text.replace("\n", "")
+    # A large result: a preview in the event, the marker in history, the model reads it.
+    log_result = events_of(result, "tool_result")[1]
+    assert log_result["ok"] and len(log_result["output"]) < 700
+    seen = tool_messages(scripted_llm.requests(model=model, purpose="act")[2])[-1]
+    assert seen.count("a long body line") == 150
