@@ -8,6 +8,7 @@ from pydantic import TypeAdapter
 from temporalio import activity
 
 from activities.errors import call_model
+from activities.mcp_activities import mcp_specs
 from refloop.blobs import Get, holds_large_string, offload_args
 from refloop.conversation import for_model, trim_history
 from refloop.llm import LLMGateway
@@ -25,7 +26,6 @@ from refloop.models import (
     Purpose,
     SummarizeInput,
     SummarizeResult,
-    ToolSpec,
 )
 from refloop.prompts import intent_messages, plan_messages, summary_messages
 from refloop.store import BlobNotCached, Store
@@ -35,8 +35,6 @@ from workflows.policies import TOOL_RESULT_CHARS  # what the model reads of one 
 
 # A stored conversation: one JSON array, parsed and written in pydantic's core.
 CONVERSATION = TypeAdapter(list[ChatMessage])
-SPECS = TypeAdapter(list[ToolSpec])
-_MCP_SPECS: dict[str, list[ToolSpec]] = {}
 
 
 class LLMActivities:
@@ -53,18 +51,6 @@ class LLMActivities:
         messages = trim_history([*earlier, *inp.messages], inp.max_history_messages)
         return messages, for_model(messages, get, TOOL_RESULT_CHARS)
 
-    async def _mcp_specs(self, ref: str | None) -> list[ToolSpec]:
-        """A task's MCP tool specs, stored once by the listing (content-addressed: cached)."""
-        if ref is None:
-            return []
-        specs = _MCP_SPECS.get(ref)
-        if specs is None:
-            text = await asyncio.to_thread(self.store.get_blob, ref)
-            specs = _MCP_SPECS[ref] = SPECS.validate_json(text)
-            while len(_MCP_SPECS) > 256:
-                _MCP_SPECS.pop(next(iter(_MCP_SPECS)))
-        return specs
-
     @activity.defn(name=ActivityName.CLASSIFY_INTENT)
     async def classify_intent(self, inp: ClassifyIntentInput) -> ClassifyIntentResult:
         out = await call_model(
@@ -78,7 +64,8 @@ class LLMActivities:
     async def make_plan(self, inp: MakePlanInput) -> MakePlanResult:
         rules = load_task_rules(self.gateway.settings.refloop_task_rules)
         guidance = constraints_for(keyword_type(inp.task, rules), rules)
-        tools = [*tool_specs(inp.tool_names), *await self._mcp_specs(inp.mcp_tools_ref)]
+        tools = [*tool_specs(inp.tool_names),
+                 *await mcp_specs(inp.mcp_tools_ref, self.store.get_blob)]
         messages = plan_messages(inp.task, tools, inp.feedback, guidance)
         out = await call_model(
             self.gateway.structured(Purpose.plan, messages, Plan, model=inp.model)
@@ -105,7 +92,8 @@ class LLMActivities:
                 Purpose.act,
                 prompt,
                 model=inp.model,
-                tools=[*tool_specs(inp.tool_names), *await self._mcp_specs(inp.mcp_tools_ref)],
+                tools=[*tool_specs(inp.tool_names),
+                       *await mcp_specs(inp.mcp_tools_ref, self.store.get_blob)],
                 parallel_tool_calls=inp.parallel_tool_calls,
             )
         )

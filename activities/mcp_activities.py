@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import Any
 
+from pydantic import TypeAdapter
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -29,7 +31,7 @@ from refloop.mcp_config import (
     tool_name,
 )
 from refloop.mcp_pool import Connection, McpPool, McpTransportError
-from refloop.models import ActivityName, ToolResult
+from refloop.models import ActivityName, ToolResult, ToolSpec
 from refloop.settings import Settings
 from refloop.store import Store
 from workflows.policies import TOOL_RESULT_CHARS
@@ -38,6 +40,22 @@ FEEDBACK_CHARS = TOOL_RESULT_CHARS - 100
 # What one task is offered at most (the chat APIs take 128 tools; the built-ins come first)
 MAX_MCP_TOOLS = 96
 MAX_DESCRIPTION_CHARS = 2000
+
+
+_SPECS = TypeAdapter(list[ToolSpec])
+_SPECS_CACHE: dict[str, list[ToolSpec]] = {}
+
+
+async def mcp_specs(ref: str | None, get: Callable[[str], str]) -> list[ToolSpec]:
+    """A task's MCP tool specs, stored once by the listing; content-addressed, so cached."""
+    if ref is None:
+        return []
+    specs = _SPECS_CACHE.get(ref)
+    if specs is None:
+        specs = _SPECS_CACHE[ref] = _SPECS.validate_json(await asyncio.to_thread(get, ref))
+        while len(_SPECS_CACHE) > 256:
+            _SPECS_CACHE.pop(next(iter(_SPECS_CACHE)))
+    return specs
 
 
 def schema_error(schema: dict[str, Any], arguments: dict[str, Any]) -> str | None:

@@ -7,6 +7,7 @@ import asyncio
 from temporalio import activity
 
 from activities.errors import call_model, heartbeating, to_application_error
+from activities.mcp_activities import mcp_specs
 from refloop.llm import InvalidModelOutput, LLMError, LLMGateway
 from refloop.models import (
     ActivityName,
@@ -20,6 +21,7 @@ from refloop.models import (
     SupplementPlanInput,
 )
 from refloop.prompts import completeness_messages, supplement_plan_messages
+from refloop.store import Store
 from refloop.tools import tool_specs
 from refloop.tools.base import ToolError
 from refloop.tools.sandbox import is_file, resolve, workspace_root
@@ -49,8 +51,9 @@ def deterministic_evidence(inp: CompletenessInput) -> tuple[list[str], list[str]
 
 
 class ReflectionActivities:
-    def __init__(self, gateway: LLMGateway) -> None:
+    def __init__(self, gateway: LLMGateway, store: Store | None = None) -> None:
         self.gateway = gateway
+        self.store = store
 
     @activity.defn(name=ActivityName.CHECK_COMPLETENESS)
     async def check_completeness(self, inp: CompletenessInput) -> CompletenessResult:
@@ -93,7 +96,8 @@ class ReflectionActivities:
 
     @activity.defn(name=ActivityName.PLAN_SUPPLEMENT)
     async def plan_supplement(self, inp: SupplementPlanInput) -> MakePlanResult:
-        messages = supplement_plan_messages(inp.objective, tool_specs(inp.tool_names),
+        mcp = await mcp_specs(inp.mcp_tools_ref, self.store.get_blob) if self.store else []
+        messages = supplement_plan_messages(inp.objective, [*tool_specs(inp.tool_names), *mcp],
                                             inp.completed_steps)
         out = await call_model(self.gateway.structured(
             Purpose.supplement_plan, messages, Plan, model=inp.model))

@@ -276,6 +276,7 @@ class CompletenessResult(BaseModel):
 class SupplementPlanInput(BaseModel):
     objective: str
     tool_names: list[str]
+    mcp_tools_ref: str | None = None  # blob of the task's MCP tool specs
     completed_steps: list[str] = Field(default_factory=list)
     model: str | None = None
 

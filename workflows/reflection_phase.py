@@ -106,6 +106,7 @@ class CompletenessPhase(AgentBase):
                     objective=completeness_logic.supplement_objective(inp.task, supplements),
                     tool_names=[n for n in self.tool_names if n != "complete_step"],
                     completed_steps=[f"{goal} ({tool})" for goal, tool in done],
+                    mcp_tools_ref=self.state.mcp_tools_ref,
                     model=inp.model,
                 ),
                 result_type=MakePlanResult,

@@ -356,3 +356,37 @@ async def test_large_arguments_and_results_follow_the_blob_rules(
     assert log_result["ok"] and len(log_result["output"]) < 700
     seen = tool_messages(scripted_llm.requests(model=model, purpose="act")[2])[-1]
     assert seen.count("a long body line") == 150
+
+
+async def test_plans_supplements_and_children_use_mcp_tools(
+        client, mcp_settings, scripted_llm, workspace, task_queue):
+    tool = "time__get_current_time"
+    model = unique_scenario(scripted_llm, {
+        "intent": [CODING],
+        "plan": [{"json": {"task_type": "research",
+                           "steps": [{"goal": "get the time", "tool": tool}]}}],
+        "act": [call(tool, timezone="UTC"), final("UTC time noted"),
+                call(tool, timezone="Europe/Paris"), final("Paris time noted")],
+        "completeness": [
+            {"json": {"is_complete": False, "analysis": "Paris missing",
+                      "missing_aspects": ["Paris time"],
+                      "supplements": [{"action": "get the Paris time", "reason": "asked",
+                                       "suggested_tools": [tool]}]}},
+            {"json": {"is_complete": True, "analysis": "done", "missing_aspects": [],
+                      "supplements": []}}],
+        "supplement_plan": [{"json": {"task_type": "research", "steps": [
+            {"goal": "get the Paris time", "tool": tool}]}}],
+        "summary": [SUMMARY],
+    })
+    result = await run_task(client, mcp_settings, task_queue, model, workspace,
+                            task="research the time in UTC and Paris", mcp_servers=["time"],
+                            enable_reflection=True)
+    assert result.status == "completed", result.answer
+    assert result.plan.steps[0].tool == tool  # a valid plan step
+    for purpose in ("plan", "supplement_plan"):
+        [request] = scripted_llm.requests(model=model, purpose=purpose)
+        assert tool in json.dumps(request["body"]["messages"]), purpose
+    [child] = result.supplements
+    assert child["status"] == "completed", child
+    # Read-only MCP tools join a task type's allowed tools.
+    assert tool in result.allowed_tools_snapshot
