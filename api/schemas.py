@@ -49,7 +49,8 @@ class TaskCreate(BaseModel):
     approval_mode: ApprovalMode | None = None
     enable_reflection: bool | None = None
     max_iterations: int = Field(default=20, ge=1, le=500)
-    mcp_servers: list[McpServerName] | None = None  # None: the session's
+    # MCP servers for this task; None: the session's
+    mcp_servers: list[McpServerName] | None = Field(default=None, max_length=16)
 
 
 class TaskAccepted(BaseModel):

@@ -64,6 +64,9 @@ def describe_event(event: Event) -> str:
             status = "ok" if data.get("ok") else f"error: {data.get('error')}"
             unconfined = str(data.get("output", "")).startswith("[UNSANDBOXED]")
             return f"← {data.get('tool')} {status}" + (" [UNSANDBOXED]" if unconfined else "")
+        case "mcp_tools":
+            return (f"MCP tools ({', '.join(data.get('servers', []))}): "
+                    f"{', '.join(data.get('tools', [])) or 'none'}")
         case _:
             return f"{event.type}: {json.dumps(data, ensure_ascii=False)[:160]}"
 

@@ -188,6 +188,8 @@ async def test_api_tasks_choose_mcp_servers_with_a_session_default(
         assert unknown.status_code == 422 and "nosuch" in unknown.text
         hostile = await task(default, mcp_servers=["../etc"])
         assert hostile.status_code == 422
+        too_many = await task(default, mcp_servers=[f"s{n}" for n in range(17)])
+        assert too_many.status_code == 422
         refused = await api.post("/agent/interactive/start", json={
             "workspace": str(workspace), "mcp_servers": ["nosuch"]})
         assert refused.status_code == 422 and "known: time" in refused.text
