@@ -192,7 +192,13 @@ class McpPool:
         loop = asyncio.get_running_loop()
         connection = Connection(server=server, ready=loop.create_future(),
                                 started_at=loop.time())
-        connection.owner = asyncio.create_task(self._own(connection, config, workspace),
+        try:  # built before starting: a configuration problem is not worth a retry
+            transport = self._transport(server, config, workspace)
+        except McpConfigError:
+            raise
+        except Exception as err:  # the OS sandbox cannot run (never a silent fallback)
+            raise McpConfigError(f"MCP server {server!r}: {err}") from None
+        connection.owner = asyncio.create_task(self._own(connection, config, transport),
                                                name=f"mcp:{server}")
         self.starts += 1
         try:
@@ -204,7 +210,7 @@ class McpPool:
         return connection
 
     async def _own(self, connection: Connection, config: McpServerConfig,
-                   workspace: Path) -> None:
+                   transport: Any) -> None:
         """Enter the transport and session, serve until `closing`, leave them here."""
         from mcp import ClientSession, types
 
@@ -212,7 +218,7 @@ class McpPool:
         try:
             async with contextlib.AsyncExitStack() as stack:
                 read, write = await stack.enter_async_context(
-                    self._transport(connection.server, config, workspace))
+                    transport)
                 session = await stack.enter_async_context(
                     ClientSession(read, write, read_timeout_seconds=config.timeout_s))
                 await session.initialize()

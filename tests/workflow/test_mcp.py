@@ -390,3 +390,27 @@ async def test_plans_supplements_and_children_use_mcp_tools(
     assert child["status"] == "completed", child
     # Read-only MCP tools join a task type's allowed tools.
     assert tool in result.allowed_tools_snapshot
+
+
+async def test_an_unset_variable_fails_the_task_at_once_naming_it(
+        client, settings, scripted_llm, workspace, tmp_path, task_queue, monkeypatch):
+    monkeypatch.delenv("REFLOOP_TEST_UNSET_VAR", raising=False)
+    config = tmp_path / "unset.json"
+    config.write_text(json.dumps({"mcpServers": {"time": {
+        "command": str(BIN / "mcp-server-time"),
+        "env": {"TOKEN": "${REFLOOP_TEST_UNSET_VAR}"}}}}))
+    broken = settings.model_copy(update={"refloop_mcp_config": str(config)})
+    model = unique_scenario(scripted_llm, {"intent": [CODING], "act": [final("x")]})
+    inp = TaskInput(task="t", workspace=str(workspace), model=model, enable_planning=False,
+                    enable_reflection=False, mcp_servers=["time"])
+    result, history = await run_with_history(client, broken, task_queue, inp)
+    assert result.status == "failed"
+    assert "${REFLOOP_TEST_UNSET_VAR}, which is not set" in result.answer
+    attempts = [e.activity_task_started_event_attributes.attempt for e in history.events
+                if e.HasField("activity_task_started_event_attributes")]
+    assert set(attempts) == {1}  # a configuration problem is not retried
+    listings = [e for e in history.events
+                if e.HasField("activity_task_scheduled_event_attributes")
+                and e.activity_task_scheduled_event_attributes.activity_type.name
+                == "refloop.mcp.list_tools"]
+    assert len(listings) == 1
