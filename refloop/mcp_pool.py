@@ -143,8 +143,12 @@ class McpPool:
             raise McpConfigError(f"unknown MCP server {server!r}")
         return config
 
+    def key(self, server: str, workspace: str) -> tuple[str, str]:
+        """A stdio server per workspace (its sandbox binds it); an HTTP server is shared."""
+        return (server, workspace if self.server_config(server).transport == "stdio" else "")
+
     async def connection(self, server: str, workspace: str) -> Connection:
-        key = (server, workspace)
+        key = self.key(server, workspace)
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
             await self._evict(keep=key)
@@ -183,9 +187,9 @@ class McpPool:
     async def drop(self, server: str, workspace: str, connection: Connection) -> None:
         """Forget a failed connection (if it is still the current one) and stop it."""
         connection.broken = True
-        key = (server, workspace)
-        if self._connections.get(key) is connection:
-            del self._connections[key]
+        for key, current in list(self._connections.items()):
+            if current is connection:
+                del self._connections[key]
         await self._close(connection)
 
     async def _start(self, server: str, config: McpServerConfig, workspace: Path) -> Connection:

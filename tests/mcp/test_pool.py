@@ -102,6 +102,8 @@ async def test_streamable_http_server_with_a_header_from_the_environment(
         await asyncio.to_thread(wait_for_port, port, 30, lambda: not serving.done())
         connection = await good.connection("refloop", str(tmp_path))
         assert "start_task" in {t.name for t in connection.tools}
+        # No sandbox to bind a workspace into: one connection serves every workspace.
+        assert await good.connection("refloop", str(tmp_path / "bad")) is connection
         with pytest.raises(McpTransportError):
             await bad.connection("refloop", str(tmp_path))
     finally:
