@@ -128,6 +128,7 @@ async def test_git_server_tools_reach_the_model_golden(client, mcp_settings, scr
     assert "git__git_status" in text  # payloads are decoded: the check below can fail
     assert SECRET not in text and "${REFLOOP_TEST_MCP_SECRET}" not in text
     assert "refloop.mcp.list_tools" in text and "refloop.mcp.call_tool" in text
+    assert '"git: git_status"' in text and '"git: git_log"' in text  # Web UI summaries
 
 
 async def test_stdio_server_runs_in_the_sandbox(client, mcp_settings, scripted_llm, repo,
