@@ -183,6 +183,9 @@ class McpPool:
         for rank, (last_used, key) in enumerate(idle):
             if rank < excess or now - last_used > IDLE_S:
                 await self._close(self._connections.pop(key))
+                lock = self._locks.get(key)
+                if lock is not None and not lock.locked():
+                    del self._locks[key]
 
     async def drop(self, server: str, workspace: str, connection: Connection) -> None:
         """Forget a failed connection (if it is still the current one) and stop it."""
