@@ -243,7 +243,7 @@ async def test_time_server_killed_mid_call_is_retried(client, mcp_settings, scri
             final("two times"),
         ],
         "summary": [SUMMARY],
-    }, latency_ms=300)
+    }, latency_ms=1000)  # time to freeze the server before the next call
     inp = TaskInput(task="what time is it", workspace=str(workspace), model=model,
                     enable_planning=False, enable_reflection=False, mcp_servers=["time"])
     async with build_worker(client, mcp_settings, task_queue):
@@ -288,7 +288,8 @@ async def test_worker_killed_during_mcp_call_resumes_without_repeating(
         ],
         "summary": [SUMMARY],
     }
-    model = unique_scenario(scripted_llm, responses)
+    # Model answers take a second: time to freeze the server before the next call.
+    model = unique_scenario(scripted_llm, responses, latency_ms=1000)
     extra = {"REFLOOP_MCP_CONFIG": mcp_settings.refloop_mcp_config}
     workers = [spawn_worker(temporal_server, mcp_settings, task_queue, extra)]
     stopped: list[int] = []
@@ -309,6 +310,7 @@ async def test_worker_killed_during_mcp_call_resumes_without_repeating(
         workers[0].wait()
         workers.append(spawn_worker(temporal_server, mcp_settings, task_queue, extra))
         result = await asyncio.wait_for(result_of(handle), timeout=120)
+        history = await handle.fetch_history()
     finally:
         for pid in stopped:
             with contextlib.suppress(ProcessLookupError):
@@ -323,6 +325,15 @@ async def test_worker_killed_during_mcp_call_resumes_without_repeating(
     assert [(r["tool"], r["ok"]) for r in results] == [
         ("git__git_create_branch", True), ("git__git_status", True)]
     assert "feature-x" in git(repo, "branch", "--list")
+    # The status call was in flight when the worker died: it ran again on the new worker.
+    calls = {e.event_id for e in history.events
+             if e.HasField("activity_task_scheduled_event_attributes")
+             and e.activity_task_scheduled_event_attributes.activity_type.name
+             == "refloop.mcp.call_tool"}
+    attempts = [e.activity_task_started_event_attributes.attempt for e in history.events
+                if e.HasField("activity_task_started_event_attributes")
+                and e.activity_task_started_event_attributes.scheduled_event_id in calls]
+    assert attempts == [1, 2], attempts
     # The finished create_branch call was not run again (it would fail: the branch exists),
     # and no answered model call was asked again.
     for purpose, scripted in responses.items():
