@@ -427,3 +427,31 @@ async def test_an_unset_variable_fails_the_task_at_once_naming_it(
                 and e.activity_task_scheduled_event_attributes.activity_type.name
                 == "refloop.mcp.list_tools"]
     assert len(listings) == 1
+
+
+async def test_task_rules_forbid_an_mcp_tool_like_a_built_in(
+        client, mcp_settings, scripted_llm, workspace, tmp_path, task_queue):
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(
+        "generation_tools: [write_file]\nread_only_tools: [read_file]\n"
+        "types:\n  research:\n    allowed: [read_file]\n    forbidden: [time__convert_time]\n"
+        "    keywords: [research]\n")
+    settings = mcp_settings.model_copy(update={"refloop_task_rules": str(rules)})
+    model = unique_scenario(scripted_llm, {
+        "intent": [CODING],
+        "plan": [{"json": {"task_type": "research", "steps": [
+            {"goal": "get the time", "tool": "time__get_current_time"}]}}],
+        "act": [call("time__convert_time", source_timezone="UTC", time="12:00",
+                     target_timezone="Asia/Tokyo"),
+                call("time__get_current_time", timezone="UTC"),
+                final("done")],
+        "summary": [SUMMARY],
+    })
+    result = await run_task(client, settings, task_queue, model, workspace,
+                            task="research the time", mcp_servers=["time"])
+    assert result.status == "completed", result.answer
+    forbidden, allowed = events_of(result, "tool_result")
+    assert forbidden["error"].startswith("E_FORBIDDEN: 'time__convert_time'")
+    assert allowed["ok"]
+    assert [v["tool"] for v in result.tool_violations] == ["time__convert_time"]
+    assert "time__get_current_time" in result.allowed_tools_snapshot
