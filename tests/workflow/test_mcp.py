@@ -8,6 +8,7 @@ import base64
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from refloop.mcp_config import tool_name
 from refloop.models import TaskInput
 from tests.llm_fixtures import unique_scenario
 from tests.workflow.helpers import (
@@ -455,3 +457,30 @@ async def test_task_rules_forbid_an_mcp_tool_like_a_built_in(
     assert allowed["ok"]
     assert [v["tool"] for v in result.tool_violations] == ["time__convert_time"]
     assert "time__get_current_time" in result.allowed_tools_snapshot
+
+
+async def test_listing_caps_the_tools_and_cleans_their_names(
+        client, settings, scripted_llm, workspace, tmp_path, task_queue):
+    fixtures = Path(__file__).parent.parent / "fixtures"
+    config = tmp_path / "many.json"
+    config.write_text(json.dumps({"mcpServers": {"many": {
+        "command": sys.executable, "args": [str(fixtures / "many_tools_mcp_server.py")]}}}))
+    many = settings.model_copy(update={"refloop_mcp_config": str(config),
+                                       "refloop_sandbox_ro_paths": str(fixtures)})
+    odd = tool_name("many", "read.file/v2")
+    model = unique_scenario(scripted_llm, {"intent": [CODING], "act": [
+        call("many__tool000", text="hi"), call(odd, text="odd"), final("done")],
+        "summary": [SUMMARY]})
+    result = await run_task(client, many, task_queue, model, workspace,
+                            enable_planning=False, mcp_servers=["many"])
+    assert result.status == "completed", result.answer
+    [listed] = events_of(result, "mcp_tools")
+    assert len(listed["tools"]) == 96 and len(listed["dropped"]) == 6
+    assert all(re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name) for name in listed["tools"])
+    assert listed["tools"][0].startswith("many__read_file_v2_")
+    assert len(listed["tools"][1]) == 64 and listed["dropped"][-1] == "many/tool099"
+    plain, cleaned = events_of(result, "tool_result")
+    assert plain["output"] == "tool000: hi"
+    assert cleaned["output"] == "read.file/v2: odd"  # called by its own name
+    [act] = scripted_llm.requests(model=model, purpose="act")[:1]
+    assert len(act["body"]["tools"]) <= 128
