@@ -10,6 +10,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -484,3 +485,29 @@ async def test_listing_caps_the_tools_and_cleans_their_names(
     assert cleaned["output"] == "read.file/v2: odd"  # called by its own name
     [act] = scripted_llm.requests(model=model, purpose="act")[:1]
     assert len(act["body"]["tools"]) <= 128
+
+
+@pytest.mark.parametrize("network", [False, True])
+async def test_a_stdio_server_reaches_the_network_only_when_allowed(
+        client, settings, scripted_llm, workspace, tmp_path, task_queue, network):
+    fixtures = Path(__file__).parent.parent / "fixtures"
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    config = tmp_path / "probe.json"
+    config.write_text(json.dumps({"mcpServers": {"probe": {
+        "command": sys.executable, "args": [str(fixtures / "net_probe_mcp_server.py")],
+        "network": network}}}))
+    probe = settings.model_copy(update={"refloop_mcp_config": str(config),
+                                        "refloop_sandbox_ro_paths": str(fixtures)})
+    model = unique_scenario(scripted_llm, {"intent": [CODING], "act": [
+        call("probe__connect", port=port), final("done")], "summary": [SUMMARY]})
+    try:
+        result = await run_task(client, probe, task_queue, model, workspace,
+                                enable_planning=False, mcp_servers=["probe"])
+    finally:
+        listener.close()
+    [probed] = events_of(result, "tool_result")
+    assert probed["ok"], probed
+    assert probed["output"].startswith("connected" if network else "refused"), probed
