@@ -32,6 +32,7 @@ from refloop.settings import Settings
 
 log = logging.getLogger("refloop.mcp")
 START_TIMEOUT_S = 60.0
+SERVER_CPU_S = 10**8  # CPU seconds: no practical cap for a pooled server
 # Servers are per (server, workspace): idle ones stop, and a worker keeps at most this many.
 IDLE_S = 600.0
 MAX_CONNECTIONS = 32
@@ -55,8 +56,9 @@ def launch_spec(server: str, config: McpServerConfig, workspace: Path,
     (workspace bound read-write, the server's install read-only, the network only when its
     config says `"network": true`). `REFLOOP_SANDBOX=none` runs it unconfined.
 
-    The sandbox's per-command rlimits (a CPU-seconds cap meant for one command) are not
-    applied to a long-lived server."""
+    The sandbox's memory, file-size and process limits apply; its CPU-seconds cap, meant
+    for one command (REFLOOP_CMD_TIMEOUT_S), would end a long-lived server, so a server
+    gets SERVER_CPU_S instead."""
     from refloop.tools.os_sandbox import sandboxed_command
 
     assert config.command is not None
@@ -64,8 +66,9 @@ def launch_spec(server: str, config: McpServerConfig, workspace: Path,
     argv = [command, *config.args]
     env = resolved_env(server, config, environ)
     readable = [*settings.sandbox_ro_paths, *install_roots(command)]
-    confined = settings.model_copy(
-        update={"refloop_sandbox_ro_paths": ",".join(dict.fromkeys(readable))})
+    confined = settings.model_copy(update={
+        "refloop_sandbox_ro_paths": ",".join(dict.fromkeys(readable)),
+        "refloop_cmd_timeout_s": float(SERVER_CPU_S)})
     wrapped = sandboxed_command(argv, workspace=workspace, allow_network=config.network,
                                 env=env, settings=confined)
     return LaunchSpec(list(wrapped.argv), dict(wrapped.env), wrapped.sandboxed)

@@ -158,6 +158,9 @@ def test_stdio_launch_is_sandboxed_with_network_only_when_allowed(tmp_path, monk
     config = McpServerConfig(command="true", args=["--x"], env={"TOKEN": "${T}"})
     spec = launch_spec("s", config, tmp_path, settings, {"T": "tok"})
     assert spec.sandboxed and spec.argv[-2:] == ["/usr/bin/true", "--x"]
+    # The per-command CPU cap would end a pooled server: a server gets none in practice.
+    cpu = [arg for arg in spec.argv if arg.startswith("--cpu=")]
+    assert cpu == [] or int(cpu[0].split("=")[1]) >= 10**8
     assert "--share-net" not in spec.argv and spec.env["TOKEN"] == "tok"
     assert ["--bind", str(tmp_path), str(tmp_path)] == spec.argv[
         spec.argv.index("--bind"):spec.argv.index("--bind") + 3]
@@ -165,4 +168,5 @@ def test_stdio_launch_is_sandboxed_with_network_only_when_allowed(tmp_path, monk
     assert "--share-net" in launch_spec("s", networked, tmp_path, settings, {"T": "t"}).argv
     unconfined = settings.model_copy(update={"refloop_sandbox": "none"})
     plain = launch_spec("s", config, tmp_path, unconfined, {"T": "t"})
-    assert not plain.sandboxed and plain.argv == ["/usr/bin/true", "--x"]
+    assert not plain.sandboxed and plain.argv[-2:] == ["/usr/bin/true", "--x"]
+    assert "bwrap" not in " ".join(plain.argv)

@@ -294,7 +294,7 @@ async def test_worker_killed_during_mcp_call_resumes_without_repeating(
     # Model answers take a second: time to freeze the server before the next call.
     model = unique_scenario(scripted_llm, responses, latency_ms=1000)
     extra = {"REFLOOP_MCP_CONFIG": mcp_settings.refloop_mcp_config}
-    workers = [spawn_worker(temporal_server, mcp_settings, task_queue, extra)]
+    workers = [spawn_worker(temporal_server, mcp_settings, task_queue, extra_env=extra)]
     stopped: list[int] = []
     try:
         handle = await start(client, task_queue, TaskInput(
@@ -311,7 +311,7 @@ async def test_worker_killed_during_mcp_call_resumes_without_repeating(
         await asyncio.sleep(0.5)
         os.killpg(workers[0].pid, signal.SIGKILL)
         workers[0].wait()
-        workers.append(spawn_worker(temporal_server, mcp_settings, task_queue, extra))
+        workers.append(spawn_worker(temporal_server, mcp_settings, task_queue, extra_env=extra))
         result = await asyncio.wait_for(result_of(handle), timeout=120)
         history = await handle.fetch_history()
     finally:
