@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -61,6 +62,12 @@ def load(inp: LoadContentInput) -> ReviewContent:
             files[name] = text
             lines[name] = list(range(1, text.count("\n") + 2))
     return cap_content(files, lines, request.max_content_lines)
+
+
+def mirror_file(mirror_dir: Path, task_id: str) -> Path:
+    """The content record's JSON mirror. Its name is a digest of the task ID: no file name
+    is ever built from a client-supplied ID (`../../x` stays inside the mirror dir)."""
+    return mirror_dir / f"{hashlib.sha256(task_id.encode()).hexdigest()[:32]}_content.json"
 
 
 def parse_agent(text: str | None, schema: type[BaseModel]) -> tuple[BaseModel | None, str | None]:
@@ -122,7 +129,8 @@ class CodeReviewActivities:
         await asyncio.to_thread(self._record, inp)
 
     def _record(self, inp: RecordContentInput) -> None:
-        """DB row and `{data_dir}/review_content/{task_id}_content.json`, growing per stage."""
+        """DB row and `{data_dir}/review_content/<digest of task_id>_content.json`, growing
+        per stage (the document inside carries the task ID)."""
         row = self.store.get(CodeReviewContentRecord, inp.task_id)
         if row is None:
             row = self.store.add(CodeReviewContentRecord(task_id=inp.task_id,
@@ -137,7 +145,7 @@ class CodeReviewActivities:
         for key in ("review_result", "verification_result"):
             if getattr(row, key) is not None:
                 document[key] = getattr(row, key)
-        target = self.mirror_dir / f"{inp.task_id}_content.json"
+        target = mirror_file(self.mirror_dir, inp.task_id)
         target.write_text(json.dumps(document, ensure_ascii=False, indent=1), encoding="utf-8")
 
 

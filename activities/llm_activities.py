@@ -55,7 +55,8 @@ class LLMActivities:
     async def classify_intent(self, inp: ClassifyIntentInput) -> ClassifyIntentResult:
         out = await call_model(
             self.gateway.structured(
-                Purpose.intent, intent_messages(inp.task), IntentResult, model=inp.model
+                Purpose.intent, intent_messages(inp.task), IntentResult, model=inp.model,
+                endpoint=inp.endpoint,
             )
         )
         return ClassifyIntentResult(intent=out.value, usage=out.usage)
@@ -68,7 +69,8 @@ class LLMActivities:
                  *await mcp_specs(inp.mcp_tools_ref, self.store.get_blob)]
         messages = plan_messages(inp.task, tools, inp.feedback, guidance)
         out = await call_model(
-            self.gateway.structured(Purpose.plan, messages, Plan, model=inp.model)
+            self.gateway.structured(Purpose.plan, messages, Plan, model=inp.model,
+                                    endpoint=inp.endpoint)
         )
         task_type = infer_task_type(inp.task, out.value.task_type.value, rules)
         return MakePlanResult(plan=out.value, usage=out.usage,
@@ -92,6 +94,7 @@ class LLMActivities:
                 Purpose.act,
                 prompt,
                 model=inp.model,
+                endpoint=inp.endpoint,
                 tools=[*tool_specs(inp.tool_names),
                        *await mcp_specs(inp.mcp_tools_ref, self.store.get_blob)],
                 parallel_tool_calls=inp.parallel_tool_calls,
@@ -117,7 +120,8 @@ class LLMActivities:
     async def summarize(self, inp: SummarizeInput) -> SummarizeResult:
         out = await call_model(
             self.gateway.chat(
-                Purpose.summary, summary_messages(inp.task, inp.transcript), model=inp.model
+                Purpose.summary, summary_messages(inp.task, inp.transcript), model=inp.model,
+                endpoint=inp.endpoint,
             )
         )
         return SummarizeResult(summary=out.content or "", usage=out.usage)

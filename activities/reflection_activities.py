@@ -68,6 +68,7 @@ class ReflectionActivities:
             "max_reasks": settings.fc_reflection_max_retries,
             "temperature": settings.fc_reflection_temperature,
             "top_p": settings.fc_reflection_top_p,
+            "endpoint": inp.endpoint,
         }
         try:
             async with heartbeating():
@@ -100,5 +101,5 @@ class ReflectionActivities:
         messages = supplement_plan_messages(inp.objective, [*tool_specs(inp.tool_names), *mcp],
                                             inp.completed_steps)
         out = await call_model(self.gateway.structured(
-            Purpose.supplement_plan, messages, Plan, model=inp.model))
+            Purpose.supplement_plan, messages, Plan, model=inp.model, endpoint=inp.endpoint))
         return MakePlanResult(plan=out.value, usage=out.usage)

@@ -68,6 +68,7 @@ class ReviewActivities:
             review_messages(inp.task, file_path, snippet, inp.rules),
             QualityVerdict,
             model=model,
+            endpoint=inp.endpoint,
         ))
         verdict = out.value
         return QualityReviewResult(

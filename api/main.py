@@ -2,38 +2,31 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
-from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
-from starlette.responses import Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 from temporalio.client import Client
 
 from api.deps import require_token
+from api.guards import MAX_BODY_BYTES, BoundaryGuard, http_error, short_validation_error
 from api.mcp_server import McpDeps, build_mcp_server, http_endpoint
+from api.openapi import ERROR_RESPONSES, install_docs
+from api.reconcile import reconcile_all
 from api.routes import code_reviews, health, prompts, reviews, tasks
 from refloop.settings import Settings
 from refloop.store import store_for
 
 log = logging.getLogger("refloop.api")
-MAX_BODY_BYTES = 1_000_000
-
-
-class BodyLimit(BaseHTTPMiddleware):
-    """Refuse oversized bodies before they are read."""
-
-    async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
-        length = request.headers.get("content-length")
-        if length and length.isdigit() and int(length) > MAX_BODY_BYTES:
-            return JSONResponse({"detail": f"body larger than {MAX_BODY_BYTES} bytes"},
-                                status_code=413)
-        return await call_next(request)
+__all__ = ["MAX_BODY_BYTES", "create_app"]
 
 
 def mcp_deps(app: FastAPI) -> McpDeps:
@@ -58,19 +51,29 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
                                                  settings.temporal_namespace)
             except Exception as err:  # /healthz reports it; routes answer 503
                 log.error("cannot reach Temporal at %s: %s", settings.temporal_address, err)
+        # Rows that claim to run are checked against Temporal once, in the background.
+        startup = None
+        if app.state.client is not None:
+            startup = asyncio.create_task(reconcile_all(app.state.client, app.state.store))
         async with mcp_lifespan():
             yield
+        if startup is not None and not startup.done():
+            startup.cancel()
 
     app = FastAPI(
         title="refloop",
         version="0.1.0",
         description="Durable, reflective LLM agents on Temporal.",
         lifespan=lifespan,
+        docs_url=None, redoc_url=None, openapi_url=None,  # api/openapi.py serves them
     )
     app.state.settings = settings
     app.state.store = store_for(settings.effective_database_url)
     app.state.client = client
-    app.add_middleware(BodyLimit)
+    app.add_middleware(BoundaryGuard)
+    app.add_exception_handler(RequestValidationError, short_validation_error)
+    app.add_exception_handler(StarletteHTTPException, http_error)
+    install_docs(app)
 
     @app.exception_handler(Exception)
     async def internal_error(request: Request, exc: Exception) -> JSONResponse:
@@ -94,5 +97,5 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
     app.include_router(health.router)
     for router in (tasks.interactive, tasks.tasks, prompts.prompts, prompts.model_configs,
                    reviews.router, code_reviews.router):
-        app.include_router(router, dependencies=secured)
+        app.include_router(router, dependencies=secured, responses=ERROR_RESPONSES)
     return app

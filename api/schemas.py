@@ -5,28 +5,42 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict
 
 from refloop.models import TaskProgress
+from refloop.workspaces import ID_PATTERN
 
 ApprovalMode = Literal["auto", "confirm_writes", "confirm_all"]
 McpServerName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")]
+DB_ID_MAX = 2_147_483_647  # PostgreSQL INTEGER: a larger key can name no row
+
+
+def _integral_float(value: Any) -> Any:
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+# Request bodies are strict (no "1" for 1, no 0 for false), but JSON's 5.0 is the integer 5.
+JsonInt = Annotated[int, BeforeValidator(_integral_float), Strict()]
+DbId = Annotated[JsonInt, Field(ge=1, le=DB_ID_MAX)]
+SafeId = Annotated[str, Field(pattern=ID_PATTERN, max_length=128)]
 
 
 class SessionStart(BaseModel):
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
-        "workspace": "/srv/repos/demo", "system_prompt": "You are a careful writer.",
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [{
+        "workspace": "demo-repo", "system_prompt": "You are a careful writer.",
         "enable_quality_review": True,
         "quality_review_rules": "Every report needs a Summary section.",
     }]})
 
-    workspace: str = Field(min_length=1, max_length=4096)
-    prompt_id: int | None = None
+    # Inside REFLOOP_WORKSPACE_ROOTS (relative: to the server's start directory);
+    # omitted: a fresh directory under <data dir>/workspaces.
+    workspace: str | None = Field(default=None, min_length=1, max_length=4096)
+    prompt_id: DbId | None = None
     system_prompt: str | None = Field(default=None, max_length=100_000)
     enable_quality_review: bool | None = None  # None: the prompt's setting
     quality_review_rules: str | None = Field(default=None, max_length=100_000)
     model: str | None = Field(default=None, max_length=200)
-    model_config_id: int | None = None
+    model_config_id: DbId | None = None
     approval_mode: ApprovalMode = "auto"
     # MCP servers (REFLOOP_MCP_CONFIG names) the session's tasks use by default
     mcp_servers: list[McpServerName] = Field(default_factory=list, max_length=16)
@@ -37,18 +51,18 @@ class SessionStarted(BaseModel):
 
 
 class TaskCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
-        "session_id": "sess-1a2b3c", "task": "Write report.md summarising data.csv",
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [{
+        "session_id": "sess-1a2b3c4d5e6f", "task": "Write report.md summarising data.csv",
         "enable_quality_review": False,
     }]})
 
-    session_id: str = Field(min_length=1, max_length=200)
+    session_id: SafeId
     task: str = Field(min_length=1, max_length=100_000)
     enable_quality_review: bool | None = None  # None: the session's setting
     quality_review_rules: str | None = Field(default=None, max_length=100_000)
     approval_mode: ApprovalMode | None = None
     enable_reflection: bool | None = None
-    max_iterations: int = Field(default=20, ge=1, le=500)
+    max_iterations: JsonInt = Field(default=20, ge=1, le=500)
     # MCP servers for this task; None: the session's
     mcp_servers: list[McpServerName] | None = Field(default=None, max_length=16)
 
@@ -72,7 +86,7 @@ class TaskState(BaseModel):
 
 
 class ApprovalBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     call_id: str = Field(min_length=1, max_length=100)
     approved: bool
@@ -92,18 +106,19 @@ class PromptBase(BaseModel):
 
 
 class PromptCreate(PromptBase):
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [{
         "name": "report writer", "system_prompt": "You write short reports.",
         "enable_quality_review": True, "quality_review_rules": "Use British spelling.",
     }]})
 
 
 class PromptUpdate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
-    name: str | None = Field(default=None, min_length=1, max_length=200)
-    system_prompt: str | None = Field(default=None, min_length=1, max_length=100_000)
-    enable_quality_review: bool | None = None
+    # Omit a field to keep it; null only where the stored value may be empty.
+    name: str = Field(default=None, min_length=1, max_length=200)
+    system_prompt: str = Field(default=None, min_length=1, max_length=100_000)
+    enable_quality_review: bool = None  # type: ignore[assignment]
     quality_review_rules: str | None = Field(default=None, max_length=100_000)
 
 
@@ -123,15 +138,15 @@ class ModelConfigBase(BaseModel):
 
 
 class ModelConfigCreate(ModelConfigBase):
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [{
         "name": "small", "model": "gpt-4o-mini", "api_key_env": "OPENAI_API_KEY"}]})
 
 
 class ModelConfigUpdate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
-    name: str | None = Field(default=None, min_length=1, max_length=200)
-    model: str | None = Field(default=None, min_length=1, max_length=200)
+    name: str = Field(default=None, min_length=1, max_length=200)
+    model: str = Field(default=None, min_length=1, max_length=200)
     base_url: str | None = Field(default=None, max_length=2000)
     api_key_env: str | None = Field(default=None, pattern=r"^[A-Z_][A-Z0-9_]*$", max_length=200)
     temperature: float | None = Field(default=None, ge=0, le=2)

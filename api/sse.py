@@ -1,7 +1,9 @@
 """Server-Sent Events of a task's event list: resumable, no duplicates or gaps.
 
 Events come from the workflow's `events` query while it runs, and from the stored result
-once it has finished (the test server cannot query closed workflows after a restart).
+once it has finished (the test server cannot query closed workflows after a restart). A
+stream whose workflow cannot be queried checks the row against Temporal; a lost task, a
+code review or a terminated workflow ends with a terminal event of the row's status.
 """
 
 from __future__ import annotations
@@ -12,39 +14,65 @@ from collections.abc import AsyncIterator
 
 from temporalio.client import Client
 
+from api.reconcile import OPEN_STATUSES, refresh
 from refloop.models import Event
-from refloop.store import TERMINAL_STATUSES, Store
+from refloop.store import TERMINAL_STATUSES, Store, TaskRecord
 from workflows.agent import AgentTaskWorkflow
 
-FINAL_EVENTS = frozenset({"completed", "failed"})
+FINAL_EVENTS = frozenset({"completed", "failed", "lost", "incomplete", "cancelled"})
 POLL_S = 0.1
 HEARTBEAT_S = 15.0
+CHECK_S = 1.0  # how often a stream that cannot query its workflow asks Temporal about it
 
 
 def format_event(event: Event) -> str:
     return f"id: {event.seq}\nevent: {event.type}\ndata: {json.dumps(event.data)}\n\n"
 
 
+def ending(row: TaskRecord, after: int) -> list[Event]:
+    """The stored events after `after`, closed by a terminal event of the row's own status
+    when the stored ones hold none (a lost task, a code review, a terminated workflow)."""
+    stored = [Event.model_validate(e) for e in (row.result or {}).get("events", [])
+              if isinstance(e, dict)] if row.kind == "agent" else []
+    events = [e for e in stored if e.seq > after]
+    if not any(e.type in FINAL_EVENTS for e in stored):
+        seq = max([after, *(e.seq for e in stored)]) + 1
+        stamp = row.finished_at or row.updated_at
+        events.append(Event(seq=seq, type=row.status, ts=stamp.isoformat(), data={
+            "status": row.status, "error": row.error, "kind": row.kind}))
+    return events
+
+
 async def fetch_events(client: Client, store: Store, task_id: str, workflow_id: str,
-                       after: int) -> tuple[list[Event], bool]:
+                       after: int, check: bool = True) -> tuple[list[Event], bool]:
     """(events after `after`, whether the task has ended)."""
     row = await asyncio.to_thread(store.get_task, task_id)
-    if row is not None and row.status in TERMINAL_STATUSES and row.result:
-        stored = [Event.model_validate(e) for e in row.result.get("events", [])]
-        return [e for e in stored if e.seq > after], True
-    try:
-        handle = client.get_workflow_handle(workflow_id)
-        return await handle.query(AgentTaskWorkflow.events, after), False
-    except Exception:  # not started on a worker yet, or just closed: try again shortly
-        return [], False
+    if row is None:
+        return [], True
+    if row.status in TERMINAL_STATUSES or row.status not in OPEN_STATUSES:
+        return ending(row, after), True  # any status but the open ones has ended
+    if row.kind == "agent":
+        try:
+            handle = client.get_workflow_handle(workflow_id)
+            return await handle.query(AgentTaskWorkflow.events, after), False
+        except Exception:  # not started on a worker yet, just closed, or gone: check below
+            pass
+    if check:
+        fresh = await refresh(client, store, row)
+        if fresh.status in TERMINAL_STATUSES:
+            return ending(fresh, after), True
+    return [], False
 
 
 async def event_stream(client: Client, store: Store, task_id: str, workflow_id: str,
                        after: int = 0) -> AsyncIterator[str]:
     loop = asyncio.get_running_loop()
-    last_sent = loop.time()
+    last_sent = last_check = loop.time()
     while True:
-        events, ended = await fetch_events(client, store, task_id, workflow_id, after)
+        check = loop.time() - last_check >= CHECK_S
+        if check:
+            last_check = loop.time()
+        events, ended = await fetch_events(client, store, task_id, workflow_id, after, check)
         for event in events:
             yield format_event(event)
             after = event.seq

@@ -66,7 +66,8 @@ async def main(tasks: int, latency_ms: int) -> None:
         port = sock.getsockname()[1]
     async with bench_env() as env:
         settings = env.settings.model_copy(update={"refloop_task_queue": env.queue,
-                                                   "enable_reflection": False})
+                                                   "enable_reflection": False,
+                                                   "refloop_workspace_roots": str(env.root)})
         server = uvicorn.Server(uvicorn.Config(create_app(settings, client=env.client),
                                                port=port, log_level="warning"))
         serving = asyncio.create_task(server.serve())

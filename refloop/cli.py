@@ -115,13 +115,15 @@ async def run_task(args: argparse.Namespace, settings: Settings) -> int:
     from temporalio.exceptions import ApplicationError
 
     from refloop.visibility import start_metadata
+    from refloop.workspaces import WorkspaceError, check_user_workspace
     from worker.replay import dump_history
     from worker.stack import embedded_stack
     from workflows.agent import AgentTaskWorkflow
 
-    workspace = Path(args.workspace).resolve()
-    if not workspace.is_dir():
-        fail(f"--workspace: not a directory: {workspace}")
+    try:  # any directory of the user's, but never `/` or a system directory
+        workspace = check_user_workspace(args.workspace)
+    except WorkspaceError as err:
+        fail(f"--workspace: {err}")
     rules = read_rules(args.review_rules)
     mcp_servers = chosen_mcp_servers(args.mcp, settings)
     task = TaskInput(
@@ -383,8 +385,14 @@ _UVICORN_SERVES: list[bool] = []
 async def serve_api(settings: Settings, client: Any, host: str, port: int) -> None:
     import uvicorn
 
+    from api.bind import console_url, secure_bind
     from api.main import create_app
 
+    settings, generated = secure_bind(settings, host)
+    if generated:  # off loopback, nothing is served without a token
+        err_console.print(f"[bold yellow]REFLOOP_API_TOKEN is unset and {host} is not "
+                          "loopback: generated a token for this run.[/] Open "
+                          f"{console_url(host, port, generated)}")
     # Open event streams must not hold a stop past the grace period.
     config = uvicorn.Config(create_app(settings, client=client), host=host, port=port,
                             log_level="warning",

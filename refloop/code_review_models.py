@@ -12,9 +12,10 @@ QUALITY_THRESHOLD = 50
 
 
 class CodeReviewInput(BaseModel):
-    task_id: str | None = None  # generated from the workflow id when absent
+    # Generated when absent; a client's must match this pattern (no path from an ID).
+    task_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
     review_type: Literal["diff", "file", "snippet"]
-    working_directory: str
+    working_directory: str = Field(max_length=4096)
     task_desc: str = ""
     priority_focus: list[str] = Field(default_factory=list)
     extra_requirements: list[str] = Field(default_factory=list)

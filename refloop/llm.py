@@ -8,12 +8,21 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from typing import Any, Generic, TypeVar
 
 import openai
 from pydantic import BaseModel, ValidationError
 
-from refloop.models import ChatMessage, LLMUsageRecord, Purpose, TokenUsage, ToolCall, ToolSpec
+from refloop.models import (
+    ChatMessage,
+    LLMUsageRecord,
+    ModelEndpoint,
+    Purpose,
+    TokenUsage,
+    ToolCall,
+    ToolSpec,
+)
 from refloop.settings import Settings
 from refloop.telemetry import tracer
 from refloop.textguard import detect_abnormal_output, first_json_object
@@ -132,10 +141,31 @@ class LLMGateway:
         )
         self.json_schema_supported = True
         self.usage_by_purpose: dict[str, TokenUsage] = {}
+        self.endpoint_clients: dict[tuple[str | None, str | None, str], openai.AsyncOpenAI] = {}
 
-    async def _create(self, purpose: Purpose, **kwargs: Any) -> Any:
+    def client_for(self, endpoint: ModelEndpoint | None) -> openai.AsyncOpenAI:
+        """The default client, or one for a task's model config: its base URL, and the key
+        read here, on the worker, from the variable it names (never carried in a task)."""
+        if endpoint is None or (endpoint.base_url is None and endpoint.api_key_env is None):
+            return self.client
+        key = self.settings.openai_api_key
+        if endpoint.api_key_env:
+            key = os.environ.get(endpoint.api_key_env)
+            if not key:
+                raise LLMClientError(f"the model config names {endpoint.api_key_env}, which is "
+                                     "unset on this worker")
+        base_url = endpoint.base_url or self.settings.openai_base_url
+        cache_key = (base_url, endpoint.api_key_env, key or "")
+        if cache_key not in self.endpoint_clients:
+            self.endpoint_clients[cache_key] = openai.AsyncOpenAI(
+                base_url=base_url, api_key=key or "not-needed", max_retries=0,
+                timeout=self.settings.refloop_llm_timeout_s)
+        return self.endpoint_clients[cache_key]
+
+    async def _create(self, purpose: Purpose, client: openai.AsyncOpenAI | None = None,
+                      **kwargs: Any) -> Any:
         try:
-            return await self.client.chat.completions.create(
+            return await (client or self.client).chat.completions.create(
                 extra_headers={PURPOSE_HEADER: purpose.value}, **kwargs
             )
         except openai.OpenAIError as err:
@@ -164,7 +194,12 @@ class LLMGateway:
         temperature: float | None = None,
         top_p: float | None = None,
         response_format: dict[str, Any] | None = None,
+        endpoint: ModelEndpoint | None = None,
     ) -> ChatOutcome:
+        client = self.client_for(endpoint)
+        if endpoint is not None:  # a task's model config: its model and temperature
+            model = endpoint.model
+            temperature = endpoint.temperature if temperature is None else temperature
         model = model or self.default_model
         # Messages and tools are already wire-format dicts: sent as extra_body, the JSON is
         # the same and the SDK skips re-walking them on every call (a fifth of a busy
@@ -184,7 +219,7 @@ class LLMGateway:
             span.set_attributes({"gen_ai.operation.name": "chat", "gen_ai.system": "openai",
                                  "gen_ai.request.model": model,
                                  "refloop.purpose": purpose.value})
-            response = await self._create(purpose, **kwargs)
+            response = await self._create(purpose, client, **kwargs)
             usage = getattr(response, "usage", None)
             span.set_attributes({
                 "gen_ai.response.model": getattr(response, "model", "") or "",
@@ -221,16 +256,17 @@ class LLMGateway:
         max_reasks: int | None = None,
         temperature: float | None = None,
         top_p: float | None = None,
+        endpoint: ModelEndpoint | None = None,
     ) -> StructuredOutcome[T]:
         """Ask for JSON, validate with pydantic, re-ask with the error a bounded number of times."""
         reasks = self.settings.refloop_structured_max_reasks if max_reasks is None else max_reasks
         conversation = list(messages)
         total = TokenUsage()
-        model = model or self.default_model
+        model = (endpoint.model if endpoint else model) or self.default_model
         last_error = ""
         for attempt in range(1, reasks + 2):
             outcome = await self._structured_call(purpose, conversation, schema, model,
-                                                  temperature, top_p)
+                                                  temperature, top_p, endpoint)
             total = total.add(outcome.usage.usage)
             try:
                 value = parse_json_answer(outcome.content, schema)
@@ -255,6 +291,7 @@ class LLMGateway:
     async def _structured_call(
         self, purpose: Purpose, messages: list[ChatMessage], schema: type[T], model: str,
         temperature: float | None, top_p: float | None,
+        endpoint: ModelEndpoint | None = None,
     ) -> ChatOutcome:
         if self.json_schema_supported:
             response_format = {
@@ -264,7 +301,8 @@ class LLMGateway:
             }
             try:
                 return await self.chat(purpose, messages, model=model, temperature=temperature,
-                                       top_p=top_p, response_format=response_format)
+                                       top_p=top_p, response_format=response_format,
+                                       endpoint=endpoint)
             except LLMClientError as err:
                 text = str(err).lower()
                 if err.status != 400 or not ("response_format" in text or "json_schema" in text):
@@ -277,4 +315,4 @@ class LLMGateway:
         )
         return await self.chat(purpose, [schema_note, *messages], model=model,
                                temperature=temperature, top_p=top_p,
-                               response_format={"type": "json_object"})
+                               response_format={"type": "json_object"}, endpoint=endpoint)

@@ -117,9 +117,20 @@ class LLMUsageRecord(BaseModel):
     usage: TokenUsage
 
 
+class ModelEndpoint(BaseModel):
+    """A task's own model endpoint (a stored model config). The key is never here: only
+    the NAME of the worker's environment variable that holds it."""
+
+    model: str
+    base_url: str | None = None
+    api_key_env: str | None = None
+    temperature: float | None = None
+
+
 class ClassifyIntentInput(BaseModel):
     task: str
     model: str | None = None
+    endpoint: ModelEndpoint | None = None  # a model config's endpoint
 
 
 class ClassifyIntentResult(BaseModel):
@@ -132,6 +143,7 @@ class MakePlanInput(BaseModel):
     # Tool names only: the activity looks the specs up, keeping them out of the history.
     tool_names: list[str] = Field(default_factory=list)
     model: str | None = None
+    endpoint: ModelEndpoint | None = None  # a model config's endpoint
     feedback: str | None = None  # violations of a previous plan, for a bounded re-plan
     mcp_tools_ref: str | None = None  # blob of the task's MCP tool specs
 
@@ -160,6 +172,7 @@ class ActInput(BaseModel):
     conversation_ref: str | None = None
     max_history_messages: int = 30
     model: str | None = None
+    endpoint: ModelEndpoint | None = None  # a model config's endpoint
     parallel_tool_calls: bool | None = None
 
 
@@ -176,6 +189,7 @@ class SummarizeInput(BaseModel):
     task: str
     transcript: str
     model: str | None = None
+    endpoint: ModelEndpoint | None = None  # a model config's endpoint
 
 
 class SummarizeResult(BaseModel):
@@ -209,6 +223,7 @@ class QualityReviewInput(BaseModel):
     data: dict[str, Any] = Field(default_factory=dict)  # the edit tool's result data
     rules: str
     model: str | None = None
+    endpoint: ModelEndpoint | None = None  # a model config's endpoint
     snippet_lines: int = 200
 
 
@@ -261,6 +276,7 @@ class CompletenessInput(BaseModel):
     missing_steps: list[str] = Field(default_factory=list)
     final_answer: str = ""
     model: str | None = None
+    endpoint: ModelEndpoint | None = None  # a model config's endpoint
     max_supplements: int = 3
 
 
@@ -279,6 +295,7 @@ class SupplementPlanInput(BaseModel):
     mcp_tools_ref: str | None = None  # blob of the task's MCP tool specs
     completed_steps: list[str] = Field(default_factory=list)
     model: str | None = None
+    endpoint: ModelEndpoint | None = None  # a model config's endpoint
 
 
 class ApprovalDecision(BaseModel):
@@ -324,6 +341,7 @@ class TaskInput(BaseModel):
     task_id: str | None = None
     session_id: str | None = None
     model: str | None = None
+    endpoint: ModelEndpoint | None = None  # a model config's endpoint
     system_prompt: str | None = None
     enable_quality_review: bool = False
     quality_review_rules: str | None = None

@@ -63,6 +63,10 @@ class ScriptedResponse(BaseModel):
 class Scenario(BaseModel):
     name: str = "default"
     latency_ms: int = Field(default=0, ge=0)
+    # Serve any number of tasks, at once too: a purpose answers with the entry of its
+    # conversation's turn (the number of assistant messages so far), wrapping at the end,
+    # so no task consumes another's answers.
+    repeat: bool = False
     responses: dict[Purpose, list[ScriptedResponse]] = Field(default_factory=dict)
 
 
@@ -125,7 +129,7 @@ class ScriptState:
                 for r in rows]
 
     def next_response(
-        self, model: str, purpose: Purpose, text: str
+        self, model: str, purpose: Purpose, text: str, turn: int = 0
     ) -> tuple[Scenario | None, ScriptedResponse | None, int]:
         with self.lock:
             scenario = self.scenarios.get(model) or self.scenarios.get(self.default)
@@ -134,6 +138,8 @@ class ScriptState:
             entries = scenario.responses.get(purpose, [])
             key = (scenario.name, purpose.value)
             index = self.cursors.get(key, 0)
+            if scenario.repeat and entries:
+                return scenario, entries[turn % len(entries)], len(entries)
             while index < len(entries):
                 entry = entries[index]
                 index += 1
@@ -158,6 +164,7 @@ def build_app(state: ScriptState) -> FastAPI:
         # prompts would be millions of live objects for the garbage collector to walk.
         entry_log: dict[str, Any] = {
             "purpose": purpose_name, "model": model, "time": time.time(), "raw": raw,
+            "authorization": request.headers.get("authorization"),
         }
         response, delay_s = _answer(state, body, purpose_name, model)
         if delay_s:
@@ -199,7 +206,9 @@ def _answer(state: ScriptState, body: dict[str, Any], purpose_name: str | None,
     except ValueError:
         return _error(400, f"unknown purpose {purpose_name!r}", "unknown_purpose"), 0
     text = json.dumps(body.get("messages", []), ensure_ascii=False)
-    scenario, entry, total = state.next_response(model, purpose, text)
+    messages = body.get("messages") or []
+    turn = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
+    scenario, entry, total = state.next_response(model, purpose, text, turn)
     if scenario is None:
         return _error(400, "no scripted scenario is loaded", "scenario_missing"), 0
     if entry is None:

@@ -45,6 +45,9 @@ class Settings(BaseSettings):
     refloop_workflow_sandbox: bool = True
     # API
     refloop_api_token: str | None = None
+    # Directories API tasks may work in (comma or os.pathsep separated); unset: the
+    # server's start directory and <data dir>/workspaces (see refloop/workspaces.py)
+    refloop_workspace_roots: str | None = None
     # Seed 004 completeness reflection
     enable_reflection: bool = True
     reflection_max_supplements: int = Field(default=3, ge=0, le=10)

@@ -17,11 +17,13 @@ from sqlalchemy import text as sql_text
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError
 from sqlmodel import Field, Session, SQLModel, create_engine, select
 
 from refloop.models import RecordQualityReviewInput, RecordTaskInput
 
-TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled"})
+# `lost`: the row's workflow no longer exists in Temporal (api/reconcile.py).
+TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled", "lost"})
 
 
 def utcnow() -> datetime:
@@ -262,6 +264,19 @@ class Store:
             session.commit()
             session.refresh(row)
             return row
+
+    def claim_task(self, rec: RecordTaskInput) -> bool:
+        """Insert a new row; False when the ID is taken (by a task of any kind)."""
+        self.init()
+        row = TaskRecord(task_id=rec.task_id, workflow_id=rec.workflow_id, kind=rec.kind,
+                         session_id=rec.session_id, status=rec.status, input=rec.input)
+        with Session(self.engine) as session:
+            session.add(row)
+            try:
+                session.commit()
+            except IntegrityError:
+                return False
+        return True
 
     def get_task(self, task_id: str) -> TaskRecord | None:
         self.init()

@@ -39,6 +39,7 @@ def settings(scripted_llm, tmp_path: Path) -> Settings:  # noqa: F811
         openai_api_key="test",
         database_url=TEST_DATABASE_URL,
         refloop_data_dir=tmp_path / "data",
+        refloop_workspace_roots=str(tmp_path),
         # Indexing spawns an embedding process per task: only the semantic tests want it.
         refloop_semantic_index=False,
     )

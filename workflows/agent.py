@@ -157,7 +157,8 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
         try:
             result: ClassifyIntentResult = await workflow.execute_activity(
                 ActivityName.CLASSIFY_INTENT,
-                ClassifyIntentInput(task=self.state.input.task, model=self.state.input.model),
+                ClassifyIntentInput(task=self.state.input.task, model=self.state.input.model,
+                                    endpoint=self.state.input.endpoint),
                 result_type=ClassifyIntentResult,
                 summary="intent",
                 **LLM_CALL.kwargs(),
@@ -183,6 +184,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
                     task=self.state.input.task,
                     tool_names=self.tool_names,
                     model=self.state.input.model,
+                    endpoint=self.state.input.endpoint,
                     feedback=feedback,
                     mcp_tools_ref=self.state.mcp_tools_ref,
                 ),
@@ -243,6 +245,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
                     tool_names=self.tool_names,
                     mcp_tools_ref=self.state.mcp_tools_ref,
                     model=inp.model,
+                    endpoint=inp.endpoint,
                     parallel_tool_calls=False if inp.enable_quality_review else None,
                 ),
                 result_type=ActResult,
@@ -445,6 +448,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
                     task=self.state.input.task,
                     transcript=f"{transcript}\nfinal answer: {self.state.answer}",
                     model=self.state.input.model,
+                    endpoint=self.state.input.endpoint,
                 ),
                 result_type=SummarizeResult,
                 summary="summary",

@@ -44,6 +44,7 @@ class QualityReviewPhase(AgentBase):
                     data=result.data,
                     rules=inp.quality_review_rules or review_logic.DEFAULT_RULES,
                     model=inp.model,
+                    endpoint=inp.endpoint,
                     snippet_lines=inp.quality_review_snippet_lines,
                 ),
                 result_type=QualityReviewResult,

@@ -1,24 +1,46 @@
-"""/code-reviews: start the code-review supervisor and read its result."""
+"""/code-reviews: start the code-review supervisor and read its result.
+
+Code reviews have their own ID space: a client's ID is refused (409) when any task holds
+it, their workflows are named `code-review-<id>`, and /code-reviews/{id} answers only for
+code reviews (an agent task's ID is 404 here).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, status
-from pydantic import BaseModel
+from fastapi import Path as PathParam
+from pydantic import BaseModel, ConfigDict, Field
 from temporalio.client import WorkflowExecutionStatus
+from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from api.deps import ClientDep, SettingsDep, StoreDep
+from api.reconcile import is_not_found, mark_lost, refresh
+from api.routes.tasks import task_row
+from api.schemas import JsonInt
 from refloop.code_review_models import CodeReviewInput, CodeReviewResult
 from refloop.models import RecordTaskInput
-from refloop.store import CodeReviewContentRecord
+from refloop.store import TERMINAL_STATUSES, CodeReviewContentRecord
 from refloop.visibility import start_metadata
+from refloop.workspaces import ID_PATTERN, WorkspaceError, resolve_workspace
 from workflows.code_review import CodeReviewWorkflow
 
 router = APIRouter(prefix="/code-reviews", tags=["code-reviews"])
+ReviewId = Annotated[str, PathParam(pattern=ID_PATTERN)]
+
+
+class CodeReviewRequest(CodeReviewInput):
+    """The workflow's input as the API takes it: strict types, no unknown fields."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [{
+        "review_type": "snippet", "working_directory": ".", "content": "eval(x)",
+        "output_format": "simple"}]})
+
+    max_content_lines: JsonInt = Field(default=3000, ge=10, le=1_000_000)
 
 
 class CodeReviewAccepted(BaseModel):
@@ -32,40 +54,68 @@ class CodeReviewState(BaseModel):
     stage: str | None = None
     result: CodeReviewResult | None = None
     content_record: dict[str, Any] | None = None
+    error: str | None = None
 
 
 @router.post("", response_model=CodeReviewAccepted, status_code=202)
-async def start_review(body: CodeReviewInput, client: ClientDep, store: StoreDep,
+async def start_review(body: CodeReviewRequest, client: ClientDep, store: StoreDep,
                        settings: SettingsDep) -> CodeReviewAccepted:
+    try:  # the review reads files there: inside REFLOOP_WORKSPACE_ROOTS only
+        workdir = await asyncio.to_thread(resolve_workspace, body.working_directory, settings)
+    except WorkspaceError as err:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(err)) from err
     task_id = body.task_id or f"review-{uuid.uuid4().hex[:12]}"
-    request = body.model_copy(update={"task_id": task_id})
-    await asyncio.to_thread(store.record_task, RecordTaskInput(
-        task_id=task_id, workflow_id=task_id, kind="code_review", status="queued",
-        input=request.model_dump(mode="json")))
-    await client.start_workflow(CodeReviewWorkflow.run, request, id=task_id,
-                                task_queue=settings.refloop_task_queue,
-                                **start_metadata(f"code review ({request.review_type}) "
-                                                 f"{request.task_desc}".strip()))
-    return CodeReviewAccepted(task_id=task_id, workflow_id=task_id)
+    workflow_id = f"code-review-{task_id}"
+    request = CodeReviewInput.model_validate({**body.model_dump(), "task_id": task_id,
+                                              "working_directory": str(workdir)})
+    record = RecordTaskInput(task_id=task_id, workflow_id=workflow_id, kind="code_review",
+                             status="queued", input=request.model_dump(mode="json"))
+    if not await asyncio.to_thread(store.claim_task, record):
+        raise HTTPException(status.HTTP_409_CONFLICT, f"task ID {task_id!r} is taken")
+    try:
+        await client.start_workflow(CodeReviewWorkflow.run, request, id=workflow_id,
+                                    task_queue=settings.refloop_task_queue,
+                                    **start_metadata(f"code review ({request.review_type}) "
+                                                     f"{request.task_desc}".strip()))
+    except (WorkflowAlreadyStartedError, RPCError) as err:
+        await asyncio.to_thread(store.record_task, record.model_copy(update={
+            "status": "failed", "error": f"workflow did not start: {err}"}))
+        if isinstance(err, WorkflowAlreadyStartedError):
+            raise HTTPException(status.HTTP_409_CONFLICT,
+                                f"task ID {task_id!r} is taken") from err
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE,
+                            "Temporal did not start the review") from err
+    return CodeReviewAccepted(task_id=task_id, workflow_id=workflow_id)
 
 
 @router.get("/{task_id}", response_model=CodeReviewState)
-async def get_review(task_id: str, client: ClientDep, store: StoreDep) -> CodeReviewState:
-    handle = client.get_workflow_handle(task_id, result_type=CodeReviewResult)
+async def get_review(task_id: ReviewId, client: ClientDep, store: StoreDep) -> CodeReviewState:
+    row = await task_row(store, task_id, kind="code_review")
+    record = await asyncio.to_thread(store.get, CodeReviewContentRecord, task_id)
+    content = record.model_dump(mode="json") if record else None
+    handle = client.get_workflow_handle(row.workflow_id, result_type=CodeReviewResult)
     try:
         description = await handle.describe()
     except RPCError as err:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"code review {task_id} not found") \
-            from err
-    record = await asyncio.to_thread(store.get, CodeReviewContentRecord, task_id)
-    content = record.model_dump(mode="json") if record else None
+        if not is_not_found(err):
+            raise
+        if row.status not in TERMINAL_STATUSES:
+            row = await mark_lost(store, row, f"workflow {row.workflow_id} not found in "
+                                              "Temporal")
+        result = CodeReviewResult.model_validate(row.result) if row.result else None
+        return CodeReviewState(task_id=task_id, status=row.status, result=result,
+                               content_record=content, error=row.error)
+    if description.status == WorkflowExecutionStatus.RUNNING:
+        try:
+            stage = (await handle.query(CodeReviewWorkflow.status))["stage"]
+        except RPCError:  # not on a worker yet
+            stage = None
+        return CodeReviewState(task_id=task_id, status="running", stage=stage,
+                               content_record=content)
+    row = await refresh(client, store, row)  # the row follows its closed workflow
     if description.status == WorkflowExecutionStatus.COMPLETED:
         result = await handle.result()
         return CodeReviewState(task_id=task_id, status=result.status, stage="done",
                                result=result, content_record=content)
-    if description.status == WorkflowExecutionStatus.RUNNING:
-        stage = (await handle.query(CodeReviewWorkflow.status))["stage"]
-        return CodeReviewState(task_id=task_id, status="running", stage=stage,
-                               content_record=content)
     return CodeReviewState(task_id=task_id, status=description.status.name.lower(),
-                           content_record=content)
+                           content_record=content, error=row.error)

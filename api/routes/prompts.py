@@ -2,12 +2,16 @@
 
 # No `from __future__ import annotations`: FastAPI must see the factory's body types.
 
+from typing import Annotated
+
 from fastapi import APIRouter, HTTPException, Response, status
+from fastapi import Path as PathParam
 from pydantic import BaseModel
 from sqlmodel import SQLModel
 
 from api.deps import StoreDep
 from api.schemas import (
+    DB_ID_MAX,
     ModelConfigCreate,
     ModelConfigPublic,
     ModelConfigUpdate,
@@ -17,6 +21,9 @@ from api.schemas import (
 )
 from refloop.store import ModelConfigRecord, PromptRecord
 
+# Out of the column's range: 422 at the boundary, never a database error.
+Key = Annotated[int, PathParam(ge=1, le=DB_ID_MAX)]
+
 
 def crud_router(prefix: str, tag: str, table: type[SQLModel], create: type[BaseModel],
                 update: type[BaseModel], public: type[BaseModel]) -> APIRouter:
@@ -24,7 +31,7 @@ def crud_router(prefix: str, tag: str, table: type[SQLModel], create: type[BaseM
     router = APIRouter(prefix=prefix, tags=[tag])
     label = tag.rstrip("s")
 
-    def found(row: SQLModel | None, key: int) -> SQLModel:
+    def found(row: SQLModel | None, key: Key) -> SQLModel:
         if row is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"{label} {key} not found")
         return row
@@ -38,15 +45,15 @@ def crud_router(prefix: str, tag: str, table: type[SQLModel], create: type[BaseM
         return store.all(table)
 
     @router.get("/{key}", response_model=public)
-    def get_one(key: int, store: StoreDep):
+    def get_one(key: Key, store: StoreDep):
         return found(store.get(table, key), key)
 
     @router.patch("/{key}", response_model=public)
-    def update_one(key: int, body: update, store: StoreDep):  # type: ignore[valid-type]
+    def update_one(key: Key, body: update, store: StoreDep):  # type: ignore[valid-type]
         return found(store.update(table, key, body.model_dump(exclude_unset=True)), key)
 
     @router.delete("/{key}", status_code=status.HTTP_204_NO_CONTENT)
-    def delete_one(key: int, store: StoreDep) -> Response:
+    def delete_one(key: Key, store: StoreDep) -> Response:
         found(store.get(table, key), key)
         store.delete(table, key)
         return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, Header, HTTPException, Query, Request, status
+from fastapi import Path as PathParam
 from fastapi.responses import StreamingResponse
 from opentelemetry import propagate
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
 from api.deps import ClientDep, SettingsDep, StoreDep
+from api.reconcile import is_not_found, mark_lost, refresh
 from api.schemas import (
     ApprovalBody,
     ApprovalOutcome,
@@ -24,16 +25,27 @@ from api.schemas import (
     TaskState,
 )
 from api.sse import event_stream
-from refloop.models import ApprovalDecision, RecordTaskInput, TaskInput
+from refloop.models import ApprovalDecision, ModelEndpoint, RecordTaskInput, TaskInput
 from refloop.settings import Settings
-from refloop.store import ModelConfigRecord, PromptRecord, SessionRecord, Store, TaskRecord
+from refloop.store import (
+    TERMINAL_STATUSES,
+    ModelConfigRecord,
+    PromptRecord,
+    SessionRecord,
+    Store,
+    TaskRecord,
+)
 from refloop.telemetry import tracer
 from refloop.visibility import start_metadata
+from refloop.workspaces import ID_PATTERN, WorkspaceError, fresh_workspace, resolve_workspace
 from workflows.agent import AgentTaskWorkflow
 
 interactive = APIRouter(prefix="/agent/interactive", tags=["interactive"])
 tasks = APIRouter(prefix="/tasks", tags=["tasks"])
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+SSE_RESPONSE = {200: {"content": {"text/event-stream": {"schema": {"type": "string"}}},
+                      "description": "Server-Sent Events until the task ends"}}
+TaskId = Annotated[str, PathParam(pattern=ID_PATTERN)]
 
 
 def not_found(what: str) -> HTTPException:
@@ -42,9 +54,11 @@ def not_found(what: str) -> HTTPException:
 
 @interactive.post("/start", response_model=SessionStarted, status_code=201)
 def start_session(body: SessionStart, store: StoreDep, settings: SettingsDep) -> SessionStarted:
-    if not Path(body.workspace).is_dir():
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
-                            f"workspace {body.workspace!r} is not an existing directory")
+    try:  # inside REFLOOP_WORKSPACE_ROOTS, or a fresh directory under the data dir
+        workspace = (resolve_workspace(body.workspace, settings) if body.workspace is not None
+                     else fresh_workspace(settings))
+    except WorkspaceError as err:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(err)) from err
     prompt = None
     if body.prompt_id is not None:
         prompt = store.get(PromptRecord, body.prompt_id)
@@ -62,7 +76,7 @@ def start_session(body: SessionStart, store: StoreDep, settings: SettingsDep) ->
         review = prompt.enable_quality_review if prompt else False
     session = store.add(SessionRecord(
         session_id=f"sess-{uuid.uuid4().hex[:12]}",
-        workspace=str(Path(body.workspace).resolve()),
+        workspace=str(workspace),
         prompt_id=body.prompt_id,
         system_prompt=body.system_prompt or (prompt.system_prompt if prompt else None),
         enable_quality_review=review,
@@ -88,8 +102,17 @@ def known_mcp_servers(names: list[str], settings: Settings) -> list[str]:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(err)) from None
 
 
+def endpoint_of(session: SessionRecord, config: ModelConfigRecord | None
+                ) -> ModelEndpoint | None:
+    """The session's model config as the task's endpoint (the key stays a variable NAME)."""
+    if config is None:
+        return None
+    return ModelEndpoint(model=session.model or config.model, base_url=config.base_url,
+                         api_key_env=config.api_key_env, temperature=config.temperature)
+
+
 def task_input(body: TaskCreate, session: SessionRecord, settings: Settings,
-               task_id: str) -> TaskInput:
+               task_id: str, config: ModelConfigRecord | None = None) -> TaskInput:
     """The session's settings, with the task body's overrides on top."""
     def pick(override, inherited):
         return inherited if override is None else override
@@ -100,6 +123,7 @@ def task_input(body: TaskCreate, session: SessionRecord, settings: Settings,
         task_id=task_id,
         session_id=session.session_id,
         model=session.model,
+        endpoint=endpoint_of(session, config),
         system_prompt=session.system_prompt,
         enable_quality_review=pick(body.enable_quality_review, session.enable_quality_review),
         quality_review_rules=pick(body.quality_review_rules, session.quality_review_rules),
@@ -118,17 +142,31 @@ async def start_task(body: TaskCreate, client, store: Store, settings: Settings,
     session = await asyncio.to_thread(store.get, SessionRecord, body.session_id)
     if session is None:
         raise not_found(f"session {body.session_id}")
+    try:  # checked again: the roots may have changed since the session began
+        await asyncio.to_thread(resolve_workspace, session.workspace, settings)
+    except WorkspaceError as err:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(err)) from err
     workflow_id = f"task-{uuid.uuid4().hex[:12]}"
-    inp = task_input(body, session, settings, workflow_id)
+    config = None
+    if session.model_config_id is not None:  # honoured per task: endpoint, model, temperature
+        config = await asyncio.to_thread(store.get, ModelConfigRecord, session.model_config_id)
+    inp = task_input(body, session, settings, workflow_id, config)
     # The row exists before the workflow runs, so GET /tasks/{id} answers at once.
     await asyncio.to_thread(store.record_task, RecordTaskInput(
         task_id=workflow_id, workflow_id=workflow_id, session_id=session.session_id,
         status="queued", input=inp.model_dump(mode="json")))
     # The caller's trace (W3C traceparent) becomes the parent of the task's spans.
     with tracer.start_as_current_span("start task", context=propagate.extract(headers or {})):
-        await client.start_workflow(AgentTaskWorkflow.run, inp, id=workflow_id,
-                                    task_queue=settings.refloop_task_queue,
-                                    **start_metadata(inp.task, inp.workspace))
+        try:
+            await client.start_workflow(AgentTaskWorkflow.run, inp, id=workflow_id,
+                                        task_queue=settings.refloop_task_queue,
+                                        **start_metadata(inp.task, inp.workspace))
+        except RPCError as err:  # the row must not claim a task that never started
+            await asyncio.to_thread(store.record_task, RecordTaskInput(
+                task_id=workflow_id, workflow_id=workflow_id, session_id=session.session_id,
+                status="failed", error=f"workflow did not start: {err.message}"))
+            raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE,
+                                "Temporal did not start the task") from err
     return TaskAccepted(task_id=workflow_id, workflow_id=workflow_id)
 
 
@@ -138,8 +176,7 @@ async def create_task(body: TaskCreate, client: ClientDep, store: StoreDep,
     return await start_task(body, client, store, settings, dict(request.headers))
 
 
-@interactive.post("/task/stream", response_class=StreamingResponse,
-                  responses={200: {"content": {"text/event-stream": {}}}})
+@interactive.post("/task/stream", response_class=StreamingResponse, responses=SSE_RESPONSE)
 async def create_task_stream(body: TaskCreate, client: ClientDep, store: StoreDep,
                              settings: SettingsDep, request: Request) -> StreamingResponse:
     accepted = await start_task(body, client, store, settings, dict(request.headers))
@@ -150,38 +187,54 @@ async def create_task_stream(body: TaskCreate, client: ClientDep, store: StoreDe
     )
 
 
-async def task_row(store: Store, task_id: str) -> TaskRecord:
+async def task_row(store: Store, task_id: str, kind: str | None = None) -> TaskRecord:
+    """The row, or 404; with `kind`, a row of another kind is not this route's (404)."""
     row = await asyncio.to_thread(store.get_task, task_id)
-    if row is None:
-        raise not_found(f"task {task_id}")
+    if row is None or (kind is not None and row.kind != kind):
+        raise not_found(f"task {task_id}" if kind is None else f"{kind} task {task_id}")
     return row
 
 
+def ended(task_id: str, row: TaskRecord) -> HTTPException:
+    why = f": {row.error}" if row.error else ""
+    return HTTPException(status.HTTP_409_CONFLICT,
+                         f"task {task_id} has already ended ({row.status}{why})")
+
+
 @tasks.get("", response_model=list[TaskState])
-def list_tasks(store: StoreDep, session_id: str | None = None,
-               task_status: Annotated[str | None, Query(alias="status")] = None
-               ) -> list[TaskState]:
-    rows = store.list_tasks(session_id=session_id, status=task_status)
-    return [TaskState(**row.model_dump()) for row in rows]
+async def list_tasks(client: ClientDep, store: StoreDep,
+                     session_id: Annotated[str | None, Query(max_length=200)] = None,
+                     task_status: Annotated[str | None, Query(alias="status",
+                                                              max_length=40)] = None
+                     ) -> list[TaskState]:
+    rows = await asyncio.to_thread(store.list_tasks, session_id=session_id, status=task_status)
+    # Rows nobody else updates (code reviews) or whose workflow is gone follow Temporal.
+    fresh = [await refresh(client, store, row) if row.kind != "agent" else row
+             for row in rows]
+    return [TaskState(**row.model_dump()) for row in fresh
+            if task_status is None or row.status == task_status]
 
 
 @tasks.get("/{task_id}", response_model=TaskState)
-async def get_task(task_id: str, client: ClientDep, store: StoreDep) -> TaskState:
+async def get_task(task_id: TaskId, client: ClientDep, store: StoreDep) -> TaskState:
     row = await task_row(store, task_id)
-    state = TaskState(**row.model_dump())
-    if row.status in ("queued", "running"):
+    progress = None
+    if row.status in ("queued", "running", "waiting_approval"):
         try:
+            if row.kind != "agent":
+                raise LookupError("no progress query")
             handle = client.get_workflow_handle(row.workflow_id)
-            state.progress = await handle.query(AgentTaskWorkflow.progress)
-        except Exception:  # not picked up yet: the stored row is the truth
-            pass
+            progress = await handle.query(AgentTaskWorkflow.progress)
+        except Exception:  # not picked up yet, another kind, or gone: ask Temporal
+            row = await refresh(client, store, row)
+    state = TaskState(**row.model_dump())
+    state.progress = progress
     return state
 
 
-@tasks.get("/{task_id}/events", response_class=StreamingResponse,
-           responses={200: {"content": {"text/event-stream": {}}}})
-async def task_events(task_id: str, client: ClientDep, store: StoreDep,
-                      last_event_id: Annotated[str | None, Header()] = None
+@tasks.get("/{task_id}/events", response_class=StreamingResponse, responses=SSE_RESPONSE)
+async def task_events(task_id: TaskId, client: ClientDep, store: StoreDep,
+                      last_event_id: Annotated[str | None, Header(max_length=20)] = None
                       ) -> StreamingResponse:
     row = await task_row(store, task_id)
     after = int(last_event_id) if last_event_id and last_event_id.isdigit() else 0
@@ -190,18 +243,27 @@ async def task_events(task_id: str, client: ClientDep, store: StoreDep,
 
 
 @tasks.post("/{task_id}/cancel", status_code=202)
-async def cancel_task(task_id: str, client: ClientDep, store: StoreDep) -> dict[str, str]:
+async def cancel_task(task_id: TaskId, client: ClientDep, store: StoreDep) -> dict[str, str]:
     row = await task_row(store, task_id)
-    if row.status in ("completed", "failed", "cancelled"):
-        raise HTTPException(status.HTTP_409_CONFLICT, f"task {task_id} has already ended")
-    await client.get_workflow_handle(row.workflow_id).cancel()
+    if row.status in TERMINAL_STATUSES or row.status not in (
+            "queued", "running", "waiting_approval"):
+        raise ended(task_id, row)
+    try:
+        await client.get_workflow_handle(row.workflow_id).cancel()
+    except RPCError as err:
+        if not is_not_found(err):
+            raise
+        row = await mark_lost(store, row, f"workflow {row.workflow_id} not found in Temporal")
+        raise ended(task_id, row) from err
     return {"task_id": task_id, "status": "cancelling"}
 
 
 @tasks.post("/{task_id}/approvals", response_model=ApprovalOutcome)
-async def decide(task_id: str, body: ApprovalBody, client: ClientDep,
+async def decide(task_id: TaskId, body: ApprovalBody, client: ClientDep,
                  store: StoreDep) -> ApprovalOutcome:
-    row = await task_row(store, task_id)
+    row = await task_row(store, task_id, kind="agent")
+    if row.status in TERMINAL_STATUSES:
+        raise ended(task_id, row)
     handle = client.get_workflow_handle(row.workflow_id)
     try:
         outcome = await handle.execute_update(

@@ -1,17 +1,64 @@
-// Shared helpers: the bearer token (kept for the tab), JSON calls and SSE over fetch.
+// Shared helpers: the bearer token (kept for the tab), sign-in, JSON calls, SSE over fetch.
 export const $ = (selector, root = document) => root.querySelector(selector);
+const TOKEN_KEY = "refloop-token";
+
+// `refloop up` off loopback prints /ui/#token=...: keep it for the tab, drop it from the URL.
+const fromUrl = new URLSearchParams(location.hash.slice(1)).get("token");
+if (fromUrl) {
+  sessionStorage.setItem(TOKEN_KEY, fromUrl);
+  history.replaceState(null, "", location.pathname + location.search);
+}
 
 export function header() {
   const nav = document.createElement("header");
   nav.innerHTML = `<strong>refloop</strong>
     <a href="prompts.html">System prompts</a><a href="new-task.html">New task</a>
-    <a href="reviews.html">Quality reviews</a><a href="code-review.html">Code review</a>`;
+    <a href="reviews.html">Quality reviews</a><a href="code-review.html">Code review</a>
+    <a href="/docs">API docs</a>`;
+  if (sessionStorage.getItem(TOKEN_KEY)) {
+    const out = document.createElement("button");
+    out.type = "button"; out.className = "secondary"; out.textContent = "Sign out";
+    out.addEventListener("click", () => { sessionStorage.removeItem(TOKEN_KEY); signIn(); });
+    nav.append(out);
+  }
   document.body.prepend(nav);
 }
 
 function authHeaders() {
-  const token = sessionStorage.getItem("refloop-token");
+  const token = sessionStorage.getItem(TOKEN_KEY);
   return token ? { Authorization: `Bearer ${token}` } : {};
+}
+
+// A visible sign-in form (never prompt(): it blocks, and headless browsers cannot answer).
+// Signing in reloads the page, which then loads everything with the token.
+export function signIn(message = "This refloop API needs its token.") {
+  let form = $("#signin");
+  if (!form) {
+    form = document.createElement("form");
+    form.id = "signin"; form.className = "card fail";
+    form.innerHTML = `<h2>Sign in</h2><p id="signin-why"></p>
+      <label for="signin-token">API token</label>
+      <input id="signin-token" type="password" autocomplete="current-password" required>
+      <p><button type="submit">Sign in</button></p>`;
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      sessionStorage.setItem(TOKEN_KEY, $("#signin-token").value.trim());
+      const next = new URLSearchParams(location.search).get("next");
+      if (next && next.startsWith("/") && !next.startsWith("//")) location.href = next;
+      else location.reload();
+    });
+    (document.querySelector("main") || document.body).prepend(form);
+  }
+  $("#signin-why").textContent = message;
+  $("#signin-token").focus();
+}
+
+function unauthorized() {
+  const had = Boolean(sessionStorage.getItem(TOKEN_KEY));
+  sessionStorage.removeItem(TOKEN_KEY);
+  signIn(had ? "The token was refused; enter it again." : "This refloop API needs its token.");
+  const error = new Error("HTTP 401"); error.status = 401; error.body = null;
+  return error;
 }
 
 export async function api(path, options = {}) {
@@ -19,10 +66,7 @@ export async function api(path, options = {}) {
     ...options,
     headers: { "content-type": "application/json", ...authHeaders(), ...(options.headers || {}) },
   });
-  if (response.status === 401) {
-    const token = prompt("This refloop API needs its bearer token:");
-    if (token) { sessionStorage.setItem("refloop-token", token); return api(path, options); }
-  }
+  if (response.status === 401) throw unauthorized();
   const body = response.status === 204 ? null : await response.json().catch(() => null);
   if (!response.ok) { const error = new Error(`HTTP ${response.status}`); error.body = body;
                       error.status = response.status; throw error; }
@@ -44,6 +88,9 @@ export async function streamEvents(path, lastId, onEvent) {
   const headers = { ...authHeaders() };
   if (lastId) headers["Last-Event-ID"] = String(lastId);
   const response = await fetch(path, { headers });
+  if (response.status === 401) throw unauthorized();
+  if (!response.ok) { const error = new Error(`HTTP ${response.status}`);
+                      error.status = response.status; throw error; }
   const reader = response.body.getReader();
   const decoder = new TextDecoder();
   let buffer = "";
@@ -69,4 +116,10 @@ export async function streamEvents(path, lastId, onEvent) {
 export function escapeHtml(text) {
   return String(text ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;",
     ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
+}
+
+// A quality review's verdict: UNAVAILABLE (no reviewer answered) is never shown as a pass.
+export function verdict(review) {
+  if (review.outcome === "unavailable") return { label: "UNAVAILABLE", cls: "unavailable" };
+  return review.pass ? { label: "PASS", cls: "pass" } : { label: "FAIL", cls: "fail" };
 }

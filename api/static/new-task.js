@@ -9,7 +9,8 @@ for (const prompt of await api("/prompts")) {
 $("#task-form").addEventListener("submit", async (event) => {
   event.preventDefault();
   document.querySelectorAll(".error").forEach((e) => { e.textContent = ""; });
-  const start = { workspace: $("#workspace").value, approval_mode: $("#approval").value };
+  const start = { approval_mode: $("#approval").value };
+  if ($("#workspace").value) start.workspace = $("#workspace").value;
   if ($("#prompt").value) start.prompt_id = Number($("#prompt").value);
   if ($("#model").value) start.model = $("#model").value;
   try {

@@ -1,4 +1,4 @@
-import { $, api, escapeHtml, header, streamEvents } from "./app.js";
+import { $, api, escapeHtml, header, streamEvents, verdict } from "./app.js";
 
 header();
 const taskId = new URLSearchParams(location.search).get("id");
@@ -53,11 +53,11 @@ function show(event) {
     case "tool_result": card(`← ${escapeHtml(d.tool)} ${d.ok ? "ok" :
       `<span class="error">${escapeHtml(d.error)}</span>`}${output(d.output)}`,
       d.ok ? "" : "fail"); break;
-    case "quality_review": card(`<strong>Quality review: ${escapeHtml(d.file_path)} —
-      ${d.pass ? "PASS" : "FAIL"}</strong> <span class="badge">${escapeHtml(d.outcome)}</span>
+    case "quality_review": { const v = verdict(d);
+      card(`<strong>Quality review: ${escapeHtml(d.file_path)} — ${v.label}</strong>
+      <span class="badge">${escapeHtml(d.outcome)}</span>
       <p>${escapeHtml(d.summary)}</p><ul>${(d.reasons || []).map((r) =>
-      `<li>${escapeHtml(r)}</li>`).join("")}</ul>`, d.pass ? "pass quality-review"
-      : "fail quality-review"); break;
+      `<li>${escapeHtml(r)}</li>`).join("")}</ul>`, `${v.cls} quality-review`); break; }
     case "reflection": card(`<strong>Reflection</strong> <span class="badge">${escapeHtml(
       d.trigger)}</span> ${escapeHtml(d.trigger === "completeness"
         ? `${d.is_complete ? "complete" : "incomplete"}: ${d.analysis}`
@@ -75,14 +75,17 @@ function show(event) {
       card(`Approval ${d.approved ? "granted" : "rejected"} for call ${escapeHtml(d.call_id)}`);
       break;
     case "completed": case "failed": finish(); break;
+    case "lost": case "cancelled": case "incomplete":
+      card(`<strong>${escapeHtml(event.type)}</strong> ${escapeHtml(d.error || "")}`, "fail");
+      finish(); break;
     default: card(`<span class="muted">${escapeHtml(event.type)}</span>`);
   }
 }
 
 async function finish() {
   const state = await api(`/tasks/${taskId}`);
-  $("#status").textContent = state.status;
-  $("#cancel").hidden = ["completed", "failed", "cancelled"].includes(state.status);
+  $("#status").textContent = state.status;  // any status, as the API says it
+  $("#cancel").hidden = !["queued", "running", "waiting_approval"].includes(state.status);
   const result = state.result;
   if (!result) return;
   $("#final").hidden = false;
@@ -102,7 +105,11 @@ $("#cancel").addEventListener("click", () => api(`/tasks/${taskId}/cancel`, { me
 const seen = JSON.parse(sessionStorage.getItem(seenKey) || "[]");
 seen.forEach(show);
 $("#status").textContent = "running";
-await streamEvents(`/tasks/${taskId}/events`, seen.length ? seen[seen.length - 1].id : 0,
+try {
+  await streamEvents(`/tasks/${taskId}/events`, seen.length ? seen[seen.length - 1].id : 0,
   (event) => { seen.push(event); sessionStorage.setItem(seenKey, JSON.stringify(seen));
                show(event); });
-if ($("#final").hidden) finish();
+} catch (error) {
+  if (error.status !== 401) throw error;  // 401: the sign-in form is showing
+}
+if ($("#final").hidden && !$("#signin")) finish();

@@ -5,31 +5,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
 
 import httpx
-import pytest
 
 from api.main import create_app
 from tests.llm_fixtures import unique_scenario
 from tests.workflow.helpers import CODING, SUMMARY, call, final, plan_of
-from worker.main import build_worker
 from workflows.agent import AgentTaskWorkflow
 
 REVIEW_FAIL = {"json": {"pass": False, "reasons": ["no summary"], "suggestions": "add one",
                         "summary": "bad"}}
-
-
-@pytest.fixture
-async def api(client, settings, task_queue) -> AsyncIterator[httpx.AsyncClient]:
-    settings = settings.model_copy(update={"refloop_task_queue": task_queue,
-                                           "enable_reflection": False})
-    app = create_app(settings, client=client)
-    async with build_worker(client, settings, task_queue):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
-            http.app = app  # type: ignore[attr-defined]
-            yield http
 
 
 def parse_sse(text: str) -> list[dict]:

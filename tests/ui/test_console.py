@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from refloop.net import free_port
 from refloop.scripted_llm import ScriptedLLMServer
 from tests.http_wait import wait_until_healthy
 
+TOKEN = "ui-s3cret-token"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ARTIFACTS = Path(__file__).parents[2] / "test-artifacts"
 pytestmark = pytest.mark.skipif(
@@ -53,19 +56,24 @@ SCENARIO = {"name": "ui", "responses": {
 }}
 
 
-@pytest.fixture
-def console(tmp_path):
+@contextlib.contextmanager
+def running_console(tmp_path: Path, token: str | None = None) -> Iterator[str]:
+    """`refloop up` on a free port with the scripted model; its base URL."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     with ScriptedLLMServer(SCENARIO) as llm:
         env = {k: v for k, v in os.environ.items()
-               if k not in ("TEMPORAL_ADDRESS", "DATABASE_URL")}
+               if k not in ("TEMPORAL_ADDRESS", "DATABASE_URL", "REFLOOP_API_TOKEN")}
         env.update({"OPENAI_BASE_URL": llm.base_url, "OPENAI_API_KEY": "ui",
                     "REFLOOP_DATA_DIR": str(tmp_path / "data"),
                     # Never the conventional ports: other servers run on this machine.
                     "REFLOOP_TEMPORAL_PORT": str(free_port()),
-                    "REFLOOP_UI_PORT": str(free_port())})
+                    "REFLOOP_UI_PORT": str(free_port()),
+                    # the tasks' workspaces, and `.` (the code-review form's default)
+                    "REFLOOP_WORKSPACE_ROOTS": f"{tmp_path},{Path.cwd()}"})
+        if token:
+            env["REFLOOP_API_TOKEN"] = token
         server = subprocess.Popen([sys.executable, "-m", "refloop", "up", "--port", str(port)],
                                   env=env, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.DEVNULL, start_new_session=True)
@@ -76,6 +84,18 @@ def console(tmp_path):
         finally:
             server.terminate()
             server.wait(timeout=20)
+
+
+@pytest.fixture
+def console(tmp_path):
+    with running_console(tmp_path) as base:
+        yield base
+
+
+@pytest.fixture
+def secured_console(tmp_path):
+    with running_console(tmp_path, token=TOKEN) as base:
+        yield base
 
 
 def test_prompt_task_reviews_approval_and_stats(console, tmp_path):
@@ -149,3 +169,68 @@ def test_code_review_page_groups_by_severity_and_strikes_deletions(console):
         expect(page.locator(".card:not(.struck)", has_text="ISSUE-001")).to_be_visible()
         page.screenshot(path=str(ARTIFACTS / "code-review-390.png"), full_page=True)
         browser.close()
+
+
+def test_token_protected_console_signs_in_and_approves_in_a_new_tab(secured_console,
+                                                                    tmp_path):
+    from playwright.sync_api import expect, sync_playwright
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=[
+            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        context.set_default_timeout(20_000)
+        page = context.new_page()
+        page.on("dialog", lambda dialog: pytest.fail(f"a blocking dialog: {dialog.message}"))
+        # No token yet: a visible sign-in form, not a prompt() and not a blank page.
+        page.goto(f"{secured_console}/ui/new-task.html")
+        expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
+        page.get_by_label("API token").fill("wrong")
+        page.get_by_role("button", name="Sign in").click()
+        expect(page.get_by_text("The token was refused")).to_be_visible()
+        page.get_by_label("API token").fill(TOKEN)
+        page.get_by_role("button", name="Sign in").click()
+        page.get_by_label("Workspace").fill(str(workspace))
+        page.get_by_label("Task", exact=True).fill("write report.md")
+        page.get_by_label("Approvals").select_option("confirm_writes")
+        page.get_by_role("button", name="Start").click()
+        page.wait_for_url("**/task.html?id=*")
+        task_url = page.url
+        # The same task in a new tab: no token there (sessionStorage is per tab), so its
+        # event stream answers 401 and the sign-in comes back, visibly.
+        tab = context.new_page()
+        tab.goto(task_url)
+        expect(tab.get_by_role("heading", name="Sign in")).to_be_visible()
+        tab.get_by_label("API token").fill(TOKEN)
+        tab.get_by_role("button", name="Sign in").click()
+        # Signed in: the plan, the cards and the Approve button, from the token-bearing
+        # event stream.
+        expect(tab.locator("#plan li", has_text="write the report")).to_be_visible()
+        expect(tab.locator("#events .card").first).to_be_visible()
+        tab.get_by_role("button", name="Approve").click()
+        expect(tab.get_by_text("Approval granted for call")).to_have_count(1)
+        tab.get_by_role("button", name="Approve").click()
+        expect(tab.get_by_text("Approval granted for call")).to_have_count(2)
+        expect(tab.locator("#status")).to_have_text("completed", timeout=20_000)
+        tab.screenshot(path=str(ARTIFACTS / "task-signed-in.png"), full_page=True)
+        # A review no reviewer answered is UNAVAILABLE and grey, never a green PASS.
+        from refloop.models import QualityReview, RecordQualityReviewInput
+        from refloop.store import Store
+
+        db = (tmp_path / "data" / "refloop.db").resolve()
+        Store(f"sqlite:///{db}").record_quality_review(RecordQualityReviewInput(
+            task_id="task-unavailable", review_key="unavailable-1", review=QualityReview(
+                file_path="notes.md", passed=True, outcome="unavailable",
+                summary="reviewer unreachable")))
+        tab.goto(f"{secured_console}/ui/reviews.html?task_id=task-unavailable")
+        row = tab.locator("#rows tr.unavailable")
+        expect(row).to_contain_text("UNAVAILABLE")
+        assert "PASS" not in row.inner_text()
+        assert tab.locator("#rows tr.pass").count() == 0
+        # The API docs load offline (local Swagger UI) with the tab's token.
+        tab.goto(f"{secured_console}/docs")
+        expect(tab.get_by_text("/agent/interactive/start").first).to_be_visible()
+        browser.close()
+    assert (workspace / "report.md").exists()

@@ -181,4 +181,6 @@ def test_demo_scenario_is_valid():
 
     scenario = load_scenario(demo_scenario_path())
     assert {p.value for p in scenario.responses} == {
-        "intent", "plan", "act", "completeness", "summary", "code_review", "code_verify"}
+        "intent", "plan", "act", "completeness", "summary", "code_review", "code_verify",
+        "quality_review"}
+    assert scenario.repeat  # one `refloop up` serves any number of tasks

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 
+from activities.code_review_activities import mirror_file
 from refloop import visibility
 from refloop.code_review_models import CodeReviewInput, CodeReviewResult
 from refloop.store import CodeReviewContentRecord, store_for
@@ -173,7 +174,7 @@ async def test_content_record_grows_in_db_and_file(client, settings, scripted_ll
     assert row.review_result["issues"][0]["id"] == "ISSUE-001"
     assert row.verification_result["verification_result"]["quality_assessment"][
         "overall_score"] == 85
-    mirror = settings.refloop_data_dir / "review_content" / f"{result.task_id}_content.json"
+    mirror = mirror_file(settings.refloop_data_dir / "review_content", result.task_id)
     document = json.loads(mirror.read_text())
     assert list(document) == ["task_id", "review_type", "created_at", "content",
                               "review_result", "verification_result"]

@@ -1,0 +1,143 @@
+"""The API's boundary: body size (streamed, chunked included), NUL bytes, short 422s.
+
+A pure ASGI middleware reads the body as it arrives and stops at MAX_BODY_BYTES, so a
+chunked upload without Content-Length is refused the same way, never buffered whole.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import parse_qsl
+
+from fastapi import Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import compile_path
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+MAX_BODY_BYTES = 1_000_000
+ECHO_CHARS = 80  # a 422 quotes at most this much of the offending input
+
+
+async def _send_json(send: Send, status: int, detail: str) -> None:
+    body = json.dumps({"detail": detail}).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(v) for v in value)
+    return False
+
+
+def nul_in_request(path: str, query: bytes, body: bytes) -> str | None:
+    """Where a NUL byte hides in the request, or None. Stored strings never hold one
+    (PostgreSQL refuses them), so they stop here with a 422 instead of a 500."""
+    if "\x00" in path:  # the ASGI path is already percent-decoded
+        return "the path"
+    pairs = parse_qsl(query.decode("latin-1"), keep_blank_values=True)
+    if any("\x00" in k or "\x00" in v for k, v in pairs):
+        return "the query string"
+    if b"\x00" in body:
+        return "the body"
+    if b"\\u0000" in body.lower():
+        try:
+            parsed = json.loads(body)
+        except ValueError:
+            return None  # not JSON: validation answers it
+        if _has_nul(parsed):
+            return "the body"
+    return None
+
+
+class BoundaryGuard:
+    """Body limit while streaming, then NUL bytes anywhere: 413 / 422 before any route."""
+
+    def __init__(self, app: ASGIApp, max_body: int = MAX_BODY_BYTES) -> None:
+        self.app = app
+        self.max_body = max_body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        length = headers.get(b"content-length", b"")
+        if length.isdigit() and int(length) > self.max_body:
+            await _send_json(send, 413, f"body larger than {self.max_body} bytes")
+            return
+        chunks: list[bytes] = []
+        size = 0
+        more = scope["method"] not in ("GET", "HEAD", "DELETE", "OPTIONS")
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body:  # chunked or lying Content-Length: stop reading here
+                await _send_json(send, 413, f"body larger than {self.max_body} bytes")
+                return
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        where = nul_in_request(scope.get("path", ""), scope.get("query_string", b""), body)
+        if where:
+            await _send_json(send, 422, f"NUL bytes are not accepted ({where})")
+            return
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()  # after the body: disconnects, for streaming responses
+
+        await self.app(scope, replay, send)
+
+
+def _short(value: Any) -> Any:
+    if isinstance(value, bytes):  # a body that is not JSON: quoted as text
+        value = value[:ECHO_CHARS * 4].decode("utf-8", errors="replace")
+    if isinstance(value, str):
+        return value[:ECHO_CHARS] + ("…" if len(value) > ECHO_CHARS else "")
+    if isinstance(value, int | float | bool) or value is None:
+        return value
+    text = json.dumps(jsonable_encoder(value), ensure_ascii=False, default=str)
+    return text[:ECHO_CHARS] + ("…" if len(text) > ECHO_CHARS else "")
+
+
+async def short_validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+    """FastAPI's 422 shape, but each `input` cut to a short prefix (never the whole body)."""
+    errors = []
+    for error in exc.errors():
+        item = {k: v for k, v in error.items() if k in ("type", "loc", "msg")}
+        if "input" in error:
+            item["input"] = _short(error["input"])
+        errors.append(item)
+    return JSONResponse({"detail": jsonable_encoder(errors[:20])}, status_code=422)
+
+
+async def http_error(request: Request, exc: StarletteHTTPException) -> Any:
+    """405 names every method of the path in `Allow` (Starlette names only the first
+    route's, while /prompts has GET and POST on two routes); other statuses as FastAPI."""
+    if exc.status_code == 405:
+        methods: set[str] = set()
+        for template, operations in request.app.openapi()["paths"].items():
+            if compile_path(template)[0].match(request.url.path):
+                methods |= {method.upper() for method in operations}
+        if methods:
+            exc.headers = {**(exc.headers or {}), "Allow": ", ".join(sorted(methods))}
+    return await http_exception_handler(request, exc)

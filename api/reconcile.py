@@ -1,0 +1,95 @@
+"""Task rows kept truthful against Temporal.
+
+A row that claims to run is checked against its workflow: at API start-up (all of them,
+in the background) and whenever a route finds the workflow missing. A workflow that no
+longer exists (an in-memory server restarted, a namespace wiped) makes its row `lost`,
+with the reason. A closed workflow whose row never heard of it (code reviews record no row
+themselves; a terminated agent task cannot) gets the workflow's own outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import timedelta
+
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.service import RPCError, RPCStatusCode
+
+from refloop.code_review_models import CodeReviewResult
+from refloop.models import RecordTaskInput, TaskResult
+from refloop.store import TERMINAL_STATUSES, Store, TaskRecord, as_utc, utcnow
+
+log = logging.getLogger("refloop.api")
+OPEN_STATUSES = ("queued", "running", "waiting_approval")
+# A row is written just before its workflow starts: a missing workflow only means "lost"
+# once the row is older than this.
+START_GRACE = timedelta(seconds=15)
+CLOSED = {
+    WorkflowExecutionStatus.FAILED: ("failed", "the workflow failed"),
+    WorkflowExecutionStatus.CANCELED: ("cancelled", "the workflow was cancelled"),
+    WorkflowExecutionStatus.TERMINATED: ("failed", "the workflow was terminated"),
+    WorkflowExecutionStatus.TIMED_OUT: ("failed", "the workflow timed out"),
+}
+
+
+def is_not_found(err: BaseException) -> bool:
+    return isinstance(err, RPCError) and err.status == RPCStatusCode.NOT_FOUND
+
+
+async def _record(store: Store, row: TaskRecord, status: str, *, error: str | None = None,
+                  result: dict | None = None) -> TaskRecord:
+    return await asyncio.to_thread(store.record_task, RecordTaskInput(
+        task_id=row.task_id, workflow_id=row.workflow_id, kind=row.kind,
+        session_id=row.session_id, status=status, error=error, result=result))
+
+
+async def mark_lost(store: Store, row: TaskRecord, why: str) -> TaskRecord:
+    log.warning("task %s is lost: %s", row.task_id, why)
+    return await _record(store, row, "lost", error=why)
+
+
+async def refresh(client: Client, store: Store, row: TaskRecord) -> TaskRecord:
+    """The row, brought in line with its workflow (unchanged while it truly runs)."""
+    if row.status in TERMINAL_STATUSES or row.status not in OPEN_STATUSES:
+        return row
+    handle = client.get_workflow_handle(row.workflow_id)
+    try:
+        description = await handle.describe()
+    except RPCError as err:
+        if not is_not_found(err) or utcnow() - as_utc(row.created_at) < START_GRACE:
+            return row
+        return await mark_lost(store, row, f"workflow {row.workflow_id} not found in "
+                                           "Temporal (its server lost it, e.g. a restart of "
+                                           "the in-memory dev server)")
+    status = description.status
+    if status == WorkflowExecutionStatus.COMPLETED:
+        result_type = CodeReviewResult if row.kind == "code_review" else TaskResult
+        try:
+            result = await client.get_workflow_handle(
+                row.workflow_id, result_type=result_type).result()
+        except Exception as err:  # noqa: BLE001 (unreadable result: say so, never hang)
+            return await _record(store, row, "failed", error=f"result unreadable: {err}")
+        return await _record(store, row, result.status, result=result.model_dump(mode="json"))
+    if status in CLOSED:
+        new_status, why = CLOSED[status]
+        return await _record(store, row, new_status, error=why)
+    if row.kind != "agent" and row.status == "queued":  # agent rows say so themselves
+        return await _record(store, row, "running")
+    return row
+
+
+async def reconcile_all(client: Client, store: Store) -> int:
+    """Start-up pass over every open row; returns how many rows changed."""
+    changed = 0
+    try:
+        for status in OPEN_STATUSES:
+            rows = await asyncio.to_thread(store.list_tasks, status=status, limit=10_000)
+            for row in rows:
+                fresh = await refresh(client, store, row)
+                changed += fresh.status != row.status
+    except Exception:  # a start-up helper: logged, never fatal
+        log.exception("reconciling task rows with Temporal failed")
+    if changed:
+        log.warning("reconciled %d task rows with Temporal", changed)
+    return changed

@@ -1,0 +1,23 @@
+"""The API under test: the app in-process over ASGI, a worker on its own task queue."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from api.main import create_app
+from worker.main import build_worker
+
+
+@pytest.fixture
+async def api(client, settings, task_queue) -> AsyncIterator[httpx.AsyncClient]:
+    settings = settings.model_copy(update={"refloop_task_queue": task_queue,
+                                           "enable_reflection": False})
+    app = create_app(settings, client=client)
+    async with build_worker(client, settings, task_queue):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
+            http.app = app  # type: ignore[attr-defined]
+            yield http

@@ -1,0 +1,150 @@
+"""Schemathesis against the ASGI app in-process, on SQLite and on PostgreSQL, with every
+check (the `--checks all` of its CLI). Zero failures expected.
+
+Examples per operation are capped (SCHEMATHESIS_MAX_EXAMPLES, default 15) to keep `make
+test` short. No worker polls the task queue here, so started workflows stay queued: the
+API's answers, not the agent, are under test (tests/api/test_api.py runs tasks end to end).
+Case counts land in test-artifacts/schemathesis-<db>.json.
+
+Exclusions, each with its reason (EXCLUDED and CONFIG below):
+- NUL bytes are not generated: the API refuses them at the boundary on purpose (422,
+  covered by tests/api/test_hardening.py), which the schema does not express.
+- 413 counts as a correct refusal: the 1 MB cap counts bytes, field lengths count
+  characters.
+- positive_data_acceptance on the two routes that take a directory (session start,
+  code-review start): a schema-valid string is still refused (422) unless it names an
+  existing directory inside REFLOOP_WORKSPACE_ROOTS, which no schema can express.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck
+from hypothesis import settings as hypothesis_settings
+from schemathesis.checks import CHECKS, load_all_checks
+from schemathesis.config import SchemathesisConfig
+
+from api.main import create_app
+from refloop.settings import Settings
+from tests.constants import TEST_DATABASE_URL
+
+MAX_EXAMPLES = int(os.environ.get("SCHEMATHESIS_MAX_EXAMPLES", "15"))
+ARTIFACTS = Path(__file__).parents[2] / "test-artifacts"
+load_all_checks()
+ALL_CHECKS = CHECKS.get_all()
+EXCLUDED = {  # (method, path): check names, reasons in the module docstring
+    ("POST", "/agent/interactive/start"): {"positive_data_acceptance"},
+    ("POST", "/code-reviews"): {"positive_data_acceptance"},
+}
+COUNTS: dict[str, dict[str, int]] = {}
+
+
+def build_app(client, tmp_path_factory, scripted_llm, database_url: str | None,
+              token: str | None = None):
+    data = tmp_path_factory.mktemp("schemathesis")
+    settings = Settings(
+        openai_base_url=scripted_llm.base_url, openai_api_key="test",
+        database_url=database_url, refloop_data_dir=data / "data",
+        refloop_workspace_roots=str(data), refloop_semantic_index=False,
+        refloop_task_queue=f"st-{uuid.uuid4().hex[:8]}",  # no worker: tasks stay queued
+        refloop_api_token=token,
+    )
+    return create_app(settings, client=client)
+
+
+@pytest.fixture
+def sqlite_app(client, tmp_path_factory, scripted_llm):
+    return build_app(client, tmp_path_factory, scripted_llm, None)
+
+
+@pytest.fixture
+def postgres_app(client, tmp_path_factory, scripted_llm):
+    return build_app(client, tmp_path_factory, scripted_llm, TEST_DATABASE_URL)
+
+
+@pytest.fixture
+def secured_app(client, tmp_path_factory, scripted_llm):
+    return build_app(client, tmp_path_factory, scripted_llm, None, token=TOKEN)
+
+
+TOKEN = "schemathesis-token"
+# The document as served (no token configured): built once at import, without a database.
+NEGATIVE_OK = ["400", "401", "403", "404", "405", "406", "409", "413", "415", "422", "428",
+               "429", "5xx"]
+POSITIVE_OK = ["2xx", "3xx", "401", "403", "404", "409", "413", "429", "5xx"]
+CONFIG_DATA = {
+    # NUL bytes: refused at the boundary by design (422; tests/api/test_hardening.py).
+    "generation": {"allow-x00": False},
+    "checks": {
+        # 413: the 1 MB body cap is in bytes, not characters; a body of long strings of
+        # 4-byte characters is refused by size before (or instead of) by field lengths.
+        "negative_data_rejection": {"expected-statuses": NEGATIVE_OK},
+        "positive_data_acceptance": {"expected-statuses": POSITIVE_OK},
+    },
+}
+CONFIG = SchemathesisConfig.from_dict(CONFIG_DATA)
+SCHEMA = schemathesis.openapi.from_dict(
+    create_app(Settings(refloop_data_dir=Path("/nonexistent")), client=None).openapi(),
+    config=CONFIG)
+
+
+def run_case(case, app, db: str, headers: dict[str, str] | None = None) -> None:
+    counts = COUNTS.setdefault(db, {"cases": 0, "failures": 0})
+    # answered / refused_401: with the token, most cases must get past the auth check
+    counts["cases"] += 1
+    try:
+        # Checks that send probes of their own (ignored_auth) use the schema's transport.
+        case.operation.schema.app = app
+        skip = EXCLUDED.get((case.method.upper(), case.path), set())
+        checks = [check for check in ALL_CHECKS if check.__name__ not in skip]
+        response = case.call_and_validate(app=app, base_url="http://api", checks=checks,
+                                          headers=headers)
+        key = "refused_401" if response.status_code == 401 else "answered"
+        counts[key] = counts.get(key, 0) + 1
+    except BaseException:
+        counts["failures"] += 1
+        raise
+    finally:
+        ARTIFACTS.mkdir(exist_ok=True)
+        (ARTIFACTS / f"schemathesis-{db}.json").write_text(json.dumps(counts))
+
+
+SETTINGS = hypothesis_settings(max_examples=MAX_EXAMPLES, deadline=None, database=None,
+                               suppress_health_check=list(HealthCheck))
+# With a token: the document that declares bearer security and 401s (ignored_auth then
+# checks that a request without the token really is refused). Fewer examples: the routes
+# behind the token are the ones above.
+# The coverage phase (every boundary value, ~1,000 cases) already ran without the token.
+# The token goes in as schemathesis' own auth, so it knows which cases tamper with it.
+SECURED_CONFIG = SchemathesisConfig.from_dict({
+    **CONFIG_DATA, "phases": {"coverage": {"enabled": False}},
+    "auth": {"openapi": {"bearer": {"bearer": TOKEN}}}})
+SECURED_SCHEMA = schemathesis.openapi.from_dict(
+    create_app(Settings(refloop_data_dir=Path("/nonexistent"), refloop_api_token=TOKEN),
+               client=None).openapi(), config=SECURED_CONFIG)
+
+
+@SCHEMA.parametrize()
+@SETTINGS
+def test_api_on_sqlite(case, sqlite_app):
+    run_case(case, sqlite_app, "sqlite")
+
+
+@pytest.mark.db
+@SCHEMA.parametrize()
+@SETTINGS
+def test_api_on_postgresql(case, postgres_app):
+    run_case(case, postgres_app, "postgresql")
+
+
+@SECURED_SCHEMA.parametrize()
+@hypothesis_settings(max_examples=max(3, MAX_EXAMPLES // 3), deadline=None, database=None,
+                     suppress_health_check=list(HealthCheck))
+def test_api_with_a_token(case, secured_app):
+    run_case(case, secured_app, "sqlite-token")
