@@ -196,7 +196,7 @@ def test_token_protected_console_signs_in_and_approves_in_a_new_tab(secured_cons
         page.get_by_label("Task", exact=True).fill("write report.md")
         page.get_by_label("Approvals").select_option("confirm_writes")
         page.get_by_role("button", name="Start").click()
-        page.wait_for_url("**/task.html?id=*")
+        page.wait_for_url("**/task.html?id=*", timeout=60_000)  # a loaded machine is slow
         task_url = page.url
         # The same task in a new tab: no token there (sessionStorage is per tab), so its
         # event stream answers 401 and the sign-in comes back, visibly.
