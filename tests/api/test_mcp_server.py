@@ -89,7 +89,8 @@ async def test_refloop_mcp_over_stdio(client, temporal_server, mcp_settings, scr
     env = {**os.environ, "TEMPORAL_ADDRESS": temporal_server, "REFLOOP_TASK_QUEUE": task_queue,
            "OPENAI_BASE_URL": mcp_settings.openai_base_url, "OPENAI_API_KEY": "test",
            "DATABASE_URL": mcp_settings.database_url,
-           "REFLOOP_DATA_DIR": str(mcp_settings.refloop_data_dir)}
+           "REFLOOP_DATA_DIR": str(mcp_settings.refloop_data_dir),
+           "REFLOOP_WORKSPACE_ROOTS": str(workspace.parent)}
     params = StdioServerParameters(command=sys.executable, args=["-m", "refloop", "mcp"],
                                    env=env)
     async with build_worker(client, mcp_settings, task_queue), stdio_client(params) as (
@@ -150,7 +151,8 @@ async def test_mcp_over_http_without_a_token_serves_localhost(client, mcp_settin
         assert listed >= TOOLS
         refused = await session.call_tool("start_task", {"task": "x",
                                                          "workspace": "/no/such/dir"})
-        assert refused.is_error and "not an existing directory" in refused.content[0].text
+        # outside the workspace roots: refused before the filesystem is even looked at
+        assert refused.is_error and "REFLOOP_WORKSPACE_ROOTS" in refused.content[0].text
 
 
 async def test_api_tasks_choose_mcp_servers_with_a_session_default(
