@@ -198,6 +198,7 @@ async def test_refloop_mcp_on_its_own_embedded_stack(tmp_path: Path):
     env = {k: v for k, v in os.environ.items()
            if k not in ("OPENAI_BASE_URL", "TEMPORAL_ADDRESS", "DATABASE_URL")}
     env["REFLOOP_DATA_DIR"] = str(tmp_path / "data")
+    env["REFLOOP_WORKSPACE_ROOTS"] = str(tmp_path)  # MCP tasks obey the roots like the API's
     params = StdioServerParameters(command=sys.executable, args=["-m", "refloop", "mcp"],
                                    env=env)
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
