@@ -8,9 +8,10 @@ index throughput, the cost of a one-file re-index and query p50/p95, per embeddi
 The corpus is starlette as installed in the venv (42 labelled queries written from
 behaviour; --small: the quick subset `make test` runs); `--queries` names another query
 file (the held-out httpx queries, never used to tune the method). Recall is also reported
-per half of the queries: the even-numbered half was used to choose settings, the odd one
-was not. Start-up: a fresh interpreter doing what `refloop worker` does (start the warm-up,
-import the worker's modules) times process launch -> worker ready -> first query answered.
+per half of the queries: of the starlette queries, the even-numbered half was used to
+choose the fusion weight, the odd one was not. Start-up: a fresh interpreter doing what
+`refloop worker` does (start the warm-up, import the worker's modules) times process
+launch -> worker ready -> first query answered.
 """
 
 from __future__ import annotations
@@ -158,7 +159,7 @@ def main() -> None:
                 halves.append(half_row(f"search_semantic {mode} ({model})", ranker, queries))
                 if mode == "hybrid" and args.misses:
                     hybrid_misses = scores.misses
-                if not args.small:
+                if not args.small and name_queries:
                     named.append(row(f"search_semantic {mode} ({model})",
                                      score(ranker, name_queries)))
             if not baselines_done:
@@ -171,11 +172,11 @@ def main() -> None:
                     p50, p95 = latencies(ranker, queries, 1)
                     print(row(name, scores, p50, p95))
                     halves.append(half_row(name, ranker, queries))
-                    if not args.small:
+                    if not args.small and name_queries:
                         named.append(row(name, score(ranker, name_queries)))
                 baselines_done = True
-            print("\nby half (recall@1 / recall@5 / MRR): even-numbered queries (settings were "
-                  "chosen on these) | odd-numbered queries\n")
+            print("\nby half (recall@1 / recall@5 / MRR): even-numbered queries (of the "
+                  "starlette file: the half the fusion weight was chosen on) | odd-numbered\n")
             print("| method | even half | odd half |\n|---|---|---|")
             print("\n".join(halves))
             if named:
