@@ -3,9 +3,15 @@ search_semantic (hybrid, and each side alone) beside BM25 and grep in the same r
 index throughput, the cost of a one-file re-index and query p50/p95, per embedding model.
 
     python -m bench.bench_code_search [--small] [--models minilm-int8,minilm] [--repeats 3]
+        [--queries tests/fixtures/code_search_queries_httpx.yaml] [--misses]
 
 The corpus is starlette as installed in the venv (42 labelled queries written from
-behaviour; --small: the quick subset `make test` runs).
+behaviour; --small: the quick subset `make test` runs); `--queries` names another query
+file (the held-out httpx queries, never used to tune the method). Recall is also reported
+per half of the queries: of the starlette queries, the even-numbered half was used to
+choose the fusion weight, the odd one was not. Start-up: a fresh interpreter doing what
+`refloop worker` does (start the warm-up, import the worker's modules) times process
+launch -> worker ready -> first query answered.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import time
 from pathlib import Path
 
 from bench.code_search_eval import (
+    QUERIES,
     bm25_ranker,
     copy_corpus,
     corpus_units,
@@ -46,6 +53,31 @@ print(loaded - began, time.perf_counter() - loaded)
 """
 
 
+WORKER_PROBE = """
+import sys, time
+began = time.time()
+from refloop.semantic import start_warm_up
+start_warm_up(sys.argv[3])  # `refloop worker` starts it before importing the worker
+import worker.main  # noqa: F401  (the Temporal SDK, workflows, activities)
+ready = time.time()
+from pathlib import Path
+from refloop.semantic import CodeIndex
+CodeIndex(Path(sys.argv[2]), Path(sys.argv[1]), sys.argv[3]).search("read a setting", 5)
+print(began, ready, time.time())
+"""
+
+
+def worker_start(model: str, corpus: Path, index_dir: Path) -> tuple[float, float, float]:
+    """Seconds from launching a fresh interpreter to: the worker's modules imported (the
+    worker could poll), the first query answered; and the gap between the two."""
+    launched = time.time()
+    done = subprocess.run([sys.executable, "-c", WORKER_PROBE, str(corpus), str(index_dir),
+                           model], capture_output=True, text=True, check=True,
+                          cwd=Path(__file__).resolve().parent.parent)
+    _, ready, answered = map(float, done.stdout.strip().splitlines()[-1].split())
+    return ready - launched, answered - launched, answered - ready
+
+
 def cold_start(model: str, corpus: Path, index_dir: Path) -> tuple[float, float]:
     """In a fresh interpreter, as a worker starts: seconds to import LanceDB and load the
     model (the warm-up), then seconds for the first query."""
@@ -61,20 +93,30 @@ def row(name: str, scores, p50: float | None = None, p95: float | None = None) -
             f"{scores.mrr:.2f} | {timing} |")
 
 
+def half_row(name: str, ranker, queries) -> str:
+    cells = []
+    for half in (queries[0::2], queries[1::2]):
+        s = score(ranker, half)
+        cells.append(f"{s.recall_at_1:.2f} / {s.recall_at_5:.2f} / {s.mrr:.2f}")
+    return f"| {name} | {cells[0]} | {cells[1]} |"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--small", action="store_true", help="the quick corpus of make test")
     parser.add_argument("--models", default="minilm-int8,minilm")
     parser.add_argument("--repeats", type=int, default=3, help="query passes for p50/p95")
     parser.add_argument("--misses", action="store_true", help="list the hybrid's misses")
+    parser.add_argument("--queries", type=Path, default=QUERIES,
+                        help="a labelled query file (default: the starlette one)")
     args = parser.parse_args()
-    package, small_files, queries = load_queries(args.small)
-    _, _, name_queries = load_queries(False, names=True)
+    package, small_files, queries = load_queries(args.small, path=args.queries)
+    _, _, name_queries = load_queries(False, names=True, path=args.queries)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         corpus = copy_corpus(package, small_files if args.small else None, work / "corpus")
         resolve(queries, corpus)
-        if not args.small:
+        if not args.small and name_queries:
             resolve(name_queries, corpus)
         files = sum(1 for _ in corpus.rglob("*.py"))
         print(f"corpus: {package} ({'small' if args.small else 'full'}), {files} files, "
@@ -87,6 +129,7 @@ def main() -> None:
             index = CodeIndex(work / f"index-{model}", corpus, model)
             full = index.update()
             load_s, first_query_s = cold_start(model, corpus, index.index_dir)
+            ready_s, answered_s, gap_s = worker_start(model, corpus, index.index_dir)
             target = corpus / "config.py" if (corpus / "config.py").exists() else \
                 next(corpus.rglob("*.py"))
             target.write_text(target.read_text() + "\n\ndef bench_marker():\n    return 1\n")
@@ -96,6 +139,8 @@ def main() -> None:
             print(f"## {model}\n")
             print(f"fresh process: warm-up (import LanceDB + load model) {load_s:.2f} s, "
                   f"then the first query {first_query_s * 1000:.0f} ms")
+            print(f"worker start: launch -> worker modules imported {ready_s:.2f} s -> first "
+                  f"query answered {answered_s:.2f} s ({gap_s * 1000:.0f} ms after ready)")
             print(f"full index: {full.files_indexed} files, {full.chunks_embedded} chunks in "
                   f"{full.seconds:.2f} s = {full.chunks_embedded / full.seconds:.0f} chunks/s, "
                   f"{full.files_indexed / full.seconds:.1f} files/s")
@@ -105,14 +150,16 @@ def main() -> None:
             print("| method, same run | recall@1 | recall@5 | MRR | query p50 / p95 ms |")
             print("|---|---|---|---|---|")
             named = []
+            halves = []
             for mode in MODES:
                 ranker = index_ranker(index, mode)
                 scores = score(ranker, queries)
                 p50, p95 = latencies(ranker, queries, args.repeats)
                 print(row(f"search_semantic {mode} ({model})", scores, p50, p95), flush=True)
+                halves.append(half_row(f"search_semantic {mode} ({model})", ranker, queries))
                 if mode == "hybrid" and args.misses:
                     hybrid_misses = scores.misses
-                if not args.small:
+                if not args.small and name_queries:
                     named.append(row(f"search_semantic {mode} ({model})",
                                      score(ranker, name_queries)))
             if not baselines_done:
@@ -124,9 +171,14 @@ def main() -> None:
                     scores = score(ranker, queries)
                     p50, p95 = latencies(ranker, queries, 1)
                     print(row(name, scores, p50, p95))
-                    if not args.small:
+                    halves.append(half_row(name, ranker, queries))
+                    if not args.small and name_queries:
                         named.append(row(name, score(ranker, name_queries)))
                 baselines_done = True
+            print("\nby half (recall@1 / recall@5 / MRR): even-numbered queries (of the "
+                  "starlette file: the half the fusion weight was chosen on) | odd-numbered\n")
+            print("| method | even half | odd half |\n|---|---|---|")
+            print("\n".join(halves))
             if named:
                 print(f"\nname queries ({len(name_queries)}), same indexes:\n")
                 print("| method | recall@1 | recall@5 | MRR | |\n|---|---|---|---|---|")

@@ -49,11 +49,12 @@ class Scores:
     misses: list[str]
 
 
-def load_queries(small: bool, names: bool = False) -> tuple[str, list[str], list[Query]]:
-    """The behaviour queries (or, with `names`, the name queries)."""
-    spec = yaml.safe_load(QUERIES.read_text())
+def load_queries(small: bool, names: bool = False,
+                 path: Path = QUERIES) -> tuple[str, list[str], list[Query]]:
+    """The behaviour queries (or, with `names`, the name queries) of a query file."""
+    spec = yaml.safe_load(path.read_text())
     queries = [Query(q["q"], q["path"], q["symbols"], q.get("small", False))
-               for q in spec["name_queries" if names else "queries"]]
+               for q in spec.get("name_queries" if names else "queries", [])]
     if small:
         queries = [q for q in queries if q.small]
     return spec["package"], spec["small_corpus"], queries

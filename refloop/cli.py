@@ -496,6 +496,10 @@ def main(argv: list[str] | None = None) -> None:
         serve(args.scenario, args.host, args.port)
         return
     if args.command == "worker":
+        if settings.refloop_semantic_index:  # LanceDB and the model load while we import
+            from refloop.semantic import start_warm_up
+
+            start_warm_up(settings.refloop_embedding_model)
         from worker.main import run_worker
 
         runner = until_signalled(run_worker(settings), settings)

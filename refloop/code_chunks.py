@@ -222,6 +222,8 @@ def _runs(numbers: list[int]) -> Iterator[list[int]]:
 # ---------------------------------------------------------------- lexical side
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# identifiers, and numbers of two digits or more standing alone (not "v2", not "1.5")
+_TERM = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|(?<![A-Za-z0-9_.])[0-9]{2,}(?![A-Za-z0-9_.])")
 _CAMEL_PART = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
 
 
@@ -232,11 +234,15 @@ def split_identifier(word: str) -> str:
 
 def identifier_terms(text: str) -> str:
     """Text for the full-text index: every identifier kept whole (underscores dropped, so
-    a word tokenizer keeps it as one term) and split into its snake_case/CamelCase parts.
+    a word tokenizer keeps it as one term) and split into its snake_case/CamelCase parts;
+    numbers of two digits or more as they are (`404`, `status_code=404`).
     Queries go through the same function, so `add_route`, `addRoute` and "add route" meet."""
     terms: list[str] = []
-    for match in _IDENTIFIER.finditer(text):
+    for match in _TERM.finditer(text):
         word = match.group(0)
+        if word.isdigit():  # status codes, ports, limits: "404" means something
+            terms.append(word)
+            continue
         parts = split_identifier(word).split()
         whole = word.replace("_", "").lower()
         if len(parts) > 1 and whole:

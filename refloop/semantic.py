@@ -4,8 +4,8 @@ Chunks come from `refloop.code_chunks`: sized to the embedding model's window, e
 mapped back to the definition it belongs to, so results are merged per definition. The
 lexical side is LanceDB's own full-text index over identifier-split text; the vector side
 is all-MiniLM-L6-v2 (by default its int8 ONNX build run on onnxruntime, which loads in
-well under a second; the PyTorch build is the alternative). Both lists are fused by
-LanceDB's reciprocal-rank reranker. The weights ship inside packages, so nothing is
+well under a second; the PyTorch build is the alternative). Both lists are merged per
+definition and fused by weighted reciprocal rank. The weights ship inside packages, so nothing is
 fetched at run time. One LanceDB table per workspace and model under the index dir;
 indexing is incremental by content hash, so an unchanged file is never embedded again.
 Everything heavy is imported lazily: without the `semantic` extra, `missing_extra()` says
@@ -46,9 +46,11 @@ DIMENSIONS = 384
 SCHEMA_VERSION = 2  # chunks mapped to definitions, with a full-text column
 CANDIDATES = 60  # chunks fetched from each side before fusion and merging
 RRF_K = 60  # the usual reciprocal-rank-fusion constant
-# The lexical list's say in the fusion, beside the vectors' 1.0: half for prose, more when
-# the query holds an identifier (snake_case or CamelCase), which names exactly what it wants.
-TEXT_WEIGHT = 0.5
+# The lexical list's say in the fusion, beside the vectors' 1.0: a tie-breaker for prose
+# (on two third-party corpora every larger weight lost prose queries the vectors had found),
+# more when the query holds an identifier (snake_case or CamelCase), which names exactly
+# what it wants.
+TEXT_WEIGHT = 0.1
 NAME_TEXT_WEIGHT = 1.5
 _CODE_NAME = re.compile(r"[A-Za-z0-9]_[A-Za-z0-9]|[a-z][A-Z]")
 COLUMNS = ["path", "start_line", "end_line", "symbol", "part", "text"]
@@ -91,7 +93,7 @@ def warm_up(model: str = DEFAULT_MODEL) -> float:
     """Load the model and LanceDB now (worker start-up), so no query pays for it.
     Returns the seconds it took."""
     began = time.monotonic()
-    import lancedb  # noqa: F401  (its import alone takes seconds)
+    import_lancedb()
     import pyarrow  # noqa: F401
 
     embed(["warm up"], model)
@@ -99,6 +101,51 @@ def warm_up(model: str = DEFAULT_MODEL) -> float:
 
 
 _WARMING: dict[str, threading.Thread] = {}
+# LanceDB imports the generated REST client of its namespace service even for a local
+# table; that package's __init__ imports every API class (over half of LanceDB's import
+# time). Only its `models` are used locally, so its __init__ runs when first needed.
+DEFERRED_PACKAGES = ("lance_namespace_urllib3_client",)
+_DEFER_LOCK = threading.Lock()
+
+
+def import_lancedb():
+    """`import lancedb`, without running the __init__ of DEFERRED_PACKAGES up front."""
+    with _DEFER_LOCK:
+        for name in DEFERRED_PACKAGES:
+            defer_package_init(name)
+    import lancedb
+
+    return lancedb
+
+
+def defer_package_init(name: str) -> bool:
+    """Register package `name` so its submodules import as usual but its own __init__
+    runs only when one of its attributes is first read. False (nothing done) when it is
+    already imported or not an installed package."""
+    if name in sys.modules:
+        return False
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return False
+    if spec is None or spec.loader is None or not spec.submodule_search_locations:
+        return False
+    module = importlib.util.module_from_spec(spec)
+    lock = threading.RLock()
+    state = {"run": False}
+
+    def __getattr__(attr: str):  # only called for attributes the module does not have yet
+        with lock:
+            if not state["run"]:
+                state["run"] = True
+                del module.__dict__["__getattr__"]
+                spec.loader.exec_module(module)
+                return getattr(module, attr)
+        raise AttributeError(f"module {name!r} has no attribute {attr!r}")
+
+    module.__getattr__ = __getattr__
+    sys.modules[name] = module
+    return True
 
 
 def start_warm_up(model: str = DEFAULT_MODEL) -> threading.Thread | None:
@@ -229,8 +276,7 @@ class CodeIndex:
     # ------------------------------------------------------------ storage
 
     def _db(self):
-        import lancedb
-
+        lancedb = import_lancedb()
         self.index_dir.mkdir(parents=True, exist_ok=True)
         return lancedb.connect(str(self.index_dir))
 

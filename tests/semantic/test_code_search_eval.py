@@ -1,12 +1,16 @@
 """The code-search eval on third-party code (a small slice of starlette as installed):
 definition-level recall of search_semantic beside BM25 and grep, in one run; chunks
-within the model's window; a fresh process answers its first query fast after warm-up."""
+within the model's window; a fresh worker answers its first query fast."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -21,16 +25,42 @@ from bench.code_search_eval import (
     resolve,
     score,
 )
+from refloop import code_chunks, embedders, semantic
 from refloop.code_chunks import MODEL_WINDOW
 from refloop.embedders import WINDOW, embedder
 from refloop.semantic import CodeIndex, start_warm_up
 
 
+def _index_key(package: str, files: list[str]) -> str:
+    """Changes whenever the indexed text or vectors could: the chunker, the embedder, the
+    index code, the package's and LanceDB's versions, the slice."""
+    digest = hashlib.sha256(json.dumps([package, files, version(package), version("lancedb")])
+                            .encode())
+    for module in (code_chunks, embedders, semantic):
+        digest.update(Path(module.__file__).read_bytes())
+    return digest.hexdigest()[:16]
+
+
 @pytest.fixture(scope="module")
-def small_eval(tmp_path_factory):
-    work = tmp_path_factory.mktemp("code-search")
+def small_eval(request, tmp_path_factory):
+    """The small corpus and its index, kept in pytest's cache between runs while nothing
+    that shapes the index has changed (the index is incremental by content hash, so a
+    reused one is still checked against the files)."""
     package, files, queries = load_queries(small=True)
-    corpus = copy_corpus(package, files, work / "corpus")
+    key = _index_key(package, files)
+    cache = getattr(request.config, "cache", None)
+    root = cache.mkdir("code-search-eval") if cache else tmp_path_factory.mktemp("cse")
+    for stale in root.iterdir():
+        if stale.name != key:
+            shutil.rmtree(stale, ignore_errors=True)
+    work = root / key
+    corpus = work / "corpus"
+    if not corpus.is_dir():
+        staging = Path(tempfile.mkdtemp(dir=root))
+        copy_corpus(package, files, staging / "corpus")
+        work.mkdir(exist_ok=True)
+        (staging / "corpus").rename(corpus)
+        shutil.rmtree(staging)
     resolve(queries, corpus)
     index = CodeIndex(work / "index", corpus)
     index.update()
@@ -80,20 +110,24 @@ def test_every_indexed_chunk_fits_the_models_window(small_eval):
 
 PROBE = r"""
 import json, sys, time
-from pathlib import Path
 began = time.monotonic()
 from refloop.semantic import CodeIndex, start_warm_up
-start_warm_up().join()
+start_warm_up()  # as `refloop worker` does, before importing the worker
+import worker.main  # noqa: F401  (the Temporal SDK, the workflows and activities)
 ready = time.monotonic()
-t = time.monotonic()
-index = CodeIndex(Path(sys.argv[2]), Path(sys.argv[1]))
-hits = index.search("answer a cross-origin preflight request", 3)
-print(json.dumps({"warm_up_s": ready - began, "first_query_s": time.monotonic() - t,
-                  "top": hits[0].path, "torch": "torch" in sys.modules}))
+from pathlib import Path
+hits = CodeIndex(Path(sys.argv[2]), Path(sys.argv[1])).search(
+    "answer a cross-origin preflight request", 3)
+print(json.dumps({"worker_ready_s": ready - began, "answered_s": time.monotonic() - began,
+                  "after_ready_s": time.monotonic() - ready, "top": hits[0].path,
+                  "torch": "torch" in sys.modules}))
 """
 
 
-def test_after_warm_up_the_first_query_of_a_process_is_fast(small_eval):
+def test_a_fresh_worker_answers_its_first_query_within_a_second_of_being_ready(small_eval):
+    """Worker start -> first query answered: the warm-up (LanceDB, the model) runs while
+    the worker imports its own modules, so a query arriving as soon as the worker could
+    poll is answered within a second."""
     corpus, _, index = small_eval
     done = subprocess.run([sys.executable, "-c", PROBE, str(corpus), str(index.index_dir)],
                           capture_output=True, text=True, timeout=300,
@@ -101,8 +135,22 @@ def test_after_warm_up_the_first_query_of_a_process_is_fast(small_eval):
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["top"] == "middleware/cors.py"
-    assert out["first_query_s"] < 1.0, out
+    assert out["after_ready_s"] < 1.0, out
     assert out["torch"] is False  # the default model needs no PyTorch
+
+
+def test_lancedb_imports_without_the_namespace_rest_client():
+    """Its generated REST client's __init__ (most of LanceDB's import time) runs only
+    when something reads it; a local index never does, and reading it still works."""
+    done = subprocess.run([sys.executable, "-c", (
+        "import sys\n"
+        "from refloop.semantic import import_lancedb\n"
+        "import_lancedb()\n"
+        "print('lance_namespace_urllib3_client.api' in sys.modules)\n"
+        "import lance_namespace_urllib3_client as c\n"
+        "print(c.ApiClient.__name__)\n")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "ApiClient"]
 
 
 def test_warm_up_runs_once_per_process_and_model():

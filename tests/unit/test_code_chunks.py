@@ -117,6 +117,14 @@ def test_identifiers_are_kept_whole_and_split():
     assert split_identifier("__init__") == "init" and split_identifier("_") == ""
 
 
+def test_standalone_numbers_are_terms_too():
+    # a status code in a query meets the same code in the source
+    assert identifier_terms("answer 404 when") == "answer 404 when"
+    assert "405" in identifier_terms("raise HTTPException(status_code=405)").split()
+    # a digit alone, a version or a float part is no term of its own
+    assert identifier_terms("x = 1.5 + 3; v2") == "x v2 v 2"
+
+
 def _row(path, start, end, part="body"):
     return {"path": path, "start_line": start, "end_line": end, "part": part}
 
