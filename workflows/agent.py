@@ -534,6 +534,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
         self._emit("incomplete", {"missing": missing,
                                   "answer": logic.truncate(self.state.answer, 2000)})
         result = self._result("incomplete", "work_missing", self.state.answer, missing)
+        self._show(result.status)
         await self._record("incomplete", result=result.model_dump(mode="json"),
                            error="incomplete: " + "; ".join(missing)[:1000])
         return result
