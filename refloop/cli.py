@@ -28,6 +28,7 @@ EVENT_STYLE = {
     "tool_call": "yellow",
     "tool_result": "green",
     "completed": "bold green",
+    "incomplete": "bold yellow",
     "failed": "bold red",
 }
 
@@ -190,17 +191,21 @@ def emit_result(result: TaskResult, as_json: bool) -> None:
             "stats": result.stats.model_dump(mode="json"),
             "quality_reviews": [r.model_dump(mode="json") for r in result.quality_reviews],
             "stop_reason": result.stop_reason,
+            "missing": result.missing,
             "summary": result.summary,
         }
         print(json.dumps(payload, ensure_ascii=False))
         return
     print(f"status: {result.status} ({result.stop_reason})")
+    for item in result.missing:
+        print(f"missing: {item}")
     print(f"answer: {result.answer}")
     if result.summary:
         print(f"summary: {result.summary}")
     stats = result.stats
+    failed = f" ({stats.llm_failed_calls} failed)" if stats.llm_failed_calls else ""
     print(
-        f"stats: {stats.iterations} iterations, {stats.llm_calls} model calls, "
+        f"stats: {stats.iterations} iterations, {stats.llm_calls} model calls{failed}, "
         f"{stats.tool_calls} tool calls, {stats.usage.total_tokens} tokens"
     )
 
@@ -316,6 +321,8 @@ async def run_eval(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="refloop", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="full tracebacks of failed activity attempts on stderr")
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run one agent task to the end")
@@ -455,6 +462,35 @@ async def run_api(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+class OneLineFailures(logging.Filter):
+    """Without --verbose: a failed activity attempt is one line, never a traceback. Model
+    calls already logged theirs ("act attempt 2/6 failed: HTTP 500 ...; retrying in 4 s");
+    any other activity gets one line here."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "__temporal_error_identifier", None) != "ActivityFailure":
+            return True
+        err = record.exc_info[1] if record.exc_info else None
+        from refloop.llm import LLMError
+
+        if err is not None and isinstance(err.__cause__, LLMError):
+            return False
+        info = getattr(record, "temporal_activity", {}) or {}
+        name = str(info.get("activity_type", "activity")).rsplit(".", 1)[-1]
+        text = " ".join(str(err).split())[:240] if err is not None else record.getMessage()
+        record.msg, record.args = "%s attempt %s failed: %s", (name, info.get("attempt", "?"),
+                                                               text)
+        record.exc_info, record.exc_text = None, None
+        return True
+
+
+def configure_logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if not verbose:
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(OneLineFailures())
+
+
 class Terminated(BaseException):
     """SIGTERM (docker stop, systemd, a supervisor), raised like Ctrl-C's
     KeyboardInterrupt so every command's clean-up runs. The default handler ends the
@@ -473,7 +509,7 @@ def _not_a_cancellation(record: logging.LogRecord) -> bool:
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    configure_logging(args.verbose)
     try:
         settings = load_settings()
     except SettingsError as err:

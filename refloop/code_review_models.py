@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 MAX_ATTEMPTS = 3
 QUALITY_THRESHOLD = 50
@@ -45,10 +45,29 @@ class ReviewIssue(BaseModel):
     severity: str = "Medium"
 
 
+def _is_error_form(data: Any) -> bool:
+    return isinstance(data, dict) and str(data.get("status", "")).upper() == "ERROR" \
+        and bool(data.get("message"))
+
+
+def _require(data: Any, field: str, what: str) -> Any:
+    """Defaults stay for reading stored reports, but a model's answer must state the
+    field: `{}` is not a review with zero findings, it is an invalid answer."""
+    if isinstance(data, dict) and data.get(field) is None and not _is_error_form(data):
+        raise ValueError(f"'{field}' is required ({what}); an error needs status ERROR "
+                         "and a message")
+    return data
+
+
 class ReviewOutput(BaseModel):
     """§5.1, or the error form (`status: ERROR`, `message`)."""
 
     model_config = ConfigDict(extra="allow")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _issues_present(cls, data: Any) -> Any:
+        return _require(data, "issues", "a list, empty when nothing was found")
 
     task_id: str = ""
     issues: list[ReviewIssue] = Field(default_factory=list)
@@ -110,6 +129,12 @@ class VerifyOutput(BaseModel):
     verification_result: VerificationResult | None = None
     status: str | None = None
     message: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _verdict_present(cls, data: Any) -> Any:
+        return _require(data, "verification_result",
+                        "with quality_assessment.overall_score")
 
 
 class ReviewContent(BaseModel):

@@ -1,7 +1,10 @@
 """The one LLM gateway: every model call of every activity goes through here.
 
 `openai.AsyncOpenAI` with `max_retries=0` so Temporal owns every retry; errors are
-classified retryable or not; each request carries `X-Refloop-Purpose`.
+classified retryable or not; each request carries `X-Refloop-Purpose` and a `max_tokens`
+cap. What each endpoint supports (structured-output mode, `tool_choice`, native tools) is
+negotiated and remembered per (base URL, model) in `refloop.llm_endpoint`; every request
+goes into the calling activity's ledger, answered or not.
 """
 
 from __future__ import annotations
@@ -9,11 +12,19 @@ from __future__ import annotations
 import functools
 import json
 import os
+import time
 from typing import Any, Generic, TypeVar
 
 import openai
 from pydantic import BaseModel, ValidationError
 
+from refloop.llm_endpoint import (
+    Endpoints,
+    current_ledger,
+    parse_max_tokens,
+    rejects_mode,
+    rejects_tools,
+)
 from refloop.models import (
     ChatMessage,
     LLMUsageRecord,
@@ -40,6 +51,7 @@ class LLMError(Exception):
         super().__init__(message)
         self.status = status
         self.retry_after = retry_after
+        self.body = ""  # the endpoint's error body, for capability negotiation
 
 
 class LLMTransportError(LLMError):
@@ -53,15 +65,30 @@ class LLMClientError(LLMError):
 
 
 class InvalidModelOutput(LLMError):
-    """Structured output still invalid after the bounded re-asks."""
+    """Structured output still invalid after the bounded re-asks, or an answer cut off at
+    the token cap twice."""
+
+
+def _body_text(err: openai.APIStatusError) -> str:
+    try:
+        return err.response.text if err.response is not None else str(err)
+    except Exception:  # a streamed or closed body
+        return str(err)
 
 
 class ChatOutcome(BaseModel):
+    """One answer. `usage` covers every request it took (a cut-off answer's re-ask too)."""
+
     content: str | None = None
     tool_calls: list[ToolCall] = []
     finish_reason: str | None = None
     abnormal: str | None = None
     usage: LLMUsageRecord
+
+    @property
+    def truncated(self) -> bool:
+        """Cut off at the token cap with no tool call: not an answer."""
+        return self.finish_reason == "length" and not self.tool_calls
 
 
 class StructuredOutcome(BaseModel, Generic[T]):
@@ -80,19 +107,31 @@ def _retry_after(err: openai.APIStatusError) -> float | None:
 
 def classify(err: Exception) -> LLMError:
     """Map an openai exception onto our retryable / non-retryable errors."""
-    if isinstance(err, openai.APITimeoutError | openai.APIConnectionError):
+    if isinstance(err, openai.APITimeoutError):
+        return LLMTransportError("model endpoint timed out (no answer within the client timeout)")
+    if isinstance(err, openai.APIConnectionError):
         return LLMTransportError(f"model endpoint unreachable: {err}")
     if isinstance(err, openai.APIStatusError):
         status = err.status_code
-        message = f"model endpoint answered {status}: {err.message}"
-        if status in RETRYABLE_STATUSES or status >= 500:
-            return LLMTransportError(message, status, _retry_after(err))
-        return LLMClientError(message, status)
+        message = f"HTTP {status} from the model endpoint: {err.message}"
+        body = _body_text(err)
+        # llama-cpp-python answers a request it cannot parse with a 500 "validation error":
+        # retrying the same request cannot help.
+        if status >= 500 and "validation error" in body.lower():
+            error: LLMError = LLMClientError(message, status)
+        elif status in RETRYABLE_STATUSES or status >= 500:
+            error = LLMTransportError(message, status, _retry_after(err))
+        else:
+            error = LLMClientError(message, status)
+        error.body = body
+        return error
     return LLMTransportError(f"model call failed: {err!r}")
 
 
 def to_wire(message: ChatMessage) -> dict[str, Any]:
-    wire: dict[str, Any] = {"role": message.role, "content": message.content}
+    # Content is always a string: llama-cpp-python's server refuses an assistant turn with
+    # `content: null` (its tool-call turns) with a 500 validation error.
+    wire: dict[str, Any] = {"role": message.role, "content": message.content or ""}
     if message.tool_calls:
         wire["tool_calls"] = [
             {
@@ -133,13 +172,17 @@ class LLMGateway:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.default_model = settings.refloop_model
+        self.base_url = settings.openai_base_url or "scripted"
         self.client = openai.AsyncOpenAI(
             base_url=settings.openai_base_url,
             api_key=settings.openai_api_key or "not-needed",
             max_retries=0,
             timeout=settings.refloop_llm_timeout_s,
         )
-        self.json_schema_supported = True
+        self.max_tokens = parse_max_tokens(settings.refloop_max_tokens)
+        self.endpoints = Endpoints(settings.refloop_structured_mode, settings.refloop_tool_mode,
+                                   settings.refloop_llm_concurrency,
+                                   hold_after_timeout_s=settings.refloop_llm_timeout_s)
         self.usage_by_purpose: dict[str, TokenUsage] = {}
         self.endpoint_clients: dict[tuple[str | None, str | None, str], openai.AsyncOpenAI] = {}
 
@@ -162,26 +205,65 @@ class LLMGateway:
                 timeout=self.settings.refloop_llm_timeout_s)
         return self.endpoint_clients[cache_key]
 
-    async def _create(self, purpose: Purpose, client: openai.AsyncOpenAI | None = None,
-                      **kwargs: Any) -> Any:
-        try:
-            return await (client or self.client).chat.completions.create(
-                extra_headers={PURPOSE_HEADER: purpose.value}, **kwargs
-            )
-        except openai.OpenAIError as err:
-            raise classify(err) from err
+    def _base_url_of(self, endpoint: ModelEndpoint | None) -> str:
+        """Capability state and slots are keyed by the endpoint actually called."""
+        return (endpoint.base_url if endpoint is not None and endpoint.base_url
+                else self.base_url)
 
-    def _usage(self, purpose: Purpose, model: str, response: Any) -> LLMUsageRecord:
-        raw = response.usage
-        usage = TokenUsage(
+    @property
+    def json_schema_supported(self) -> bool:
+        """Whether the default model still gets `json_schema` (kept for callers/tests)."""
+        return self.endpoints.structured_mode(self.base_url, self.default_model) == "json_schema"
+
+    async def _create(self, purpose: Purpose, model: str, client: openai.AsyncOpenAI,
+                      base_url: str, **kwargs: Any) -> Any:
+        """One HTTP request: through the endpoint's slot, into the ledger either way."""
+        ledger = current_ledger.get()
+        if ledger is not None:
+            ledger.begin(purpose, model)
+        slot = self.endpoints.slot(base_url)
+        if slot is not None:
+            await slot.acquire()
+        release = slot.release if slot is not None else None
+        try:
+            response = await client.chat.completions.create(
+                model=model, extra_headers={PURPOSE_HEADER: purpose.value}, **kwargs
+            )
+        except openai.APITimeoutError as err:
+            if slot is not None:
+                self.endpoints.release_later(slot)
+                release = None
+            self._count(purpose, TokenUsage(calls=1, failed_calls=1))
+            if ledger is not None:
+                ledger.failed()
+            raise classify(err) from err
+        except openai.OpenAIError as err:
+            self._count(purpose, TokenUsage(calls=1, failed_calls=1))
+            if ledger is not None:
+                ledger.failed()
+            raise classify(err) from err
+        finally:
+            if release is not None:
+                release()
+        usage = self._usage_of(response)
+        self._count(purpose, usage)
+        if ledger is not None:
+            ledger.answered(usage)
+        return response
+
+    @staticmethod
+    def _usage_of(response: Any) -> TokenUsage:
+        raw = getattr(response, "usage", None)
+        return TokenUsage(
             prompt_tokens=getattr(raw, "prompt_tokens", 0) or 0,
             completion_tokens=getattr(raw, "completion_tokens", 0) or 0,
             total_tokens=getattr(raw, "total_tokens", 0) or 0,
             calls=1,
         )
+
+    def _count(self, purpose: Purpose, usage: TokenUsage) -> None:
         total = self.usage_by_purpose.get(purpose.value, TokenUsage())
         self.usage_by_purpose[purpose.value] = total.add(usage)
-        return LLMUsageRecord(purpose=purpose, model=model, usage=usage)
 
     async def chat(
         self,
@@ -194,37 +276,120 @@ class LLMGateway:
         temperature: float | None = None,
         top_p: float | None = None,
         response_format: dict[str, Any] | None = None,
+        max_tokens: int | None = None,
         endpoint: ModelEndpoint | None = None,
     ) -> ChatOutcome:
+        """One answer; an answer cut off at the token cap is re-asked once with the cap
+        stated, and a second cut-off is InvalidModelOutput (never a transport error)."""
         client = self.client_for(endpoint)
+        base_url = self._base_url_of(endpoint)
         if endpoint is not None:  # a task's model config: its model and temperature
             model = endpoint.model
             temperature = endpoint.temperature if temperature is None else temperature
         model = model or self.default_model
+        cap = max_tokens or self.max_tokens[purpose.value]
+        first = await self._chat_once(purpose, messages, model, tools, parallel_tool_calls,
+                                      temperature, top_p, response_format, cap,
+                                      client, base_url)
+        if not first.truncated:
+            return first
+        self._unusable(first)
+        reask = [*messages,
+                 ChatMessage(role="assistant", content=(first.content or "")[:2000]),
+                 ChatMessage(role="user", content=(
+                     f"Your answer was cut off at the limit of {cap} tokens. Answer again, "
+                     f"complete and well within {cap} tokens: one tool call, or a short "
+                     "answer."))]
+        second = await self._chat_once(purpose, reask, model, tools, parallel_tool_calls,
+                                       temperature, top_p, response_format, cap,
+                                       client, base_url)
+        usage = first.usage.usage.add(second.usage.usage)
+        if second.truncated:
+            self._unusable(second)
+            raise InvalidModelOutput(
+                f"{purpose.value}: the model's answer was cut off at the max_tokens limit "
+                f"({cap}) twice; raise REFLOOP_MAX_TOKENS for {purpose.value} or use a "
+                "model that answers more briefly")
+        return second.model_copy(update={"usage": LLMUsageRecord(
+            purpose=purpose, model=model, usage=usage)})
+
+    async def _chat_once(
+        self, purpose: Purpose, messages: list[ChatMessage], model: str,
+        tools: list[ToolSpec] | None, parallel_tool_calls: bool | None,
+        temperature: float | None, top_p: float | None,
+        response_format: dict[str, Any] | None, max_tokens: int,
+        client: openai.AsyncOpenAI, base_url: str,
+    ) -> ChatOutcome:
         # Messages and tools are already wire-format dicts: sent as extra_body, the JSON is
         # the same and the SDK skips re-walking them on every call (a fifth of a busy
         # worker's CPU, measured with bench/bench_scale.py).
-        extra: dict[str, Any] = {"messages": [to_wire(m) for m in messages]}
-        kwargs: dict[str, Any] = {"model": model, "messages": [], "extra_body": extra}
-        if tools:
-            extra["tools"] = [spec.wire for spec in tools]
-            if parallel_tool_calls is not None:
-                extra["parallel_tool_calls"] = parallel_tool_calls
-        for name, value in (("temperature", temperature), ("top_p", top_p)):
-            if value is not None:
-                kwargs[name] = value
-        if response_format is not None:
-            extra["response_format"] = response_format
+        state = self.endpoints.state(base_url, model)
+        while True:
+            extra: dict[str, Any] = {"messages": [to_wire(m) for m in messages]}
+            kwargs: dict[str, Any] = {"messages": [], "extra_body": extra,
+                                      "max_tokens": max_tokens}
+            if tools and state.native_tools:
+                extra["tools"] = [spec.wire for spec in tools]
+                if state.tool_choice:
+                    extra["tool_choice"] = self._tool_choice()
+                if parallel_tool_calls is not None:
+                    extra["parallel_tool_calls"] = parallel_tool_calls
+            for name, value in (("temperature", temperature), ("top_p", top_p)):
+                if value is not None:
+                    kwargs[name] = value
+            if response_format is not None and (state.response_format
+                                                or response_format.get("type") != "json_object"):
+                extra["response_format"] = response_format
+            try:
+                return await self._traced(purpose, model, kwargs, client, base_url)
+            except LLMError as err:
+                if not self._drop_rejected(err, extra, model, base_url):
+                    raise
+
+    def _drop_rejected(self, err: LLMError, extra: dict[str, Any], model: str,
+                       base_url: str) -> bool:
+        """Stop sending what the endpoint refused (`tool_choice`, then `tools`, or a plain
+        `json_object` response format); True: ask again without it."""
+        body = err.body or str(err)
+        fmt = extra.get("response_format") or {}
+        candidates = (
+            ("tool_choice", "tool_choice" in extra
+             and rejects_tools(err.status, body, "tool_choice")),
+            ("native_tools", "tools" in extra and rejects_tools(err.status, body, "tool")),
+            ("response_format", fmt.get("type") == "json_object" and "schema" not in fmt
+             and rejects_mode(err.status, body)),
+        )
+        return any(rejected and self.endpoints.drop(base_url, model, what, str(err))
+                   for what, rejected in candidates)
+
+    @staticmethod
+    def _unusable(outcome: ChatOutcome) -> None:
+        """An answered request whose answer cannot be used counts as failed."""
+        outcome.usage.usage = outcome.usage.usage.add(TokenUsage(failed_calls=1))
+        ledger = current_ledger.get()
+        if ledger is not None:
+            ledger.usage = ledger.usage.add(TokenUsage(failed_calls=1))
+
+    def _tool_choice(self) -> Any:
+        choice = self.settings.refloop_tool_choice
+        if choice in ("auto", "required", "none"):
+            return choice
+        return {"type": "function", "function": {"name": choice}}
+
+    async def _traced(self, purpose: Purpose, model: str, kwargs: dict[str, Any],
+                      client: openai.AsyncOpenAI, base_url: str) -> ChatOutcome:
+        started = time.monotonic()
         with tracer.start_as_current_span(f"chat {model}") as span:
             span.set_attributes({"gen_ai.operation.name": "chat", "gen_ai.system": "openai",
                                  "gen_ai.request.model": model,
                                  "refloop.purpose": purpose.value})
-            response = await self._create(purpose, client, **kwargs)
+            response = await self._create(purpose, model, client, base_url, **kwargs)
             usage = getattr(response, "usage", None)
             span.set_attributes({
                 "gen_ai.response.model": getattr(response, "model", "") or "",
                 "gen_ai.usage.input_tokens": getattr(usage, "prompt_tokens", 0) or 0,
                 "gen_ai.usage.output_tokens": getattr(usage, "completion_tokens", 0) or 0,
+                "refloop.seconds": round(time.monotonic() - started, 3),
             })
         if not response.choices:
             raise LLMTransportError("model endpoint answered with no choices")
@@ -243,7 +408,8 @@ class LLMGateway:
             tool_calls=calls,
             finish_reason=choice.finish_reason,
             abnormal=abnormal,
-            usage=self._usage(purpose, model, response),
+            usage=LLMUsageRecord(purpose=purpose, model=model,
+                                 usage=self._usage_of(response)),
         )
 
     async def structured(
@@ -272,6 +438,8 @@ class LLMGateway:
                 value = parse_json_answer(outcome.content, schema)
             except (ValueError, ValidationError) as err:
                 last_error = str(err)
+                self._unusable(outcome)
+                total = total.add(TokenUsage(failed_calls=1))
                 conversation += [
                     ChatMessage(role="assistant", content=outcome.content or ""),
                     ChatMessage(
@@ -293,26 +461,33 @@ class LLMGateway:
         temperature: float | None, top_p: float | None,
         endpoint: ModelEndpoint | None = None,
     ) -> ChatOutcome:
-        if self.json_schema_supported:
-            response_format = {
-                "type": "json_schema",
-                "json_schema": {"name": schema.__name__, "schema": json_schema_of(schema),
-                                "strict": False},
-            }
+        """One answer in the strongest mode the endpoint takes, stepping down on refusal."""
+        while True:
+            base_url = self._base_url_of(endpoint)
+            mode = self.endpoints.structured_mode(base_url, model)
+            wire_schema = json_schema_of(schema)
+            if mode == "json_schema":
+                prompt, response_format = messages, {
+                    "type": "json_schema",
+                    "json_schema": {"name": schema.__name__, "schema": wire_schema,
+                                    "strict": False},
+                }
+            else:
+                note = ChatMessage(role="system", content=(
+                    "Answer with one JSON object matching this JSON schema:\n"
+                    + json.dumps(wire_schema)))
+                prompt = [note, *messages]
+                response_format = {"json_object_schema": {"type": "json_object",
+                                                          "schema": wire_schema},
+                                   "json_object": {"type": "json_object"},
+                                   "prompt": None}[mode]
             try:
-                return await self.chat(purpose, messages, model=model, temperature=temperature,
+                return await self.chat(purpose, prompt, model=model, temperature=temperature,
                                        top_p=top_p, response_format=response_format,
                                        endpoint=endpoint)
-            except LLMClientError as err:
-                text = str(err).lower()
-                if err.status != 400 or not ("response_format" in text or "json_schema" in text):
+            except LLMError as err:
+                body = getattr(err, "body", "") or str(err)
+                if mode == "prompt" or not rejects_mode(err.status, body):
                     raise
-                self.json_schema_supported = False  # this endpoint only takes json_object
-        schema_note = ChatMessage(
-            role="system",
-            content="Answer with one JSON object matching this JSON schema:\n"
-            + json.dumps(json_schema_of(schema)),
-        )
-        return await self.chat(purpose, [schema_note, *messages], model=model,
-                               temperature=temperature, top_p=top_p,
-                               response_format={"type": "json_object"}, endpoint=endpoint)
+                if not self.endpoints.step_down(base_url, model, str(err)):
+                    raise

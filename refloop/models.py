@@ -49,7 +49,8 @@ class TokenUsage(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
-    calls: int = 0
+    calls: int = 0  # HTTP requests, answered or not
+    failed_calls: int = 0  # of those: errors, timeouts, cut-off or unusable answers
 
     def add(self, other: TokenUsage) -> TokenUsage:
         return TokenUsage(
@@ -57,6 +58,7 @@ class TokenUsage(BaseModel):
             completion_tokens=self.completion_tokens + other.completion_tokens,
             total_tokens=self.total_tokens + other.total_tokens,
             calls=self.calls + other.calls,
+            failed_calls=self.failed_calls + other.failed_calls,
         )
 
 
@@ -419,6 +421,7 @@ class ReviewCounts(BaseModel):
 class TaskStats(BaseModel):
     iterations: int = 0
     llm_calls: int = 0
+    llm_failed_calls: int = 0  # requests that errored, timed out or were cut off
     tool_calls: int = 0
     tool_errors: int = 0
     reviews: ReviewCounts = Field(default_factory=ReviewCounts)
@@ -430,9 +433,12 @@ class TaskStats(BaseModel):
 class TaskResult(BaseModel):
     task_id: str
     workflow_id: str
-    status: Literal["completed", "failed"]
+    # incomplete: ran to the end, but the work is not done (no successful edit where the
+    # plan required one, or the last completeness verdict still found gaps); see `missing`
+    status: Literal["completed", "incomplete", "failed"]
     stop_reason: str
     answer: str
+    missing: list[str] = Field(default_factory=list)
     summary: str | None = None
     intent: IntentResult | None = None
     plan: Plan | None = None

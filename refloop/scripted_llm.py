@@ -49,6 +49,8 @@ class ScriptedResponse(BaseModel):
     delay_ms: int = 0
     # When set, this entry only answers requests whose text contains it (else skipped).
     when_contains: str | None = None
+    # "length": the answer was cut off at max_tokens (as a real server reports it)
+    finish_reason: str | None = None
 
     model_config = {"populate_by_name": True, "extra": "forbid"}
 
@@ -60,6 +62,27 @@ class ScriptedResponse(BaseModel):
         return self
 
 
+class EndpointQuirks(BaseModel):
+    """How real endpoints deviate, emulated so the gateway's negotiation is tested over
+    HTTP. A rejection consumes no scripted response."""
+
+    model_config = {"extra": "forbid"}
+
+    # Status for `response_format: json_schema` (llama-cpp-python: 500 naming it)
+    reject_json_schema: int | None = None
+    # Status for `{"type": "json_object", "schema": ...}`
+    reject_json_object_schema: int | None = None
+    # Status for any `response_format`
+    reject_response_format: int | None = None
+    # Status for a request carrying `tool_choice`
+    reject_tool_choice: int | None = None
+    # Tool-call answers come back as prose unless the request sends `tool_choice`
+    # (llama-cpp-python's chatml-function-calling handler)
+    tools_need_choice: bool = False
+    # llama-cpp-python: a message with `content: null` is a 500 validation error
+    reject_null_content: bool = False
+
+
 class Scenario(BaseModel):
     name: str = "default"
     latency_ms: int = Field(default=0, ge=0)
@@ -67,6 +90,7 @@ class Scenario(BaseModel):
     # conversation's turn (the number of assistant messages so far), wrapping at the end,
     # so no task consumes another's answers.
     repeat: bool = False
+    endpoint: EndpointQuirks = Field(default_factory=EndpointQuirks)
     responses: dict[Purpose, list[ScriptedResponse]] = Field(default_factory=dict)
 
 
@@ -127,6 +151,10 @@ class ScriptState:
                     and (purpose is None or r["purpose"] == purpose)]
         return [{**{k: v for k, v in r.items() if k != "raw"}, "body": json.loads(r["raw"])}
                 for r in rows]
+
+    def scenario_for(self, model: str) -> Scenario | None:
+        with self.lock:
+            return self.scenarios.get(model) or self.scenarios.get(self.default)
 
     def next_response(
         self, model: str, purpose: Purpose, text: str, turn: int = 0
@@ -205,6 +233,9 @@ def _answer(state: ScriptState, body: dict[str, Any], purpose_name: str | None,
         purpose = Purpose(purpose_name)
     except ValueError:
         return _error(400, f"unknown purpose {purpose_name!r}", "unknown_purpose"), 0
+    rejected = _quirk_rejection(state.scenario_for(model), body)
+    if rejected is not None:
+        return rejected, 0
     text = json.dumps(body.get("messages", []), ensure_ascii=False)
     messages = body.get("messages") or []
     turn = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
@@ -216,6 +247,34 @@ def _answer(state: ScriptState, body: dict[str, Any], purpose_name: str | None,
                    f"'{purpose.value}' after {total} responses")
         return _error(400, message, "scenario_exhausted"), 0
     return _render(scenario, entry, body), (scenario.latency_ms + entry.delay_ms) / 1000
+
+
+def _quirk_rejection(scenario: Scenario | None, body: dict[str, Any]) -> JSONResponse | None:
+    """The error a quirky endpoint answers this request with, worded like the real ones."""
+    if scenario is None:
+        return None
+    quirks = scenario.endpoint
+    fmt = body.get("response_format")
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if fmt is not None and quirks.reject_response_format:
+        return _error(quirks.reject_response_format,
+                      "response_format is not supported by this server", "unsupported")
+    if kind == "json_schema" and quirks.reject_json_schema:
+        return _error(quirks.reject_json_schema,
+                      "1 validation error: response_format.type: Input should be 'text' "
+                      "or 'json_object'", "validation_error")
+    if kind == "json_object" and "schema" in fmt and quirks.reject_json_object_schema:
+        return _error(quirks.reject_json_object_schema,
+                      "response_format.schema: extra inputs are not permitted",
+                      "validation_error")
+    if quirks.reject_null_content and any(
+            isinstance(m, dict) and m.get("content") is None for m in body.get("messages", [])):
+        return _error(500, "1 validation error: messages.content: Input should be a valid "
+                      "string", "validation_error")
+    if "tool_choice" in body and quirks.reject_tool_choice:
+        return _error(quirks.reject_tool_choice, "tool_choice is not supported",
+                      "unsupported")
+    return None
 
 
 def _render(scenario: Scenario, entry: ScriptedResponse, body: dict[str, Any]) -> JSONResponse:
@@ -231,7 +290,10 @@ def _render(scenario: Scenario, entry: ScriptedResponse, body: dict[str, Any]) -
         message["content"] = json.dumps(entry.json_, ensure_ascii=False)
     if entry.content is not None:
         message["content"] = entry.content
-    if entry.tool_calls:
+    if entry.tool_calls and scenario.endpoint.tools_need_choice and "tool_choice" not in body:
+        names = ", ".join(call.name for call in entry.tool_calls)
+        message["content"] = f"To do this I would use {names} on the files you mentioned."
+    elif entry.tool_calls:
         message["tool_calls"] = [
             {"id": call.id or f"call_{uuid.uuid4().hex[:10]}", "type": "function",
              "function": {"name": call.name, "arguments": json.dumps(call.arguments)}}
@@ -246,7 +308,8 @@ def _render(scenario: Scenario, entry: ScriptedResponse, body: dict[str, Any]) -
             "model": f"scripted:{scenario.name}",
             "system_fingerprint": SCRIPTED_MARKER,
             "choices": [{"index": 0, "message": message,
-                         "finish_reason": "tool_calls" if entry.tool_calls else "stop"}],
+                         "finish_reason": entry.finish_reason
+                         or ("tool_calls" if message.get("tool_calls") else "stop")}],
             "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
                       "total_tokens": prompt + completion},
         },
@@ -257,6 +320,22 @@ def _render(scenario: Scenario, entry: ScriptedResponse, body: dict[str, Any]) -
 # Longer than uvicorn's 5 s: a client reusing a connection the server is just closing
 # sees a connection error, which a pause between test phases would make common.
 KEEP_ALIVE_S = 75
+
+
+def serve_in_thread(app: FastAPI, host: str, port: int, name: str
+                    ) -> tuple[uvicorn.Server, threading.Thread, int]:
+    """An HTTP app in a background thread with its own event loop; returns the bound port."""
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off",
+                            timeout_keep_alive=KEEP_ALIVE_S)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True, name=name)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError(f"{name} server did not start")
+        time.sleep(0.02)
+    return server, thread, server.servers[0].sockets[0].getsockname()[1]
 
 
 class ScriptedLLMServer:
@@ -273,19 +352,8 @@ class ScriptedLLMServer:
         self._thread: threading.Thread | None = None
 
     def start(self) -> str:
-        config = uvicorn.Config(build_app(self.state), host=self.host, port=self.port,
-                                log_level="warning", lifespan="off",
-                                timeout_keep_alive=KEEP_ALIVE_S)
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, daemon=True,
-                                        name="scripted-llm")
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise RuntimeError("scripted model server did not start")
-            time.sleep(0.02)
-        port = self._server.servers[0].sockets[0].getsockname()[1]
+        self._server, self._thread, port = serve_in_thread(build_app(self.state), self.host,
+                                                           self.port, "scripted-llm")
         self.base_url = f"http://{self.host}:{port}/v1"
         return self.base_url
 

@@ -37,6 +37,16 @@ class Settings(BaseSettings):
     refloop_review_model: str | None = None
     refloop_llm_timeout_s: float = Field(default=120.0, gt=0)
     refloop_structured_max_reasks: int = Field(default=2, ge=0, le=10)
+    # Endpoint capabilities (refloop/llm_endpoint.py): auto negotiates and remembers per
+    # (base URL, model); a pinned value is used as is.
+    refloop_structured_mode: Literal["auto", "json_schema", "json_object_schema",
+                                     "json_object", "prompt"] = "auto"
+    refloop_tool_mode: Literal["auto", "native", "text"] = "auto"
+    refloop_tool_choice: str = "auto"  # auto | required | none | a tool name
+    # Completion cap: one number for every purpose, or "act=2048,plan=1024" overrides
+    refloop_max_tokens: str | None = None
+    # Model requests in flight per endpoint on this worker (0: no limit; 1 for llama.cpp)
+    refloop_llm_concurrency: int = Field(default=0, ge=0)
     # Worker: 0 turns off sticky workflow caching (each task replays its history).
     refloop_worker_max_cached_workflows: int = Field(default=1000, ge=0)
     # Off: workflows run without Temporal's sandbox (about 1.4x the task throughput); the
@@ -125,6 +135,15 @@ class Settings(BaseSettings):
         if value is not None and not value.startswith(("sqlite", "postgresql")):
             raise ValueError("must be a sqlite:// or postgresql+psycopg:// URL")
         return value
+
+    @field_validator("refloop_max_tokens")
+    @classmethod
+    def _max_tokens(cls, value: str | None) -> str | None:
+        if value:
+            from refloop.llm_endpoint import parse_max_tokens
+
+            parse_max_tokens(value)
+        return value or None
 
     @property
     def review_model(self) -> str:

@@ -23,7 +23,7 @@ from sqlmodel import Field, Session, SQLModel, create_engine, select
 from refloop.models import RecordQualityReviewInput, RecordTaskInput
 
 # `lost`: the row's workflow no longer exists in Temporal (api/reconcile.py).
-TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled", "lost"})
+TERMINAL_STATUSES = frozenset({"completed", "incomplete", "failed", "cancelled", "lost"})
 
 
 def utcnow() -> datetime:

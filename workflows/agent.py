@@ -70,6 +70,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
                                     task_id=inp.task_id or workflow.info().workflow_id)
         self.tools = tool_specs()
         self.tool_names = [spec.name for spec in self.tools]
+        self.edit_tools = {name for name, definition in TOOLS.items() if definition.edits}
         self.keywords = task_keywords(inp.task)
         if self.state.mcp_tools:  # continued-as-new: listed by an earlier run
             self._adopt_mcp_tools()
@@ -138,12 +139,13 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
             else:
                 await self._classify_intent()
                 if logic.should_plan(self.state.intent, inp.enable_planning):
-                    await self._make_plan()
+                    await self._plan_or_answer_directly()
             await self._react_loop()
         except TaskFailed as failure:
             return await self._finish_failed(failure.stop_reason, failure.message)
         except ActivityError as err:
             raise_if_cancelled(err)
+            self._account_failure(err)
             return await self._finish_failed("activity_failed", describe_failure(err))
         # Runs recorded before completeness reflection existed replay without it.
         if workflow.patched("completeness-reflection"):
@@ -165,6 +167,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
             )
         except ActivityError as err:
             raise_if_cancelled(err)
+            self._account_failure(err)
             # The gate only decides whether to plan; failing open keeps the task going.
             self._emit(
                 "intent", {"intent": None, "error": describe_failure(err), "fail_open": True}
@@ -174,6 +177,23 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
         self.state.intent = result.intent
         self._emit("intent", result.intent.model_dump(mode="json"))
         self._show()
+
+    async def _plan_or_answer_directly(self) -> None:
+        """A question or chat line that cannot be planned is answered without tools;
+        only a task that needs tools fails on a bad plan."""
+        try:
+            await self._make_plan()
+        except (TaskFailed, ActivityError) as err:
+            if isinstance(err, ActivityError):
+                raise_if_cancelled(err)
+            if not (logic.is_question(self.state.input.task)
+                    and workflow.patched("direct-answer-for-unplannable-questions")):
+                raise
+            if isinstance(err, ActivityError):
+                self._account_failure(err)
+            reason = err.message if isinstance(err, TaskFailed) else describe_failure(err)
+            self.state.direct_answer = True
+            self._emit("plan_skipped", {"reason": reason[:500], "direct_answer": True})
 
     async def _make_plan(self) -> None:
         feedback = None
@@ -216,12 +236,13 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
 
     def _start_conversation(self) -> None:
         inp = self.state.input
+        if self.state.direct_answer:
+            system = logic.DIRECT_ANSWER_PROMPT
+        else:
+            system = logic.system_prompt(inp.system_prompt, self.tools, inp.workspace,
+                                         self.state.workspace_context)
         self.state.pending = [
-            ChatMessage(
-                role="system",
-                content=logic.system_prompt(inp.system_prompt, self.tools, inp.workspace,
-                                            self.state.workspace_context),
-            ),
+            ChatMessage(role="system", content=system),
             ChatMessage(
                 role="user",
                 content=logic.task_message(inp.task, self.state.plan, inp.prior_context),
@@ -242,8 +263,8 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
                     messages=self.state.pending,
                     conversation_ref=self.state.conversation_ref,
                     max_history_messages=inp.max_history_messages,
-                    tool_names=self.tool_names,
-                    mcp_tools_ref=self.state.mcp_tools_ref,
+                    tool_names=[] if self.state.direct_answer else self.tool_names,
+                    mcp_tools_ref=None if self.state.direct_answer else self.state.mcp_tools_ref,
                     model=inp.model,
                     endpoint=inp.endpoint,
                     parallel_tool_calls=False if inp.enable_quality_review else None,
@@ -266,7 +287,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
                 continue
             native = bool(act.tool_calls)
             calls = act.tool_calls
-            if not native:
+            if not native and not self.state.direct_answer:
                 parsed = logic.parse_text_tool_call(act.content, f"text_{iteration}")
                 calls = [parsed] if parsed else []
             if not calls:
@@ -408,6 +429,8 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
                 summary=logic.tool_call_summary(call),  # the tool and its target
                 **TOOL_CALL.kwargs(),
             )
+        if result.ok and logic.is_edit(call.name, call.arguments, self.edit_tools):
+            self.state.edits_ok += 1
         stats = self.state.stats
         self.state.stats = stats.model_copy(
             update={
@@ -456,6 +479,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
             )
         except ActivityError as err:
             raise_if_cancelled(err)
+            self._account_failure(err)
             # The task is done; a missing summary must not turn it into a failure.
             self._emit("summary", {"summary": None, "error": describe_failure(err)})
             return
@@ -465,7 +489,8 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
 
     # ------------------------------------------------------------ endings
 
-    def _result(self, status: str, stop_reason: str, answer: str) -> TaskResult:
+    def _result(self, status: str, stop_reason: str, answer: str,
+                missing: list[str] | None = None) -> TaskResult:
         info = workflow.info()
         return TaskResult(
             task_id=self.state.task_id,
@@ -473,6 +498,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
             status=status,
             stop_reason=stop_reason,
             answer=answer,
+            missing=missing or [],
             summary=self.state.summary,
             intent=self.state.intent,
             plan=self.state.plan,
@@ -487,12 +513,30 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
         )
 
     async def _finish_completed(self) -> TaskResult:
+        missing = logic.missing_work(
+            self.state.plan, self.edit_tools, self.state.edits_ok,
+            logic.last_completeness_verdict(self.state.events))
+        # Runs recorded before honest outcomes existed replay as they ended.
+        if missing and workflow.patched("incomplete-task-status"):
+            return await self._finish_incomplete(missing)
         self._stop_indexing()
         self.state.status = "completed"
         self._emit("completed", {"answer": logic.truncate(self.state.answer, 2000)})
         result = self._result("completed", "final_answer", self.state.answer)
         self._show(result.status)
         await self._record("completed", result=result.model_dump(mode="json"))
+        return result
+
+    async def _finish_incomplete(self, missing: list[str]) -> TaskResult:
+        """Ran to the end, but the work is not done: never reported as completed."""
+        self._stop_indexing()
+        self.state.status = "incomplete"
+        self._emit("incomplete", {"missing": missing,
+                                  "answer": logic.truncate(self.state.answer, 2000)})
+        result = self._result("incomplete", "work_missing", self.state.answer, missing)
+        self._show(result.status)
+        await self._record("incomplete", result=result.model_dump(mode="json"),
+                           error="incomplete: " + "; ".join(missing)[:1000])
         return result
 
     async def _finish_failed(self, stop_reason: str, message: str) -> TaskResult:

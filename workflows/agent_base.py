@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError, CancelledError
+from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 # Models are plain data; passed through so the sandbox does not re-import pydantic.
 with workflow.unsafe.imports_passed_through():
@@ -80,6 +81,20 @@ class AgentBase:
 
     def _account(self, record: LLMUsageRecord) -> None:
         self.state.stats = logic.add_usage(self.state.stats, record)
+
+    def _account_failure(self, err: BaseException) -> None:
+        """A model activity that gave up still made requests: count them, with whatever
+        usage came back (its failure details, or a timed-out attempt's last heartbeat)."""
+        cause: BaseException | None = err
+        while cause is not None:
+            details = getattr(cause, "details", None)
+            if isinstance(cause, ActivityTimeout):
+                details = cause.last_heartbeat_details
+            record = logic.failed_usage(details) if details else None
+            if record is not None:
+                self._account(record)
+                return
+            cause = cause.__cause__
 
     def _emit(self, event_type: str, data: dict[str, Any]) -> None:
         self.state.last_seq += 1

@@ -142,6 +142,7 @@ def merge_stats(parent: TaskStats, child: TaskStats) -> TaskStats:
     return TaskStats(
         iterations=parent.iterations + child.iterations,
         llm_calls=parent.llm_calls + child.llm_calls,
+        llm_failed_calls=parent.llm_failed_calls + child.llm_failed_calls,
         tool_calls=parent.tool_calls + child.tool_calls,
         tool_errors=parent.tool_errors + child.tool_errors,
         reviews=reviews,

@@ -13,6 +13,7 @@ from typing import Any
 from refloop.conversation import TRIM_NOTE, trim_history  # noqa: F401  (re-exported)
 from refloop.models import (
     ChatMessage,
+    Event,
     IntentLabel,
     IntentResult,
     LLMUsageRecord,
@@ -29,6 +30,14 @@ from refloop.textguard import first_json_object
 COMPLETE_STEP = "complete_step"
 NO_PLANNING_INTENTS = frozenset({IntentLabel.GENERAL_CHAT, IntentLabel.CAPABILITY_QUERY})
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(\{.*?\})\s*```", re.DOTALL)
+_TOOL_TAG = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
+_QUESTION_START = re.compile(
+    r"^\s*(what|who|whom|whose|when|where|why|how|which|explain|describe|tell me|define|"
+    r"hi|hello|hey|thanks|thank you)\b", re.IGNORECASE)
+_WORK_WORDS = re.compile(
+    r"\b(write|create|save|edit|modify|fix|add|remove|delete|rename|refactor|implement|"
+    r"generate|update|change|run|install|build|commit|read|open|list|search|find)\b|"
+    r"[\w-]+\.(?:md|txt|py|js|ts|json|ya?ml|toml|csv|html|css|sh)\b", re.IGNORECASE)
 
 
 # ---------------------------------------------------------------- decision gate
@@ -83,30 +92,50 @@ def validate_plan(
 
 
 def _as_tool_call(candidate: str | None, call_id: str) -> ToolCall | None:
+    """`{"tool": N, "args": {..}}`, `{"name": N, "arguments": {..} or "{..}"}`, or either
+    wrapped as `{"function": {...}}`."""
     if not candidate:
         return None
     try:
         obj = json.loads(candidate)
     except json.JSONDecodeError:
         return None
-    if not isinstance(obj, dict) or not isinstance(obj.get("tool"), str):
+    if isinstance(obj, dict) and isinstance(obj.get("function"), dict):
+        obj = obj["function"]
+    if not isinstance(obj, dict):
         return None
-    args = obj.get("args", obj.get("arguments", {}))
+    name = obj.get("tool", obj.get("name"))
+    if not isinstance(name, str) or not name:
+        return None
+    args = obj.get("args", obj.get("arguments", obj.get("parameters", {})))
+    if isinstance(args, str):  # OpenAI's wire form: arguments as a JSON string
+        try:
+            args = json.loads(args or "{}")
+        except json.JSONDecodeError:
+            return None
     if not isinstance(args, dict):
         return None
-    return ToolCall(id=call_id, name=obj["tool"], arguments=args)
+    return ToolCall(id=call_id, name=name, arguments=args)
 
 
 def parse_text_tool_call(text: str | None, call_id: str) -> ToolCall | None:
-    """Seed 002 tolerant parsing of `{"tool": NAME, "args": {...}}` in a text answer.
+    """Seed 002 tolerant parsing of a tool call written as text by a model without native
+    tool calls: `{"tool": NAME, "args": {...}}` or `{"name": NAME, "arguments": {...}}`.
 
-    Tried in order: the whole text as JSON, a fenced ```json block, the first {...}.
+    Tried in order: a `<tool_call>` tag, the whole text as JSON, a fenced ```json block,
+    the first {...} object.
     """
     if not text or "{" not in text:
         return None
-    stripped = text.strip()
+    tagged = _TOOL_TAG.search(text)
     fenced = _FENCE.search(text)
-    for candidate in (stripped, fenced.group(1) if fenced else None, first_json_object(text)):
+    candidates = (
+        first_json_object(tagged.group(1)) if tagged else None,
+        text.strip(),
+        fenced.group(1) if fenced else None,
+        first_json_object(text),
+    )
+    for candidate in candidates:
         call = _as_tool_call(candidate, call_id)
         if call is not None:
             return call
@@ -206,9 +235,103 @@ def system_prompt(custom: str | None, tools: list[ToolSpec], workspace: str,
     prompt = (
         f"{base}\n\nWorkspace: {workspace} (all paths are relative to it).\n"
         f"Tools: {names}.\nIf native tool calls are unavailable, reply with exactly one JSON "
-        'object {"tool": NAME, "args": {...}}.'
+        'object {"tool": NAME, "args": {...}}, the args matching the tool\'s schema:\n'
+        + tool_signatures(tools)
     )
     return f"{prompt}\n\n{context}" if context else prompt
+
+
+def tool_signatures(tools: list[ToolSpec]) -> str:
+    """One line per tool: name, argument schema (required ones marked) and description,
+    so a model without native tool calls can still call every tool correctly."""
+    lines = []
+    for spec in tools:
+        props = spec.parameters.get("properties", {})
+        required = set(spec.parameters.get("required", []))
+        args = ", ".join(
+            f"{name}{'' if name in required else '?'}: {_type_of(schema)}"
+            for name, schema in props.items()
+        )
+        description = spec.description.strip().split("\n")[0][:160]
+        lines.append(f"- {spec.name}({args}): {description}")
+    return "\n".join(lines)
+
+
+def _type_of(schema: dict[str, Any]) -> str:
+    if "enum" in schema:
+        return "|".join(json.dumps(v) for v in schema["enum"])
+    if "anyOf" in schema:
+        return "|".join(_type_of(s) for s in schema["anyOf"])
+    kind = schema.get("type", "any")
+    if kind == "array":
+        return f"array of {_type_of(schema.get('items', {}))}"
+    return str(kind)
+
+
+# ---------------------------------------------------------------- honest outcomes
+
+
+DIRECT_ANSWER_PROMPT = (
+    "You are refloop. Answer the user's question directly and briefly, in plain text. "
+    "No tools are available for this answer."
+)
+
+
+def is_question(task: str) -> bool:
+    """A question or chat line that needs no tools ("What is 2+2?"): answered directly
+    when it cannot be planned. Anything naming work or a file is not."""
+    text = task.strip()
+    if not text or len(text) > 300 or _WORK_WORDS.search(text):
+        return False
+    return text.endswith("?") or bool(_QUESTION_START.match(text))
+
+
+_READ_ONLY_COMMANDS = frozenset({"view", "get", "read"})
+
+
+def is_edit(tool: str, arguments: dict[str, Any], edit_tools: set[str]) -> bool:
+    """A call of an edit tool (the registry's `edits=True`) that is not a view command."""
+    mode = arguments.get("command", arguments.get("operation", arguments.get("op")))
+    return tool in edit_tools and mode not in _READ_ONLY_COMMANDS
+
+
+def successful_edits(events: Iterable[Event], edit_tools: set[str]) -> int:
+    """Edit calls that succeeded, counted from a run's events."""
+    args: dict[str, dict[str, Any]] = {}
+    count = 0
+    for event in events:
+        if event.type == "tool_call":
+            args[event.data.get("id")] = event.data.get("args") or {}
+        elif event.type == "tool_result" and event.data.get("ok") and is_edit(
+                event.data.get("tool", ""), args.get(event.data.get("id"), {}), edit_tools):
+            count += 1
+    return count
+
+
+def last_completeness_verdict(events: Iterable[Event]) -> dict[str, Any] | None:
+    verdicts = [e.data for e in events
+                if e.type == "reflection" and e.data.get("trigger") == "completeness"]
+    return verdicts[-1] if verdicts else None
+
+
+def missing_work(plan: Plan | None, edit_tools: set[str], edits_ok: int,
+                 last_verdict: dict[str, Any] | None) -> list[str]:
+    """Why a run that reached its end is not done; empty: it may end `completed`.
+
+    - the plan has a step that edits the workspace, but no edit tool call succeeded;
+    - the last completeness verdict (not a fail-open one) still found gaps.
+    """
+    missing: list[str] = []
+    steps = [f"step {n}: {step.goal} ({step.tool})"
+             for n, step in enumerate(plan.steps if plan else [], start=1)
+             if step.tool in edit_tools]
+    if steps and edits_ok == 0:
+        missing.append("the plan requires changes but no edit succeeded: " + "; ".join(steps))
+    if last_verdict and not last_verdict.get("is_complete", True) \
+            and not last_verdict.get("fail_open"):
+        aspects = [str(a) for a in last_verdict.get("missing_aspects") or []]
+        missing += aspects or ["the completeness check found the task incomplete"]
+    return missing
 
 
 def task_message(task: str, plan: Plan | None, prior_context: str | None = None) -> str:
@@ -241,12 +364,33 @@ def add_usage(stats: TaskStats, record: LLMUsageRecord) -> TaskStats:
     return stats.model_copy(
         update={
             "llm_calls": stats.llm_calls + record.usage.calls,
+            "llm_failed_calls": stats.llm_failed_calls + record.usage.failed_calls,
             "usage": stats.usage.add(record.usage),
             "usage_by_purpose": _add_to(stats.usage_by_purpose, record.purpose.value,
                                         record.usage),
             "usage_by_model": _add_to(stats.usage_by_model, record.model, record.usage),
         }
     )
+
+
+def failed_usage(details: Any) -> LLMUsageRecord | None:
+    """The usage a failed model activity reported: its failure details
+    (`{"usage": {...}}`) or its last heartbeat (`{"refloop_ledger": {...}}`)."""
+    for item in details or ():
+        if not isinstance(item, dict):
+            continue
+        data = item.get("usage") or item.get("refloop_ledger")
+        if isinstance(data, dict) and data.get("purpose") and data.get("model"):
+            try:
+                return LLMUsageRecord.model_validate(data)
+            except ValueError:
+                return None
+    return None
+
+
+def success_rate(attempted: int, succeeded: int) -> float | None:
+    """Undefined (None) when nothing was attempted, never a perfect 1.0."""
+    return round(succeeded / attempted, 3) if attempted else None
 
 
 def budget_exceeded(stats: TaskStats, budget: int | None) -> str | None:

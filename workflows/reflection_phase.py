@@ -18,13 +18,14 @@ with workflow.unsafe.imports_passed_through():
         TaskResult,
     )
 
-from workflows import completeness_logic
+from workflows import completeness_logic, logic
 from workflows.agent_base import AgentBase, describe_failure, raise_if_cancelled
 from workflows.policies import LLM_CALL
 
 
 class CompletenessPhase(AgentBase):
     tool_names: list[str]
+    edit_tools: set[str]
 
     async def _reflect_on_completeness(self) -> None:
         """Check, supplement through a child, re-check: bounded by reflection_max_rounds."""
@@ -70,6 +71,7 @@ class CompletenessPhase(AgentBase):
             )
         except ActivityError as err:
             raise_if_cancelled(err)
+            self._account_failure(err)
             # Fail open: the work is done; an unreachable judge must not undo it.
             self._emit("reflection", {"trigger": "completeness", "round": round_number,
                                       "is_complete": True, "fail_open": True,
@@ -117,6 +119,7 @@ class CompletenessPhase(AgentBase):
             )
         except ActivityError as err:
             raise_if_cancelled(err)
+            self._account_failure(err)
             self._record_supplement({"error": f"planning failed: {describe_failure(err)}"})
             return None
         self._account(result.usage)
@@ -162,12 +165,13 @@ class CompletenessPhase(AgentBase):
                                      "error": detail})
             return False
         self.state.stats = completeness_logic.merge_stats(self.state.stats, child.stats)
+        self.state.edits_ok += logic.successful_edits(child.events, self.edit_tools)
         self.state.quality_reviews += child.quality_reviews
         attempted = child.stats.tool_calls
         succeeded = attempted - child.stats.tool_errors
         self._emit("reflection_exec", {
             "used": True, "attempted": attempted, "succeeded": succeeded,
-            "success_rate": round(succeeded / attempted, 3) if attempted else 1.0,
+            "success_rate": logic.success_rate(attempted, succeeded),
             "child_workflow_id": child_id,
         })
         self._record_supplement({"child_workflow_id": child_id, "status": child.status,

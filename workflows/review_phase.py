@@ -56,6 +56,7 @@ class QualityReviewPhase(AgentBase):
                 self._account(outcome.usage)
         except ActivityError as err:
             raise_if_cancelled(err)
+            self._account_failure(err)
             # Fail-open: a broken reviewer never blocks the task; the outcome says so.
             review = QualityReview(
                 file_path=file_path, passed=True, outcome="unavailable", tool=call.name,

@@ -60,3 +60,7 @@ class AgentState(BaseModel):
     # The chosen MCP servers' tools, listed once at task start (by model-facing name)
     mcp_tools: dict[str, McpToolInfo] = Field(default_factory=dict)
     mcp_tools_ref: str | None = None
+    # Honest outcomes: successful edits (children's included); a question answered without
+    # tools after its plan failed
+    edits_ok: int = 0
+    direct_answer: bool = False

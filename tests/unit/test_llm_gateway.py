@@ -87,9 +87,10 @@ async def test_json_schema_rejected_falls_back_to_json_object(gateway, scripted_
     out = await gateway.structured(Purpose.intent, USER, IntentResult, model=model)
     assert out.value.confidence == 0.8
     second = scripted_llm.requests(model=model)[1]["body"]
-    assert second["response_format"] == {"type": "json_object"}
+    assert second["response_format"]["type"] == "json_object"
+    assert second["response_format"]["schema"]["title"] == "IntentResult"
     assert "JSON schema" in second["messages"][0]["content"]
-    assert gateway.json_schema_supported is False
+    assert gateway.json_schema_supported is True  # learnt for that model only
 
 
 @pytest.mark.parametrize(("status", "kind", "retryable"), [

@@ -82,7 +82,8 @@ async def test_rejected_write_is_fed_back_as_denied(client, settings, scripted_l
                     AgentTaskWorkflow.decide_approval,
                     ApprovalDecision(call_id=call_id, approved=True))
         result = await result_of(handle)
-    assert result.status == "completed" and not (workspace / "a.txt").exists()
+    # The only planned edit was denied: nothing was changed, so the task is not completed.
+    assert result.status == "incomplete" and not (workspace / "a.txt").exists()
     denied = [r for r in events_of(result, "tool_result") if r["tool"] == "write_file"][0]
     assert denied["ok"] is False and "rejected this call: not now" in denied["error"]
     fed_back = str(scripted_llm.requests(model=model, purpose="act")[2]["body"]["messages"])

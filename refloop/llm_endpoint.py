@@ -1,0 +1,214 @@
+"""What one model endpoint supports, how much it may generate, how many requests it takes at
+once, and the ledger of every request an activity made.
+
+State is kept per (base URL, model) on the worker: the structured-output mode and tool
+mode that work, learnt from the endpoint's rejections and logged once. Concurrency slots
+are per base URL (one server, whatever model it serves).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from refloop.models import LLMUsageRecord, Purpose, TokenUsage
+
+log = logging.getLogger("refloop.llm")
+
+# Strongest first; a rejection steps down one mode, never back up.
+STRUCTURED_MODES = ("json_schema", "json_object_schema", "json_object", "prompt")
+
+# Completion caps by purpose: large enough for any sane answer of that kind.
+DEFAULT_MAX_TOKENS: dict[str, int] = {
+    Purpose.intent.value: 256,
+    Purpose.plan.value: 1024,
+    Purpose.act.value: 2048,
+    Purpose.quality_review.value: 1024,
+    Purpose.completeness.value: 1024,
+    Purpose.supplement_plan.value: 1024,
+    Purpose.code_review.value: 4096,
+    Purpose.code_verify.value: 4096,
+    Purpose.summary.value: 512,
+}
+
+# Statuses that say nothing about the request's shape: no step-down on these.
+NOT_ABOUT_SHAPE = frozenset({401, 403, 404, 408, 409, 429})
+MODE_WORDS = ("response_format", "json_schema", "schema")
+
+
+def parse_max_tokens(value: str | None) -> dict[str, int]:
+    """`REFLOOP_MAX_TOKENS`: "4096" (every purpose) or "act=4096,plan=2048"."""
+    caps = dict(DEFAULT_MAX_TOKENS)
+    if not value:
+        return caps
+    value = value.strip()
+    if value.isdigit():
+        return {purpose: int(value) for purpose in caps}
+    for item in value.split(","):
+        name, _, number = item.partition("=")
+        name, number = name.strip(), number.strip()
+        if name not in caps or not number.isdigit() or int(number) < 1:
+            raise ValueError(f"expected a number or purpose=N pairs (purposes: "
+                             f"{', '.join(caps)}); bad item {item.strip()!r}")
+        caps[name] = int(number)
+    return caps
+
+
+def rejects_mode(status: int | None, body: str) -> bool:
+    """A structured-output mode was refused: any 4xx about the request, or a 5xx whose
+    body names the response format (llama-cpp-python answers json_schema with a 500)."""
+    if status is None:
+        return False
+    text = body.lower()
+    if 400 <= status < 500:
+        return status not in NOT_ABOUT_SHAPE
+    return status >= 500 and any(word in text for word in MODE_WORDS)
+
+
+def rejects_tools(status: int | None, body: str, word: str) -> bool:
+    """`tool_choice` / `tools` refused: a 4xx naming it, or a 5xx validation error naming
+    it (llama-cpp-python)."""
+    if status is None or word not in body.lower():
+        return False
+    if status >= 500:
+        return "validation error" in body.lower()
+    return 400 <= status < 500 and status not in NOT_ABOUT_SHAPE
+
+
+@dataclass
+class EndpointState:
+    """What was learnt about one (base URL, model)."""
+
+    structured: int = 0  # index into STRUCTURED_MODES
+    tool_choice: bool = True  # send `tool_choice`
+    native_tools: bool = True  # send `tools` at all
+    response_format: bool = True  # plain `json_object` accepted (code review)
+
+
+class Endpoints:
+    """Per-(base URL, model) capability state and per-base-URL slots of one gateway."""
+
+    def __init__(self, structured_pin: str, tool_mode: str, concurrency: int,
+                 hold_after_timeout_s: float) -> None:
+        self.structured_pin = structured_pin
+        self.tool_mode = tool_mode
+        self.concurrency = concurrency
+        self.hold_after_timeout_s = hold_after_timeout_s
+        self.states: dict[tuple[str, str], EndpointState] = {}
+        self.slots: dict[str, asyncio.Semaphore] = {}
+
+    def state(self, base_url: str, model: str) -> EndpointState:
+        key = (base_url, model)
+        if key not in self.states:
+            state = EndpointState()
+            if self.structured_pin != "auto":
+                state.structured = STRUCTURED_MODES.index(self.structured_pin)
+            if self.tool_mode == "text":
+                state.native_tools = False
+            self.states[key] = state
+        return self.states[key]
+
+    def structured_mode(self, base_url: str, model: str) -> str:
+        return STRUCTURED_MODES[self.state(base_url, model).structured]
+
+    def step_down(self, base_url: str, model: str, reason: str) -> bool:
+        """Next weaker structured mode; False when pinned or already prompt-only."""
+        state = self.state(base_url, model)
+        if self.structured_pin != "auto" or state.structured == len(STRUCTURED_MODES) - 1:
+            return False
+        old = STRUCTURED_MODES[state.structured]
+        state.structured += 1
+        log.warning("model endpoint %s model %s: structured output %s rejected (%s); "
+                    "using %s from now on", base_url, model, old, reason[:200],
+                    STRUCTURED_MODES[state.structured])
+        return True
+
+    def drop(self, base_url: str, model: str, what: str, reason: str) -> bool:
+        """Stop sending `tool_choice` / `tools` / `response_format`; False if already off
+        or the operator pinned native tools."""
+        state = self.state(base_url, model)
+        if not getattr(state, what) or (what != "response_format" and self.tool_mode == "native"):
+            return False
+        setattr(state, what, False)
+        log.warning("model endpoint %s model %s: %s rejected (%s); not sent from now on",
+                    base_url, model, what, reason[:200])
+        return True
+
+    def slot(self, base_url: str) -> asyncio.Semaphore | None:
+        if not self.concurrency:
+            return None
+        if base_url not in self.slots:
+            self.slots[base_url] = asyncio.Semaphore(self.concurrency)
+        return self.slots[base_url]
+
+    def release_later(self, slot: asyncio.Semaphore) -> None:
+        """After a client timeout the server is most likely still generating the abandoned
+        answer (llama.cpp does not stop on disconnect): keep its slot a while so the
+        retry does not queue behind it."""
+        asyncio.get_running_loop().call_later(self.hold_after_timeout_s, slot.release)
+
+
+# ---------------------------------------------------------------- the ledger
+
+
+@dataclass
+class CallLedger:
+    """Every HTTP request of one activity execution, carried across its attempts."""
+
+    purpose: str | None = None
+    model: str | None = None
+    usage: TokenUsage = field(default_factory=TokenUsage)
+    on_change: Callable[[CallLedger], None] | None = None
+
+    def begin(self, purpose: Purpose, model: str) -> None:
+        """A request is about to go out: counted failed until its answer arrives, so an
+        attempt killed mid-request is still in the ledger."""
+        self.purpose = self.purpose or purpose.value
+        self.model = self.model or model
+        self.usage = self.usage.add(TokenUsage(calls=1, failed_calls=1))
+        self._changed()
+
+    def answered(self, usage: TokenUsage) -> None:
+        self.usage = self.usage.add(usage.model_copy(update={"calls": 0, "failed_calls": -1}))
+        self._changed()
+
+    def failed(self, usage: TokenUsage | None = None) -> None:
+        """The request ended without a usable answer (whatever usage it reported)."""
+        if usage is not None:
+            self.usage = self.usage.add(usage.model_copy(update={"calls": 0,
+                                                                 "failed_calls": 0}))
+        self._changed()
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change(self)
+
+    def dump(self) -> dict[str, Any]:
+        return {"purpose": self.purpose, "model": self.model,
+                "usage": self.usage.model_dump()}
+
+    @classmethod
+    def load(cls, data: Any) -> CallLedger:
+        ledger = cls()
+        if isinstance(data, dict) and isinstance(data.get("usage"), dict):
+            try:
+                ledger.usage = TokenUsage.model_validate(data["usage"])
+                ledger.purpose, ledger.model = data.get("purpose"), data.get("model")
+            except ValueError:
+                pass
+        return ledger
+
+    def record(self, fallback: LLMUsageRecord | None = None) -> LLMUsageRecord | None:
+        purpose = self.purpose or (fallback.purpose.value if fallback else None)
+        model = self.model or (fallback.model if fallback else None)
+        if purpose is None or model is None:
+            return None
+        return LLMUsageRecord(purpose=Purpose(purpose), model=model, usage=self.usage)
+
+
+current_ledger: contextvars.ContextVar[CallLedger | None] = contextvars.ContextVar(
+    "refloop_call_ledger", default=None)

@@ -1,0 +1,112 @@
+"""Pure decisions behind honest outcomes and tolerant text tool calls."""
+
+from __future__ import annotations
+
+import pytest
+
+from refloop.models import Event, Plan, PlanStep, ToolSpec
+from workflows import logic
+
+EDITS = {"write_file", "apply_patch", "str_replace_based_edit_tool"}
+
+
+@pytest.mark.parametrize("text", [
+    '{"tool": "write_file", "args": {"path": "a"}}',
+    '{"name": "write_file", "arguments": {"path": "a"}}',
+    '{"name": "write_file", "arguments": "{\\"path\\": \\"a\\"}"}',
+    'Sure.\n```json\n{"name": "write_file", "arguments": {"path": "a"}}\n```',
+    '<tool_call>\n{"name": "write_file", "arguments": {"path": "a"}}\n</tool_call>',
+    '<tool_call>{"name": "write_file", "arguments": {"path": "a"}}',  # unclosed tag
+    'I will call {"function": {"name": "write_file", "arguments": {"path": "a"}}} now',
+])
+def test_common_text_forms_of_a_tool_call_are_parsed(text):
+    call = logic.parse_text_tool_call(text, "text_1")
+    assert call is not None and call.name == "write_file" and call.arguments == {"path": "a"}
+
+
+@pytest.mark.parametrize("text", ["4", '{"answer": 4}', '{"name": 3, "arguments": {}}',
+                                  '{"name": "x", "arguments": "not json"}'])
+def test_non_calls_are_not_parsed(text):
+    assert logic.parse_text_tool_call(text, "t") is None
+
+
+def test_system_prompt_carries_every_tool_argument_schema():
+    spec = ToolSpec(name="write_file", description="Create a file.\nMore.", parameters={
+        "type": "object", "required": ["path"],
+        "properties": {"path": {"type": "string"}, "mode": {"enum": ["w", "a"]},
+                       "lines": {"type": "array", "items": {"type": "integer"}}}})
+    prompt = logic.system_prompt(None, [spec], "/ws")
+    assert '- write_file(path: string, mode?: "w"|"a", lines?: array of integer): ' \
+           "Create a file." in prompt
+
+
+@pytest.mark.parametrize(("task", "question"), [
+    ("What is 2+2?", True), ("how are you", True), ("Hello", True),
+    ("Is the sky blue?", True), ("do the task", False),
+    ("What is in notes.md? Write it to out.txt", False),
+    ("Create hello.txt", False), ("Fix the bug", False),
+])
+def test_questions_are_told_from_work(task, question):
+    assert logic.is_question(task) is question
+
+
+def step(tool):
+    return PlanStep(goal=f"use {tool}", tool=tool)
+
+
+def test_missing_work():
+    plan = Plan(steps=[step("read_file"), step("write_file")])
+    missing = logic.missing_work(plan, EDITS, 0, None)
+    assert len(missing) == 1 and "step 2: use write_file" in missing[0]
+    assert logic.missing_work(plan, EDITS, 1, None) == []
+    assert logic.missing_work(Plan(steps=[step("read_file")]), EDITS, 0, None) == []
+    verdict = {"is_complete": False, "missing_aspects": ["no summary.md"]}
+    assert logic.missing_work(None, EDITS, 0, verdict) == ["no summary.md"]
+    assert logic.missing_work(None, EDITS, 0, {**verdict, "fail_open": True}) == []
+    assert logic.missing_work(None, EDITS, 0, {"is_complete": False}) == [
+        "the completeness check found the task incomplete"]
+
+
+def test_successful_edits_skip_views_and_failures():
+    def ev(seq, kind, **data):
+        return Event(seq=seq, type=kind, ts="t", data=data)
+
+    events = [
+        ev(1, "tool_call", id="a", tool="str_replace_based_edit_tool", args={"command": "view"}),
+        ev(2, "tool_result", id="a", tool="str_replace_based_edit_tool", ok=True),
+        ev(3, "tool_call", id="b", tool="write_file", args={"path": "x"}),
+        ev(4, "tool_result", id="b", tool="write_file", ok=False),
+        ev(5, "tool_call", id="c", tool="apply_patch", args={}),
+        ev(6, "tool_result", id="c", tool="apply_patch", ok=True),
+    ]
+    assert logic.successful_edits(events, EDITS) == 1
+    assert logic.last_completeness_verdict(events) is None
+
+
+def test_success_rate_is_undefined_without_attempts():
+    assert logic.success_rate(0, 0) is None and logic.success_rate(4, 3) == 0.75
+
+
+def test_failed_usage_from_details_or_heartbeat():
+    usage = {"purpose": "act", "model": "m", "usage": {"calls": 2, "failed_calls": 2}}
+    assert logic.failed_usage([{"status": 500, "usage": usage}]).usage.calls == 2
+    assert logic.failed_usage([{"refloop_ledger": usage}]).usage.failed_calls == 2
+    assert logic.failed_usage([{"status": 500}]) is None and logic.failed_usage(["x"]) is None
+
+
+def test_empty_review_or_verify_answers_are_invalid_and_reasked():
+    from activities.code_review_activities import parse_agent
+    from refloop.code_review_models import ReviewOutput, VerifyOutput
+
+    for schema in (ReviewOutput, VerifyOutput):
+        parsed, invalid = parse_agent("{}", schema)
+        assert parsed is None and "required" in invalid
+    parsed, invalid = parse_agent('{"issues": []}', ReviewOutput)
+    assert invalid is None and parsed.issues == []
+    parsed, invalid = parse_agent('{"status": "ERROR", "message": "no diff"}', ReviewOutput)
+    assert invalid is None and parsed.message == "no diff"
+    _, invalid = parse_agent('{"verification_result": {"accuracy_check": []}}', VerifyOutput)
+    assert "quality_assessment" in invalid
+    _, invalid = parse_agent('{"verification_result": {"quality_assessment": {}}}',
+                             VerifyOutput)
+    assert "overall_score" in invalid

@@ -1,0 +1,145 @@
+"""Honest outcomes and a complete ledger, on the real Temporal test server with the scripted
+model emulating a stock llama-cpp-python endpoint over HTTP."""
+
+from __future__ import annotations
+
+from refloop.store import store_for
+from tests.llm_fixtures import unique_scenario
+from tests.workflow.helpers import CODING, SUMMARY, call, event_types, events_of, final, plan_of
+from tests.workflow.helpers import run_task as run_agent_task
+
+UNCERTAIN = {"json": {"intent": "UNCERTAIN", "confidence": 0.3, "reason": "?"}}
+BAD_PLAN = {"json": {"task_type": "other", "steps": [{"goal": "think", "tool": "calculator"}]}}
+
+
+def quirky(scripted_llm, responses: dict, **endpoint) -> str:
+    name = unique_scenario(scripted_llm, responses)
+    scripted_llm.load(name, {"name": name, "endpoint": endpoint, "responses": responses})
+    return name
+
+
+async def run(client, settings, task_queue, model, workspace, task="do the task", **kw):
+    return await run_agent_task(client, settings, task_queue, model, workspace, task=task, **kw)
+
+
+async def test_golden_no_edit_where_the_plan_needs_one_is_incomplete(
+        client, settings, scripted_llm, workspace, task_queue):
+    """"Create hello.txt": the model only talks about the file; the run must not claim
+    success."""
+    model = unique_scenario(scripted_llm, {
+        "intent": [CODING], "plan": [plan_of("write_file")],
+        "act": [final("I created hello.txt with a greeting.")],
+        "summary": [SUMMARY],
+    })
+    result = await run(client, settings, task_queue, model, workspace,
+                       task="Create hello.txt saying hi", record_as="agent_task_incomplete")
+    assert result.status == "incomplete" and result.stop_reason == "work_missing"
+    assert "no edit succeeded" in result.missing[0] and "write_file" in result.missing[0]
+    assert not (workspace / "hello.txt").exists()
+    assert event_types(result)[-1] == "incomplete"
+    row = store_for(settings.effective_database_url).get_task(result.task_id)
+    assert row.status == "incomplete" and "no edit succeeded" in row.error
+    assert row.finished_at is not None
+
+
+async def test_a_successful_edit_completes(client, settings, scripted_llm, workspace,
+                                           task_queue):
+    model = unique_scenario(scripted_llm, {
+        "intent": [CODING], "plan": [plan_of("write_file")],
+        "act": [call("write_file", path="hello.txt", content="hi\n"), final("written")],
+        "summary": [SUMMARY],
+    })
+    result = await run(client, settings, task_queue, model, workspace)
+    assert result.status == "completed" and result.missing == []
+
+
+async def test_golden_question_that_cannot_be_planned_is_answered_directly(
+        client, settings, scripted_llm, workspace, task_queue):
+    model = unique_scenario(scripted_llm, {
+        "intent": [UNCERTAIN], "plan": [BAD_PLAN] * 3,
+        "act": [final("2 + 2 = 4")], "summary": [SUMMARY],
+    })
+    result = await run(client, settings, task_queue, model, workspace, task="What is 2+2?",
+                       record_as="agent_task_direct_answer")
+    assert result.status == "completed", result.answer
+    assert result.answer == "2 + 2 = 4"
+    skipped = events_of(result, "plan_skipped")[0]
+    assert skipped["direct_answer"] and "calculator" in skipped["reason"]
+    act = scripted_llm.requests(model=model, purpose="act")[0]["body"]
+    assert "tools" not in act and "No tools" in act["messages"][0]["content"]
+
+
+async def test_a_task_that_needs_tools_still_fails_on_a_bad_plan(
+        client, settings, scripted_llm, workspace, task_queue):
+    model = unique_scenario(scripted_llm, {"intent": [UNCERTAIN], "plan": [BAD_PLAN] * 3})
+    result = await run(client, settings, task_queue, model, workspace,
+                       task="Write the answer to 2+2 into answer.txt")
+    assert result.status == "failed" and result.stop_reason == "invalid_plan"
+
+
+async def test_stock_llama_cpp_endpoint_negotiates_and_counts_every_request(
+        client, settings, scripted_llm, workspace, task_queue):
+    """json_schema answered with a 500 naming response_format, tool calls only when
+    tool_choice is sent, one transport error: every request in the ledger."""
+    model = quirky(scripted_llm, {
+        "intent": [CODING], "plan": [plan_of("write_file")],
+        "act": [{"status": 503},
+                call("write_file", path="hello.txt", content="hi\n"), final("written")],
+        "summary": [SUMMARY],
+    }, reject_json_schema=500, tools_need_choice=True)
+    result = await run(client, settings, task_queue, model, workspace)
+    assert result.status == "completed", result.answer
+    assert (workspace / "hello.txt").read_text() == "hi\n"
+    sent = scripted_llm.requests(model=model)
+    # intent: rejected + answered; plan: straight to the remembered mode; act: 503 + 2.
+    assert [r["purpose"] for r in sent] == ["intent", "intent", "plan", "act", "act", "act",
+                                            "summary"]
+    assert [r["status"] for r in sent][:2] == [500, 200]
+    stats = result.stats
+    assert stats.llm_calls == len(sent) == 7
+    assert stats.llm_failed_calls == 2
+    assert stats.usage_by_purpose["act"].calls == 3
+    assert stats.usage_by_purpose["act"].failed_calls == 1
+    assert stats.usage_by_model[model].calls == 7
+
+
+async def test_requests_of_a_call_that_gave_up_are_counted(client, settings, scripted_llm,
+                                                           workspace, task_queue):
+    model = unique_scenario(scripted_llm, {
+        "intent": [CODING], "plan": [plan_of("read_file")],
+        "act": [{"status": 500}, {"status": 401, "body": {"error": {"message": "revoked"}}}],
+    })
+    result = await run(client, settings, task_queue, model, workspace)
+    assert result.status == "failed"
+    assert result.stats.llm_calls == 4 and result.stats.llm_failed_calls == 2
+    assert result.stats.usage_by_purpose["act"].calls == 2
+
+
+async def test_failed_intent_attempts_are_counted_though_it_fails_open(
+        client, settings, scripted_llm, workspace, task_queue):
+    model = unique_scenario(scripted_llm, {
+        "intent": [{"content": "not json"}] * 3,
+        "plan": [plan_of("read_file")], "act": [final("nothing to do")],
+        "summary": [SUMMARY],
+    })
+    (workspace / "a.txt").write_text("x")
+    result = await run(client, settings, task_queue, model, workspace)
+    assert events_of(result, "intent")[0]["fail_open"]
+    assert result.stats.usage_by_purpose["intent"].calls == 3
+    assert result.stats.usage_by_purpose["intent"].failed_calls == 3
+
+
+async def test_each_failed_attempt_is_one_readable_line(client, settings, scripted_llm,
+                                                        workspace, task_queue, caplog):
+    model = unique_scenario(scripted_llm, {
+        "intent": [CODING], "plan": [plan_of("read_file")],
+        "act": [{"status": 500, "body": {"error": {"message": "busy"}}}, final("done")],
+        "summary": [SUMMARY],
+    })
+    (workspace / "a.txt").write_text("x")
+    with caplog.at_level("WARNING", logger="refloop.attempts"):
+        await run(client, settings, task_queue, model, workspace)
+    lines = [r.getMessage() for r in caplog.records if r.name == "refloop.attempts"]
+    assert len(lines) == 1 and "\n" not in lines[0]
+    assert lines[0].startswith("act attempt 1/6 failed: HTTP 500")
+    assert "busy" in lines[0] and lines[0].endswith("retrying in 1 s")
