@@ -1,4 +1,4 @@
-"""Activities of the code-review supervisor (seed 003): content, Review, Verify, format."""
+"""Activities of the code-review supervisor: content, Review, Verify, format."""
 
 from __future__ import annotations
 

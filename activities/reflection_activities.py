@@ -1,4 +1,4 @@
-"""Seed 004 activities: the completeness judge and the supplement planner."""
+"""Completeness-reflection activities: the completeness judge and the supplement planner."""
 
 from __future__ import annotations
 

@@ -239,7 +239,7 @@ async def replay_histories(args: argparse.Namespace) -> int:
 
 
 def review_request(args: argparse.Namespace) -> Any:
-    """The unified task JSON of seed 003 from the command line."""
+    """The code-review supervisor's unified task JSON from the command line."""
     import subprocess
 
     from refloop.code_review_models import CodeReviewInput
@@ -360,7 +360,8 @@ def build_parser() -> argparse.ArgumentParser:
     replay = sub.add_parser("replay", help="replay histories against the current code")
     replay.add_argument("files", nargs="+")
 
-    review = sub.add_parser("review", help="the code-review supervisor (seed 003)")
+    review = sub.add_parser(
+        "review", help="the code-review supervisor: Review, then Verify, then merge")
     source = review.add_mutually_exclusive_group(required=True)
     source.add_argument("--diff", metavar="FILE", help="a unified diff file, or - for stdin")
     source.add_argument("--git-range", metavar="A..B", help="git diff A..B in --workdir")
@@ -373,7 +374,8 @@ def build_parser() -> argparse.ArgumentParser:
     review.add_argument("--json", action="store_true", help="the whole result as JSON")
     review.add_argument("--model", help="model name (default REFLOOP_REVIEW_MODEL)")
 
-    evaluate = sub.add_parser("eval", help="seed 001 metrics over a scenario suite")
+    evaluate = sub.add_parser(
+        "eval", help="early-reflection metrics over a scenario suite, triggers on vs off")
     evaluate.add_argument("--suite", help="a folder of scenario YAML files")
     evaluate.add_argument("--json", action="store_true")
 

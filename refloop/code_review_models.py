@@ -1,5 +1,5 @@
-"""Seed 003's code-review protocol: the unified task JSON, the Review (§5.1) and Verify
-(§5.2) outputs, and the activity inputs/results of CodeReviewWorkflow."""
+"""The code-review protocol: the unified task JSON, the Review and Verify
+outputs, and the activity inputs/results of CodeReviewWorkflow."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def _require(data: Any, field: str, what: str) -> Any:
 
 
 class ReviewOutput(BaseModel):
-    """§5.1, or the error form (`status: ERROR`, `message`)."""
+    """The Review agent's findings, or the error form (`status: ERROR`, `message`)."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -121,7 +121,7 @@ class VerificationResult(BaseModel):
 
 
 class VerifyOutput(BaseModel):
-    """§5.2, or the error form."""
+    """The Verify agent's verdict, or the error form."""
 
     model_config = ConfigDict(extra="allow")
 

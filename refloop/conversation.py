@@ -1,4 +1,4 @@
-"""The conversation the model sees: trimming (seed 002) and blob-aware rendering."""
+"""The conversation the model sees: trimming and blob-aware rendering."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ ARG_CHARS = 2_000  # how much of an offloaded tool argument the model re-reads
 
 
 def trim_history(messages: list[ChatMessage], max_messages: int) -> list[ChatMessage]:
-    """Seed 002 trimming: keep the system prompt and start the rest on a user turn.
+    """Trimming: keep the system prompt and start the rest on a user turn.
 
     The first user turn (the task) stays pinned so the model never loses its goal;
     the kept tail starts at an assistant turn so roles still alternate and no tool

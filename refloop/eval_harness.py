@@ -1,4 +1,4 @@
-"""`refloop eval`: seed 001's metrics over a suite of scripted scenarios, triggers on vs off.
+"""`refloop eval`: early-reflection metrics over a suite of scripted scenarios, triggers on vs off.
 
 Each scenario runs through the real AgentTaskWorkflow (embedded Temporal, scripted model
 over HTTP). Scenario entries marked `when_contains: "Reflection triggered"` answer only
@@ -61,7 +61,7 @@ def load_suite(directory: str | None) -> list[EvalScenario]:
 
 def measure(scenario: EvalScenario, mode: str, result: TaskResult, workspace: Path
             ) -> RunOutcome:
-    """Seed 001's metrics for one run, from its events."""
+    """The early-reflection metrics of one run, from its events."""
     plan_tools = [step.tool for step in result.plan.steps] if result.plan else []
     step, deviations, calls = 1, 0, 0
     for event in result.events:

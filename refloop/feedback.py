@@ -1,4 +1,4 @@
-"""Tool-result feedback (seed 002 §3.4.5): long outputs are windowed around the task's
+"""Tool-result feedback: long outputs are windowed around the task's
 keywords instead of cut at the head, with markers saying which lines were left out."""
 
 from __future__ import annotations

@@ -151,7 +151,7 @@ class MakePlanInput(BaseModel):
 
 
 class ToolConstraints(BaseModel):
-    """Seed 001: what the task type allows (guides planning) and forbids (enforced)."""
+    """Task-type constraints: what the task type allows (guides planning) and forbids (enforced)."""
 
     task_type: str | None = None
     allowed: list[str] = Field(default_factory=list)  # empty: no guidance
@@ -162,7 +162,7 @@ class ToolConstraints(BaseModel):
 class MakePlanResult(BaseModel):
     plan: Plan
     usage: LLMUsageRecord
-    constraints: ToolConstraints | None = None  # added with seed 001; None for old runs
+    constraints: ToolConstraints | None = None  # None for runs before task-type constraints
 
 
 class ActInput(BaseModel):
@@ -182,7 +182,7 @@ class ActResult(BaseModel):
     content: str | None = None
     tool_calls: list[ToolCall] = Field(default_factory=list)
     finish_reason: str | None = None
-    abnormal: str | None = None  # set when the output was runaway repetition (seed 002)
+    abnormal: str | None = None  # set when the output was runaway repetition
     usage: LLMUsageRecord
     conversation_ref: str | None = None  # the stored conversation this answer replied to
 
@@ -255,7 +255,7 @@ class Supplement(BaseModel):
 
 
 class CompletenessVerdict(BaseModel):
-    """The completeness judge's JSON (DESIGN.md, seed 004)."""
+    """The completeness judge's JSON."""
 
     is_complete: bool
     analysis: str = ""
@@ -326,7 +326,7 @@ class Event(BaseModel):
 
 
 class TriggerConfig(BaseModel):
-    """Seed 001 early-reflection thresholds."""
+    """Early-reflection thresholds."""
 
     enabled: bool = True
     repeat_threshold: int = Field(default=2, ge=2)  # identical (tool, args) calls

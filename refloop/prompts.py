@@ -1,4 +1,5 @@
-"""Prompt builders for the structured purposes; the JSON shapes are fixed by DESIGN.md."""
+"""Prompt builders for the structured purposes; the JSON shapes are fixed by the
+models they validate into."""
 
 from __future__ import annotations
 

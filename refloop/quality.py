@@ -1,4 +1,4 @@
-"""Quality review of document edits (seed 000): what the reviewer sees, checks that need
+"""Quality review of document edits: what the reviewer sees, checks that need
 no model, and the rules block that user text cannot break out of.
 
 Pure functions over text; the review activity reads the file and calls them.
@@ -43,7 +43,7 @@ class Snippet(BaseModel):
 
 
 class QualityVerdict(BaseModel):
-    """The reviewer's JSON (DESIGN.md); `pass` is a Python keyword, hence the alias."""
+    """The reviewer's JSON; `pass` is a Python keyword, hence the alias."""
 
     passed: bool = Field(alias="pass")
     reasons: list[str] = Field(default_factory=list)

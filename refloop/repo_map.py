@@ -1,4 +1,4 @@
-"""The repo map and environment block of the system prompt (seed 002 §1.2).
+"""The repo map and environment block of the system prompt.
 
 Symbols per file (classes, functions, methods), ranked so that the most referenced come
 first, cut to a token budget. References are counted as identifier occurrences across the

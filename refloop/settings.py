@@ -1,4 +1,4 @@
-"""The one settings object: every environment variable of DESIGN.md, validated at start-up."""
+"""The one settings object: every environment variable, validated at start-up."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ class Settings(BaseSettings):
     # Directories API tasks may work in (comma or os.pathsep separated); unset: the
     # server's start directory and <data dir>/workspaces (see refloop/workspaces.py)
     refloop_workspace_roots: str | None = None
-    # Seed 004 completeness reflection
+    # Completeness reflection
     enable_reflection: bool = True
     reflection_max_supplements: int = Field(default=3, ge=0, le=10)
     reflection_max_rounds: int = Field(default=2, ge=1, le=5)
@@ -66,7 +66,7 @@ class Settings(BaseSettings):
     fc_reflection_temperature: float = Field(default=0.2, ge=0.0, le=2.0)
     fc_reflection_top_p: float = Field(default=0.9, gt=0.0, le=1.0)
     fc_reflection_max_retries: int = Field(default=2, ge=0, le=10)
-    # Seed 001 task-type tool constraints; unset: the shipped refloop/task_rules.yaml
+    # Task-type tool constraints; unset: the shipped refloop/task_rules.yaml
     refloop_task_rules: str | None = None
     # A JSON file in the `mcpServers` shape: the MCP tool servers tasks may choose.
     refloop_mcp_config: str | None = None

@@ -56,7 +56,7 @@ class TaskRecord(SQLModel, table=True):
 
 
 class QualityReviewRecord(SQLModel, table=True):
-    """Seed 000's `quality_reviews` table: one row per review of one edit."""
+    """The `quality_reviews` table: one row per review of one edit."""
 
     __tablename__ = "quality_reviews"
 
@@ -75,7 +75,7 @@ class QualityReviewRecord(SQLModel, table=True):
 
 
 class PromptRecord(SQLModel, table=True):
-    """System prompts with their quality-review settings (seed 000)."""
+    """System prompts with their quality-review settings."""
 
     __tablename__ = "prompts"
 
@@ -104,7 +104,7 @@ class ModelConfigRecord(SQLModel, table=True):
 
 
 class SessionRecord(SQLModel, table=True):
-    """An interactive session: the settings its tasks inherit (seed 000)."""
+    """An interactive session: the settings its tasks inherit."""
 
     __tablename__ = "sessions"
 
@@ -123,7 +123,7 @@ class SessionRecord(SQLModel, table=True):
 
 
 class CodeReviewContentRecord(SQLModel, table=True):
-    """Seed 003's review content record: content, then review, then verification."""
+    """The code review's content record: content, then review, then verification."""
 
     __tablename__ = "code_review_contents"
 

@@ -1,4 +1,4 @@
-"""Task-type tool constraints (seed 001 P3-1..P3-3): loading and task-type inference."""
+"""Task-type tool constraints: loading and task-type inference."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Text checks on model output: runaway repetition (seed 002) and JSON extraction."""
+"""Text checks on model output: runaway repetition and JSON extraction."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ ABNORMAL_THRESHOLD = 50
 
 
 def detect_abnormal_output(text: str, threshold: int = ABNORMAL_THRESHOLD) -> str | None:
-    """Seed 002: a run of `[` or `{` longer than the threshold means the model derailed."""
+    """A run of `[` or `{` longer than the threshold means the model derailed."""
     for char in "[{":
         if re.search(re.escape(char) + r"(\s*" + re.escape(char) + "){" + str(threshold) + ",}",
                      text):

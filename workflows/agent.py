@@ -334,7 +334,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
         return fired
 
     def _check_constraints(self, call: ToolCall, iteration: int) -> ToolResult | None:
-        """Seed 001 runtime enforcement: a forbidden tool is refused unless justified once."""
+        """Task-type constraints at run time: a forbidden tool is refused unless justified once."""
         constraints = self.state.constraints
         if (constraints is None or not self.state.input.triggers.enforce_constraints
                 or call.name not in constraints.forbidden):

@@ -1,4 +1,4 @@
-"""Human approval of writes and commands (seed 002 §3.4.2), resolved by a workflow update."""
+"""Human approval of writes and commands, resolved by a workflow update."""
 
 from __future__ import annotations
 

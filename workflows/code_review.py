@@ -1,4 +1,4 @@
-"""CodeReviewWorkflow: seed 003's supervisor. Review agent -> Verify agent -> merge -> format.
+"""CodeReviewWorkflow: the code-review supervisor. Review agent -> Verify agent -> merge -> format.
 
 Every sub-agent call is an activity, so the result can only come from recorded activity
 results (listed in `provenance`); supervisor retries (agent ERROR, invalid JSON,

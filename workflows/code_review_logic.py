@@ -1,4 +1,4 @@
-"""Pure supervisor logic of seed 003: retry context, quality gate, hallucination filter,
+"""Pure code-review supervisor logic: retry context, quality gate, hallucination filter,
 merge and output formats. No I/O; CodeReviewWorkflow applies these."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ SEVERITIES = ("Critical", "High", "Medium", "Low")
 
 def task_json(request: CodeReviewInput, task_id: str, retry: RetryContext,
               quality_requirements: list[str]) -> dict[str, Any]:
-    """The unified task JSON (§3.2); retry information is appended to task_desc (§6.3)."""
+    """The unified task JSON; retry information is appended to task_desc."""
     desc = request.task_desc
     if retry.attempt_number > 1:
         desc += (f" Retry information: attempt {retry.attempt_number}; previous errors: "
@@ -153,7 +153,7 @@ def lost_findings(text: str, issues: list[dict[str, Any]]) -> list[str]:
 
 
 def error_output(task_id: str, attempts: list[dict[str, Any]]) -> dict[str, Any]:
-    """The seed's error form, carrying every attempt's context."""
+    """The protocol's error form, carrying every attempt's context."""
     last = attempts[-1]["error"] if attempts else "no attempt ran"
     return {"task_id": task_id, "status": "ERROR",
             "message": f"code review failed after {len(attempts)} attempts: {last}",

@@ -1,4 +1,4 @@
-"""Pure decisions of seed 004's completeness reflection: the evidence handed to the judge,
+"""Pure decisions of the completeness reflection: the evidence handed to the judge,
 how its verdict is reconciled with deterministic findings, the supplement objective,
 the prior context a supplement child starts from, and the merged statistics."""
 
@@ -19,7 +19,7 @@ from refloop.models import (
     TokenUsage,
 )
 
-SUPPLEMENT_HEADER = "【需要补充的操作】"  # seed 004's marker for the supplement objective
+SUPPLEMENT_HEADER = "【需要补充的操作】"  # the judge's marker for the supplement objective
 _CLAIMED_FILE = re.compile(
     r"(?<![\w/.-])((?:[\w.-]+/)*[\w-][\w.-]*\.(?:md|txt|json|ya?ml|toml|csv|py|js|ts|html|css|"
     r"ini|cfg|rst|sh|sql|xml))(?![\w/-])"

@@ -44,7 +44,7 @@ _WORK_WORDS = re.compile(
 
 
 def should_plan(intent: IntentResult | None, enable_planning: bool) -> bool:
-    """Seed 002 decision gate: chat and capability questions skip explicit planning."""
+    """Decision gate: chat and capability questions skip explicit planning."""
     if not enable_planning:
         return False
     return intent is None or intent.intent not in NO_PLANNING_INTENTS
@@ -55,7 +55,7 @@ def validate_plan(
 ) -> list[str]:
     """Violations that send the plan back for a bounded re-plan; empty when valid.
 
-    Every step names a known tool; no forbidden tool appears (seed 001); generation tools
+    Every step names a known tool; no forbidden tool appears; generation tools
     come last - after the first one, at most one other (verifying) step may follow.
     """
     known = set(known_tools) - {COMPLETE_STEP}
@@ -119,7 +119,7 @@ def _as_tool_call(candidate: str | None, call_id: str) -> ToolCall | None:
 
 
 def parse_text_tool_call(text: str | None, call_id: str) -> ToolCall | None:
-    """Seed 002 tolerant parsing of a tool call written as text by a model without native
+    """Tolerant parsing of a tool call written as text by a model without native
     tool calls: `{"tool": NAME, "args": {...}}` or `{"name": NAME, "arguments": {...}}`.
 
     Tried in order: a `<tool_call>` tag, the whole text as JSON, a fenced ```json block,
@@ -162,7 +162,7 @@ def format_tool_result(name: str, result: ToolResult, limit: int) -> str:
 
 
 def tool_result_message(call: ToolCall, native: bool, text: str) -> ChatMessage:
-    """Native calls answer with a `tool` turn; text-parsed calls with a user turn (seed 002)."""
+    """Native calls answer with a `tool` turn; text-parsed calls with a user turn."""
     if native:
         return ChatMessage(role="tool", tool_call_id=call.id, name=call.name, content=text)
     return ChatMessage(role="user", content=f"Tool result for {call.name}:\n{text}")

@@ -1,4 +1,4 @@
-"""Seed 004's completeness reflection: judge, supplement plan, supplement child workflow."""
+"""Completeness reflection: judge, supplement plan, supplement child workflow."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Pure decisions of the quality-review loop (seed 000): which calls get reviewed, what
+"""Pure decisions of the quality-review loop: which calls get reviewed, what
 the model is told afterwards, and when the review→fix loop on a file must stop."""
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def review_feedback(review: QualityReview) -> str:
 def reflect_on_quality_results(
     reviews: list[QualityReview], capped: set[str]
 ) -> str | None:
-    """Seed 000: reflection while review is on uses only the reviews of this turn.
+    """Reflection while review is on uses only the reviews of this turn.
 
     A failed review asks for a fix; a passing one produces no text. A file whose
     review→fix rounds hit the cap is reported and left, so the task moves on.

@@ -1,4 +1,4 @@
-"""Seed 000's enforced quality-review hook, as a phase of the agent workflow."""
+"""The enforced quality-review hook, as a phase of the agent workflow."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from workflows.policies import REVIEW_CALL
 
 class QualityReviewPhase(AgentBase):
     async def _maybe_review(self, call: ToolCall, result: ToolResult) -> QualityReview | None:
-        """The enforced hook of seed 000: a review activity after every successful edit."""
+        """The enforced hook: a review activity after every successful edit."""
         inp = self.state.input
         if not inp.enable_quality_review or not review_logic.needs_review(
             call, result, inp.quality_review_tools

@@ -46,14 +46,14 @@ class AgentState(BaseModel):
     review_failures: dict[str, int] = Field(default_factory=dict)  # per file, for the cap
     review_capped: list[str] = Field(default_factory=list)
     supplements: list[dict[str, Any]] = Field(default_factory=list)
-    # seed 001: constraints of the inferred task type, violations, early-reflection state
+    # Constraints of the inferred task type, violations, early-reflection state
     constraints: ToolConstraints | None = None
     tool_violations: list[dict[str, Any]] = Field(default_factory=list)
     exceptions_used: list[str] = Field(default_factory=list)
     loop_records: list[LoopRecord] = Field(default_factory=list)
     trigger_state: TriggerState = Field(default_factory=TriggerState)
     step_started: int = 1  # iteration at which the current plan step began
-    # Environment and repo map for the system prompt (seed 002 §1.2)
+    # Environment and repo map for the system prompt
     workspace_context: str | None = None
     # call key -> decision (None while waiting); the update validator reads it
     pending_approvals: dict[str, ApprovalDecision | None] = Field(default_factory=dict)

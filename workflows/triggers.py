@@ -1,8 +1,8 @@
-"""Seed 001 early-reflection triggers: pure functions over the loop's records.
+"""Early-reflection triggers: pure functions over the loop's records.
 
 Each trigger looks at what the agent did so far and returns evidence when it should stop
 and think; `evaluate` applies the cool-down and escalation, `guidance` words the message
-that goes into the next `act` request (seed P4-5).
+that goes into the next `act` request.
 """
 
 from __future__ import annotations

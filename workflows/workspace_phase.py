@@ -1,4 +1,4 @@
-"""Seed 002 §1.1-1.2 as a phase of the agent workflow: the workspace's environment and repo
+"""A phase of the agent workflow: the workspace's environment and repo
 map for the system prompt, and the semantic index built in the background."""
 
 from __future__ import annotations

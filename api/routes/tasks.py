@@ -70,7 +70,7 @@ def start_session(body: SessionStart, store: StoreDep, settings: SettingsDep) ->
         if config is None:
             raise not_found(f"model config {body.model_config_id}")
         model = model or config.model
-    # The body overrides the prompt's stored review settings (seed 000).
+    # The body overrides the prompt's stored review settings.
     review = body.enable_quality_review
     if review is None:
         review = prompt.enable_quality_review if prompt else False
