@@ -338,22 +338,24 @@ def serve_in_thread(app: FastAPI, host: str, port: int, name: str
     return server, thread, server.servers[0].sockets[0].getsockname()[1]
 
 
-class ScriptedLLMServer:
-    """The server in a background thread with its own event loop (tests, the demo)."""
+class ThreadedServer:
+    """An OpenAI-style app served in a background thread with its own event loop; `start`
+    answers its `/v1` base URL."""
 
-    def __init__(self, scenario: dict[str, Any] | str | Path | None = None,
-                 host: str = "127.0.0.1", port: int = 0) -> None:
-        self.state = ScriptState()
-        if scenario is not None:
-            self.state.load(load_scenario(scenario), default=True)
+    name = "server"
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         self.host, self.port = host, port
         self.base_url = ""
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
 
+    def app(self) -> FastAPI:
+        raise NotImplementedError
+
     def start(self) -> str:
-        self._server, self._thread, port = serve_in_thread(build_app(self.state), self.host,
-                                                           self.port, "scripted-llm")
+        self._server, self._thread, port = serve_in_thread(self.app(), self.host, self.port,
+                                                           self.name)
         self.base_url = f"http://{self.host}:{port}/v1"
         return self.base_url
 
@@ -362,6 +364,22 @@ class ScriptedLLMServer:
             self._server.should_exit = True
         if self._thread is not None:
             self._thread.join(timeout=10)
+
+
+class ScriptedLLMServer(ThreadedServer):
+    """The scripted model in a background thread (tests, the demo)."""
+
+    name = "scripted-llm"
+
+    def __init__(self, scenario: dict[str, Any] | str | Path | None = None,
+                 host: str = "127.0.0.1", port: int = 0) -> None:
+        super().__init__(host, port)
+        self.state = ScriptState()
+        if scenario is not None:
+            self.state.load(load_scenario(scenario), default=True)
+
+    def app(self) -> FastAPI:
+        return build_app(self.state)
 
     def __enter__(self) -> ScriptedLLMServer:
         self.start()

@@ -16,7 +16,7 @@ from refloop.models import TaskInput
 from refloop.net import free_port
 from tests.http_wait import wait_until_healthy
 from tests.llm_fixtures import unique_scenario
-from tests.workflow.helpers import CODING, SUMMARY, call, final, plan_of, result_of
+from tests.workflow.helpers import edit_and_wait_twice, result_of
 from worker.main import connect
 from worker.temporal_server import STATE_FILE, is_our_server
 from workflows.agent import AgentTaskWorkflow
@@ -121,22 +121,7 @@ async def test_kill_9_of_refloop_up_mid_task_then_restart_completes_the_task(
     Each edit made before a crash is applied once; no server is ever started twice."""
     workspace = tmp_path / "ws"
     workspace.mkdir()
-    (workspace / "notes.md").write_text("line one\n")
-    (workspace / "slow.sh").write_text("sleep 3\necho slept\n")
-    responses = {
-        "intent": [CODING],
-        "plan": [plan_of("str_replace_based_edit_tool", "run_cmd")],
-        "act": [
-            call("str_replace_based_edit_tool", command="insert", path="notes.md",
-                 insert_line=1, new_str="line two"),
-            call("run_cmd", command="sh slow.sh"),
-            call("str_replace_based_edit_tool", command="insert", path="notes.md",
-                 insert_line=2, new_str="line three"),
-            call("run_cmd", command="sh slow.sh"),
-            final("inserted twice and slept twice"),
-        ],
-        "summary": [SUMMARY],
-    }
+    responses = edit_and_wait_twice(workspace)
     model = unique_scenario(scripted_llm, responses)
     up = Up(tmp_path, scripted_llm.base_url)
     db = up.data_dir / "temporal.db"

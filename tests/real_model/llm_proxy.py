@@ -9,24 +9,23 @@ import time
 from typing import Any
 
 import httpx
-import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from refloop.scripted_llm import serve_in_thread
+from refloop.scripted_llm import ThreadedServer
 
 
-class LoggingProxy:
+class LoggingProxy(ThreadedServer):
+    name = "llm-proxy"
+
     def __init__(self, upstream: str) -> None:
+        super().__init__()
         self.upstream = upstream.rstrip("/")
         self.log: list[dict[str, Any]] = []
         self.in_flight = 0
         self.lock = threading.Lock()
-        self.base_url = ""
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
 
-    def _app(self) -> FastAPI:
+    def app(self) -> FastAPI:
         app = FastAPI()
         client = httpx.AsyncClient(timeout=900)
 
@@ -74,18 +73,6 @@ class LoggingProxy:
                             media_type="application/json")
 
         return app
-
-    def start(self) -> str:
-        self._server, self._thread, port = serve_in_thread(self._app(), "127.0.0.1", 0,
-                                                           "llm-proxy")
-        self.base_url = f"http://127.0.0.1:{port}/v1"
-        return self.base_url
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout=10)
 
     def mark(self) -> int:
         with self.lock:

@@ -84,6 +84,27 @@ async def result_of(handle: WorkflowHandle) -> TaskResult:
         return TaskResult.model_validate(cause.details[0])
 
 
+def edit_and_wait_twice(workspace: Path) -> dict[str, Any]:
+    """Two journaled edits, each followed by a 3 s command a crash test can kill a worker in;
+    the workspace ends with notes.md holding exactly three lines when each edit ran once."""
+    (workspace / "notes.md").write_text("line one\n")
+    (workspace / "slow.sh").write_text("sleep 3\necho slept\n")
+    return {
+        "intent": [CODING],
+        "plan": [plan_of("str_replace_based_edit_tool", "run_cmd")],
+        "act": [
+            call("str_replace_based_edit_tool", command="insert", path="notes.md",
+                 insert_line=1, new_str="line two"),
+            call("run_cmd", command="sh slow.sh"),
+            call("str_replace_based_edit_tool", command="insert", path="notes.md",
+                 insert_line=2, new_str="line three"),
+            call("run_cmd", command="sh slow.sh"),
+            final("inserted twice and slept twice"),
+        ],
+        "summary": [SUMMARY],
+    }
+
+
 def event_types(result: TaskResult) -> list[str]:
     return [event.type for event in result.events]
 

@@ -17,6 +17,7 @@ from tests.workflow.helpers import (
     CODING,
     SUMMARY,
     call,
+    edit_and_wait_twice,
     events_of,
     final,
     plan_of,
@@ -65,22 +66,7 @@ async def wait_for_event(handle, predicate, timeout_s: float = 60.0) -> None:
 async def test_worker_killed_twice_mid_task_resumes_each_time(
     client, temporal_server, settings, scripted_llm, workspace, task_queue
 ):
-    (workspace / "notes.md").write_text("line one\n")
-    (workspace / "slow.sh").write_text("sleep 3\necho slept\n")
-    responses = {
-        "intent": [CODING],
-        "plan": [plan_of("str_replace_based_edit_tool", "run_cmd")],
-        "act": [
-            call("str_replace_based_edit_tool", command="insert", path="notes.md",
-                 insert_line=1, new_str="line two"),
-            call("run_cmd", command="sh slow.sh"),
-            call("str_replace_based_edit_tool", command="insert", path="notes.md",
-                 insert_line=2, new_str="line three"),
-            call("run_cmd", command="sh slow.sh"),
-            final("inserted twice and slept twice"),
-        ],
-        "summary": [SUMMARY],
-    }
+    responses = edit_and_wait_twice(workspace)
     model = unique_scenario(scripted_llm, responses)
     workers = [spawn_worker(temporal_server, settings, task_queue)]
     try:
