@@ -14,6 +14,7 @@ what to install.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import hashlib
@@ -157,11 +158,21 @@ def start_warm_up(model: str = DEFAULT_MODEL) -> threading.Thread | None:
     with _WARM_LOCK:
         thread = _WARMING.get(model)
         if thread is None:
+            if not _WARMING:
+                atexit.register(_finish_warm_ups)
             thread = threading.Thread(target=_warm_quietly, args=(model,),
                                       name=f"refloop-warm-{model}", daemon=True)
             _WARMING[model] = thread
             thread.start()
         return thread
+
+
+def _finish_warm_ups() -> None:
+    """A warm-up cut off at exit inside the model runtime's native threads aborts the whole
+    process (SIGABRT: "terminate called without an active exception"), so a worker stopped
+    seconds after it started would not exit cleanly: let a warm-up finish first."""
+    for thread in list(_WARMING.values()):
+        thread.join(timeout=120)
 
 
 def _warm_quietly(model: str) -> None:

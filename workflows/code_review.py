@@ -8,6 +8,7 @@ activity retries and cost no attempt.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from temporalio import workflow
@@ -54,8 +55,8 @@ class CodeReviewWorkflow:
         show_code_review("running")
         try:
             result = await self._review(request)
-        except BaseException:
-            show_code_review("failed")
+        except (Exception, asyncio.CancelledError):  # not GeneratorExit: an evicted run
+            show_code_review("failed")                # is closed outside the event loop
             raise
         show_code_review(result.status)
         return result
