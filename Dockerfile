@@ -15,9 +15,11 @@ COPY api ./api
 # EXTRAS=semantic adds search_semantic (with PIP_EXTRA_INDEX_URL set to the PyTorch CPU
 # index for a CPU-only torch); EXTRAS=otel the OTLP exporter.
 ARG EXTRAS=""
-# /journal: the edit journal's mount point in docker-compose, owned by the worker's user.
+# /journal and the data dir's workspaces: docker-compose's mount points, owned by the
+# worker's user (a named volume takes the ownership of the directory it is mounted on).
 RUN pip install --no-cache-dir ".${EXTRAS:+[$EXTRAS]}" && useradd --create-home refloop \
-    && mkdir /journal && chown refloop:refloop /journal
+    && mkdir -p /journal /home/refloop/data/workspaces \
+    && chown -R refloop:refloop /journal /home/refloop/data
 USER refloop
 ENV REFLOOP_DATA_DIR=/home/refloop/data
 EXPOSE 8000

@@ -50,8 +50,9 @@ class WorkspaceActivities:
         if reason:
             return IndexReport(available=False, note=reason)
         root = workspace_root(inp.workspace)
-        unchanged = await asyncio.to_thread(unchanged_report, self.settings.index_dir, root,
-                                            model)
+        async with heartbeating():  # hashing a large workspace outlasts the heartbeat timeout
+            unchanged = await asyncio.to_thread(unchanged_report, self.settings.index_dir,
+                                                root, model)
         if unchanged is not None:
             return unchanged
         process = await asyncio.create_subprocess_exec(

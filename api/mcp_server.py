@@ -23,7 +23,7 @@ from temporalio.client import Client
 
 from api.routes import code_reviews, tasks
 from api.schemas import ApprovalBody, SessionStart, TaskCreate
-from api.sse import fetch_events
+from api.sse import FINAL_EVENTS, fetch_events
 from refloop.code_review_models import CodeReviewInput
 from refloop.settings import Settings
 from refloop.store import Store
@@ -105,7 +105,7 @@ def build_mcp_server(deps: Callable[[], McpDeps]) -> MCPServer:
         while True:
             events, ended = await fetch_events(d.client, d.store, task_id, row.workflow_id,
                                                after_seq)
-            ended = ended or any(event.type in ("completed", "failed") for event in events)
+            ended = ended or any(event.type in FINAL_EVENTS for event in events)
             if events or ended or loop.time() >= deadline:
                 return {"events": [event.model_dump(mode="json") for event in events],
                         "ended": ended}

@@ -533,11 +533,13 @@ def main(argv: list[str] | None = None) -> None:
 
         serve(args.scenario, args.host, args.port)
         return
-    if args.command == "worker":
-        if settings.refloop_semantic_index:  # LanceDB and the model load while we import
-            from refloop.semantic import start_warm_up
+    if args.command in ("worker", "up") and settings.refloop_semantic_index:
+        # Long-lived workers load LanceDB and the model while we import; one-shot commands
+        # (run, review) do not pay for a load their task may never use.
+        from refloop.semantic import start_warm_up
 
-            start_warm_up(settings.refloop_embedding_model)
+        start_warm_up(settings.refloop_embedding_model)
+    if args.command == "worker":
         from worker.main import run_worker
 
         runner = until_signalled(run_worker(settings), settings)

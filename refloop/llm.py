@@ -191,8 +191,13 @@ class LLMGateway:
         read here, on the worker, from the variable it names (never carried in a task)."""
         if endpoint is None or (endpoint.base_url is None and endpoint.api_key_env is None):
             return self.client
-        key = self.settings.openai_api_key
+        # Model configs come from API clients: the worker's own key never goes to a URL one
+        # chose, and a config may only name the variables the operator set aside for keys.
+        key = None if endpoint.base_url else self.settings.openai_api_key
         if endpoint.api_key_env:
+            if endpoint.api_key_env not in self.settings.model_key_envs:
+                raise LLMClientError(f"the model config names {endpoint.api_key_env}, which is "
+                                     "not in REFLOOP_MODEL_KEY_ENVS on this worker")
             key = os.environ.get(endpoint.api_key_env)
             if not key:
                 raise LLMClientError(f"the model config names {endpoint.api_key_env}, which is "

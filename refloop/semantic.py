@@ -136,12 +136,22 @@ def defer_package_init(name: str) -> bool:
     state = {"run": False}
 
     def __getattr__(attr: str):  # only called for attributes the module does not have yet
-        with lock:
+        with lock:  # other threads wait here until the __init__ has run, never see it half-run
             if not state["run"]:
                 state["run"] = True
-                del module.__dict__["__getattr__"]
-                spec.loader.exec_module(module)
-                return getattr(module, attr)
+                try:
+                    spec.loader.exec_module(module)
+                except BaseException:
+                    sys.modules.pop(name, None)  # a failed __init__ leaves nothing half-built
+                    raise
+                finally:
+                    if module.__dict__.get("__getattr__") is __getattr__:
+                        del module.__dict__["__getattr__"]
+        if attr in module.__dict__:
+            return module.__dict__[attr]
+        own = module.__dict__.get("__getattr__")  # the package's own lazy attributes
+        if own is not None and own is not __getattr__:
+            return own(attr)
         raise AttributeError(f"module {name!r} has no attribute {attr!r}")
 
     module.__getattr__ = __getattr__

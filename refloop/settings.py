@@ -85,6 +85,9 @@ class Settings(BaseSettings):
     refloop_embedding_model: Literal["minilm-int8", "minilm"] = "minilm-int8"
     # System prompt's repo map budget, in tokens (0: no map)
     refloop_repo_map_tokens: int = Field(default=1024, ge=0, le=32_000)
+    # Variables a model config may name for its key (comma-separated); unset: none. A config
+    # with its own base URL and no allowed key variable gets no key at all.
+    refloop_model_key_envs: str | None = None
     # Allowlist mode for run_cmd: comma-separated first words (e.g. "pytest,ls,cat"); unset: off
     refloop_cmd_allowlist: str | None = None
     # Command sandbox: bwrap (default; an error when bubblewrap cannot run) or none (explicit,
@@ -108,6 +111,11 @@ class Settings(BaseSettings):
     @property
     def sandbox_ro_paths(self) -> list[str]:
         return [p.strip() for p in (self.refloop_sandbox_ro_paths or "").split(",") if p.strip()]
+
+    @property
+    def model_key_envs(self) -> frozenset[str]:
+        return frozenset(n.strip() for n in (self.refloop_model_key_envs or "").split(",")
+                         if n.strip())
 
     @property
     def cmd_allowlist(self) -> list[str] | None:

@@ -90,8 +90,6 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
     store = StoreActivities(database)
     code_review = CodeReviewActivities(gateway, store.store, settings.refloop_data_dir)
     workspace = WorkspaceActivities(settings, database)
-    if settings.refloop_semantic_index:  # the model loads now, not on the first query
-        start_warm_up(settings.refloop_embedding_model)
     mcp = McpActivities(settings, database)
     return RefloopWorker(
         client,

@@ -288,7 +288,9 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
             native = bool(act.tool_calls)
             calls = act.tool_calls
             if not native and not self.state.direct_answer:
-                parsed = logic.parse_text_tool_call(act.content, f"text_{iteration}")
+                parsed = logic.parse_text_tool_call(
+                    act.content, f"text_{iteration}",
+                    every_form=workflow.patched("text-tool-call-forms"))
                 calls = [parsed] if parsed else []
             if not calls:
                 self.state.answer = act.content or ""

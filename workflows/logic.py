@@ -91,24 +91,25 @@ def validate_plan(
 # ---------------------------------------------------------------- tool-call parsing
 
 
-def _as_tool_call(candidate: str | None, call_id: str) -> ToolCall | None:
+def _as_tool_call(candidate: str | None, call_id: str, every_form: bool = True
+                  ) -> ToolCall | None:
     """`{"tool": N, "args": {..}}`, `{"name": N, "arguments": {..} or "{..}"}`, or either
-    wrapped as `{"function": {...}}`."""
+    wrapped as `{"function": {...}}`; only the first form when not `every_form`."""
     if not candidate:
         return None
     try:
         obj = json.loads(candidate)
     except json.JSONDecodeError:
         return None
-    if isinstance(obj, dict) and isinstance(obj.get("function"), dict):
+    if every_form and isinstance(obj, dict) and isinstance(obj.get("function"), dict):
         obj = obj["function"]
     if not isinstance(obj, dict):
         return None
-    name = obj.get("tool", obj.get("name"))
+    name = obj.get("tool", obj.get("name")) if every_form else obj.get("tool")
     if not isinstance(name, str) or not name:
         return None
-    args = obj.get("args", obj.get("arguments", obj.get("parameters", {})))
-    if isinstance(args, str):  # OpenAI's wire form: arguments as a JSON string
+    args = obj.get("args", obj.get("arguments", obj.get("parameters", {}) if every_form else {}))
+    if every_form and isinstance(args, str):  # OpenAI's wire form: arguments as JSON text
         try:
             args = json.loads(args or "{}")
         except json.JSONDecodeError:
@@ -118,16 +119,18 @@ def _as_tool_call(candidate: str | None, call_id: str) -> ToolCall | None:
     return ToolCall(id=call_id, name=name, arguments=args)
 
 
-def parse_text_tool_call(text: str | None, call_id: str) -> ToolCall | None:
+def parse_text_tool_call(text: str | None, call_id: str, every_form: bool = True
+                         ) -> ToolCall | None:
     """Tolerant parsing of a tool call written as text by a model without native
     tool calls: `{"tool": NAME, "args": {...}}` or `{"name": NAME, "arguments": {...}}`.
 
     Tried in order: a `<tool_call>` tag, the whole text as JSON, a fenced ```json block,
-    the first {...} object.
+    the first {...} object. Without `every_form` (runs started before the other forms were
+    accepted): only `{"tool": ...}`, and no tag.
     """
     if not text or "{" not in text:
         return None
-    tagged = _TOOL_TAG.search(text)
+    tagged = _TOOL_TAG.search(text) if every_form else None
     fenced = _FENCE.search(text)
     candidates = (
         first_json_object(tagged.group(1)) if tagged else None,
@@ -136,7 +139,7 @@ def parse_text_tool_call(text: str | None, call_id: str) -> ToolCall | None:
         first_json_object(text),
     )
     for candidate in candidates:
-        call = _as_tool_call(candidate, call_id)
+        call = _as_tool_call(candidate, call_id, every_form)
         if call is not None:
             return call
     return None

@@ -177,7 +177,14 @@ async def run_bounded(argv: list[str], *, cwd: str, env: dict[str, str], preexec
     finally:
         os.close(write_fd)
     os.set_blocking(read_fd, False)
-    pidfd = os.pidfd_open(process.pid)
+    try:
+        pidfd = os.pidfd_open(process.pid)
+    except OSError as err:  # out of descriptors: never leave the command running
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        os.close(read_fd)
+        raise ToolError(f"E_EXEC: cannot watch the command: {err}") from None
     exited = loop.create_future()
     output = CappedOutput(read_fd, cap)
     def on_exit() -> None:

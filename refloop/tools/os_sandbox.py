@@ -80,7 +80,7 @@ def _bwrap_problem(bwrap: str) -> str:
     if not bwrap:
         return "`bwrap` is not on PATH"
     with tempfile.TemporaryDirectory(prefix="refloop-probe-") as probe:
-        argv = _bwrap_prefix(bwrap, Path(probe), allow_network=False, env=BASE_ENV)
+        argv = _bwrap_prefix(bwrap, Path(probe), allow_network=False)
         try:
             done = subprocess.run([*argv, "true"], capture_output=True, timeout=10,
                                   env=dict(BASE_ENV), check=False)
@@ -92,14 +92,14 @@ def _bwrap_problem(bwrap: str) -> str:
 
 
 def _bwrap_prefix(bwrap: str, workspace: Path, allow_network: bool,
-                  env: Mapping[str, str], extra_ro: tuple[str, ...] = (),
+                  extra_ro: tuple[str, ...] = (),
                   hidden: tuple[Path, ...] = ()) -> list[str]:
     argv = [bwrap, "--unshare-all"]
     if allow_network:
         argv.append("--share-net")
-    argv += ["--new-session", "--die-with-parent", "--clearenv"]
-    for name, value in env.items():
-        argv += ["--setenv", name, value]
+    # The environment is the spawner's `env=` (the minimal one below), never `--setenv`:
+    # every local user can read a process's command line in /proc.
+    argv += ["--new-session", "--die-with-parent"]
     for path in SYSTEM_DIRS:
         if os.path.islink(path):
             argv += ["--symlink", os.readlink(path), path]
@@ -178,7 +178,7 @@ def sandboxed_command(argv: list[str], *, workspace: Path, allow_network: bool,
     hidden = tuple(Path(p).resolve() for p in (settings.refloop_data_dir, settings.index_dir,
                                                 settings.journal_dir))
     prefix = _bwrap_prefix(shutil.which("bwrap") or "bwrap", Path(workspace).resolve(),
-                           allow_network, full_env, tuple(settings.sandbox_ro_paths), hidden)
+                           allow_network, tuple(settings.sandbox_ro_paths), hidden)
     return SandboxedCommand(argv=[*(limited or []), *prefix, *argv], env=full_env,
                             preexec_fn=preexec, sandboxed=True, limits=limits)
 

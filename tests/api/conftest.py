@@ -12,9 +12,14 @@ from worker.main import build_worker
 
 
 @pytest.fixture
-async def api(client, settings, task_queue) -> AsyncIterator[httpx.AsyncClient]:
-    settings = settings.model_copy(update={"refloop_task_queue": task_queue,
-                                           "enable_reflection": False})
+def api_settings(settings, task_queue):
+    return settings.model_copy(update={"refloop_task_queue": task_queue,
+                                       "enable_reflection": False})
+
+
+@pytest.fixture
+async def api(client, api_settings, task_queue) -> AsyncIterator[httpx.AsyncClient]:
+    settings = api_settings
     app = create_app(settings, client=client)
     async with build_worker(client, settings, task_queue):
         transport = httpx.ASGITransport(app=app)

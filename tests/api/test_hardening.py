@@ -337,6 +337,12 @@ def decoded_payloads(node) -> str:
     return ""
 
 
+@pytest.fixture
+def api_settings(api_settings):
+    """The operator sets aside one variable for model-config keys."""
+    return api_settings.model_copy(update={"refloop_model_key_envs": "REFLOOP_I17_CONFIG_KEY"})
+
+
 async def test_model_config_is_honoured_and_its_key_never_enters_the_history(
         api, workspace, monkeypatch):
     from refloop.scripted_llm import ScriptedLLMServer

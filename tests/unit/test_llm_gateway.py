@@ -13,7 +13,7 @@ from refloop.llm import (
     LLMGateway,
     LLMTransportError,
 )
-from refloop.models import ChatMessage, IntentResult, Plan, Purpose, ToolSpec
+from refloop.models import ChatMessage, IntentResult, ModelEndpoint, Plan, Purpose, ToolSpec
 from refloop.scripted_llm import load_scenario
 from refloop.settings import Settings
 from refloop.textguard import detect_abnormal_output
@@ -185,3 +185,30 @@ def test_demo_scenario_is_valid():
         "intent", "plan", "act", "completeness", "summary", "code_review", "code_verify",
         "quality_review"}
     assert scenario.repeat  # one `refloop up` serves any number of tasks
+
+
+def config_client(endpoint: ModelEndpoint, **settings: str) -> object:
+    gateway = LLMGateway(Settings(openai_base_url="http://127.0.0.1:9/v1",
+                                  openai_api_key="sk-worker-default", **settings))
+    return gateway.client_for(endpoint)
+
+
+def test_a_model_config_cannot_name_any_worker_variable_for_its_key(monkeypatch):
+    """An API client's model config could otherwise send any secret of the worker's
+    environment, as a bearer token, to a URL it chose."""
+    monkeypatch.setenv("DATABASE_PASSWORD", "hunter2")
+    with pytest.raises(LLMClientError, match="REFLOOP_MODEL_KEY_ENVS"):
+        config_client(ModelEndpoint(model="m", base_url="http://evil.invalid/v1",
+                                    api_key_env="DATABASE_PASSWORD"))
+    monkeypatch.setenv("TEAM_MODEL_KEY", "sk-team")
+    allowed = config_client(ModelEndpoint(model="m", base_url="http://models.internal/v1",
+                                          api_key_env="TEAM_MODEL_KEY"),
+                            refloop_model_key_envs="TEAM_MODEL_KEY, OTHER")
+    assert allowed.api_key == "sk-team"
+
+
+def test_the_workers_own_key_never_goes_to_a_url_a_model_config_chose():
+    chosen = config_client(ModelEndpoint(model="m", base_url="http://evil.invalid/v1"))
+    assert chosen.api_key != "sk-worker-default"
+    same_endpoint = config_client(ModelEndpoint(model="m", temperature=0.1))
+    assert same_endpoint.api_key == "sk-worker-default"

@@ -206,3 +206,16 @@ def test_add_usage_accumulates_per_purpose():
     assert stats.usage.total_tokens == 25
     assert stats.usage_by_purpose["act"].total_tokens == 17
     assert stats.usage_by_purpose["plan"].calls == 1
+
+
+def test_runs_started_before_the_other_text_forms_parse_as_they_did():
+    """Replay safety: a run from before the extra forms keeps reading them as an answer."""
+    named = '{"name": "read_file", "arguments": {"path": "a"}}'
+    tagged = '<tool_call>{"tool": "read_file", "args": {"path": "a"}}</tool_call>'
+    assert logic.parse_text_tool_call(named, "t").name == "read_file"
+    assert logic.parse_text_tool_call(named, "t", every_form=False) is None
+    assert logic.parse_text_tool_call("see " + tagged, "t", every_form=False).name == "read_file"
+    wrapped = '{"function": {"name": "read_file", "arguments": "{\\"path\\": \\"a\\"}"}}'
+    assert logic.parse_text_tool_call(wrapped, "t", every_form=False) is None
+    legacy = '{"tool": "read_file", "args": {"path": "a"}}'
+    assert logic.parse_text_tool_call(legacy, "t", every_form=False).arguments == {"path": "a"}

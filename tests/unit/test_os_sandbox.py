@@ -140,3 +140,14 @@ def test_extra_read_only_paths(tmp_path: Path):
     assert "from the toolchain" in done.stdout and not (tools / "new").exists()
     hidden = run(f"sh {tools}/tool.sh", ws)
     assert "from the toolchain" not in hidden.stdout
+
+
+def test_a_commands_environment_never_rides_on_its_command_line(tmp_path):
+    """Every local user can read /proc/<pid>/cmdline: secrets an MCP server's config
+    resolves go to the process environment only."""
+    secret = "sk-mcp-server-secret"
+    settings = Settings(refloop_data_dir=tmp_path / "data")
+    command = sandboxed_command(["server"], workspace=tmp_path, allow_network=False,
+                                env={"SERVER_TOKEN": secret}, settings=settings)
+    assert command.env["SERVER_TOKEN"] == secret
+    assert not any(secret in part for part in command.argv)
