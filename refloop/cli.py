@@ -9,9 +9,12 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import signal
 import sys
+import threading
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -427,9 +430,6 @@ async def until_signalled(runner: Any, settings: Settings) -> int:
     """Run a long-lived command until SIGTERM or SIGINT, then let its clean-up run (the
     worker drains in-flight activities for the grace period; the embedded server stops).
     A clean-up that hangs is cut short: the process exits at the grace period + 4 s."""
-    import os
-    import threading
-
     loop = asyncio.get_running_loop()
     main_task = asyncio.current_task()
     received: list[int] = []
@@ -500,8 +500,16 @@ class Terminated(BaseException):
     uvicorn re-raises the signal after its own graceful shutdown."""
 
 
-def _raise_terminated(signum: int, frame: object) -> NoReturn:
-    raise Terminated
+def _terminate_within(grace_s: float) -> Callable[[int, object], NoReturn]:
+    """The SIGTERM handler: raise Terminated so clean-up runs, and cut a clean-up that hangs
+    (a model call a slow local server never answers) short at the grace period + 4 s."""
+    def handler(signum: int, frame: object) -> NoReturn:
+        watchdog = threading.Timer(grace_s + 4, os._exit, args=(128 + signum,))
+        watchdog.daemon = True
+        watchdog.start()
+        raise Terminated
+
+    return handler
 
 
 def _not_a_cancellation(record: logging.LogRecord) -> bool:
@@ -566,7 +574,7 @@ def main(argv: list[str] | None = None) -> None:
         # cancelled then, which is expected, not a failure worth a traceback.
         logging.getLogger("temporalio.activity").addFilter(_not_a_cancellation)
     try:
-        signal.signal(signal.SIGTERM, _raise_terminated)
+        signal.signal(signal.SIGTERM, _terminate_within(settings.refloop_graceful_shutdown_s))
         code = asyncio.run(runner)
     except KeyboardInterrupt:
         code = 130
