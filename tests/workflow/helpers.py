@@ -105,6 +105,16 @@ def edit_and_wait_twice(workspace: Path) -> dict[str, Any]:
     }
 
 
+def one_slow_command(workspace: Path, script: str) -> dict[str, Any]:
+    """One `sh slow.sh` call running `script`, a window for killing or stopping a worker."""
+    (workspace / "slow.sh").write_text(script)
+    return {
+        "intent": [CODING], "plan": [plan_of("run_cmd")],
+        "act": [call("run_cmd", command="sh slow.sh"), final("slept")],
+        "summary": [SUMMARY],
+    }
+
+
 def event_types(result: TaskResult) -> list[str]:
     return [event.type for event in result.events]
 

@@ -14,13 +14,9 @@ from pathlib import Path
 from refloop.models import TaskInput
 from tests.llm_fixtures import unique_scenario
 from tests.workflow.helpers import (
-    CODING,
-    SUMMARY,
-    call,
     edit_and_wait_twice,
     events_of,
-    final,
-    plan_of,
+    one_slow_command,
     result_of,
     start,
 )
@@ -116,12 +112,7 @@ async def test_a_killed_workers_call_is_retried_within_seconds(
 ):
     """The heartbeat timeout, not start-to-close, notices a dead worker: the command it was
     running starts again on a fresh worker seconds after the kill."""
-    (workspace / "slow.sh").write_text("sleep 2\necho slept\n")
-    responses = {
-        "intent": [CODING], "plan": [plan_of("run_cmd")],
-        "act": [call("run_cmd", command="sh slow.sh"), final("slept")],
-        "summary": [SUMMARY],
-    }
+    responses = one_slow_command(workspace, "sleep 2\necho slept\n")
     model = unique_scenario(scripted_llm, responses)
     workers = [spawn_worker(temporal_server, settings, task_queue)]
     try:
@@ -163,12 +154,7 @@ async def test_sigterm_drains_the_running_call_then_the_next_worker_finishes(
 ):
     """SIGTERM (docker stop, systemd): the worker lets the call in flight finish within its
     grace period and exits 143; the task goes on on the next worker, nothing repeated."""
-    (workspace / "slow.sh").write_text("sleep 3\necho slept >> out.txt\n")
-    responses = {
-        "intent": [CODING], "plan": [plan_of("run_cmd")],
-        "act": [call("run_cmd", command="sh slow.sh"), final("slept")],
-        "summary": [SUMMARY],
-    }
+    responses = one_slow_command(workspace, "sleep 3\necho slept >> out.txt\n")
     model = unique_scenario(scripted_llm, responses)
     log = tmp_path / "worker.log"
     first = spawn_worker(temporal_server, settings, task_queue, log)
