@@ -15,6 +15,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 from temporalio.client import Client
+from temporalio.service import RPCError
 
 from api.deps import require_token
 from api.guards import MAX_BODY_BYTES, BoundaryGuard, http_error, short_validation_error
@@ -74,6 +75,16 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
     app.add_exception_handler(RequestValidationError, short_validation_error)
     app.add_exception_handler(StarletteHTTPException, http_error)
     install_docs(app)
+
+    @app.exception_handler(RPCError)
+    async def temporal_unavailable(request: Request, exc: RPCError) -> JSONResponse:
+        # Temporal did not answer (down, overloaded, restarting): nothing was changed, so the
+        # client may simply try again.
+        log.warning("Temporal error on %s %s: %s %s", request.method, request.url.path,
+                    exc.status.name, exc.message)
+        return JSONResponse({"detail": f"Temporal did not answer ({exc.status.name}); "
+                                       "try again shortly"},
+                            status_code=503, headers={"Retry-After": "5"})
 
     @app.exception_handler(Exception)
     async def internal_error(request: Request, exc: Exception) -> JSONResponse:

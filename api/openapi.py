@@ -46,7 +46,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     413: problem("Body larger than 1 MB (chunked bodies included)"),
     422: problem("Invalid input: field issues (inputs quoted short), NUL bytes, workspace "
                  "outside the roots"),
-    503: problem("Temporal is not connected"),
+    503: problem("Temporal is not connected or did not answer; try again"),
 }
 UNAUTHORIZED = {"description": "Missing or wrong bearer token", "content": {
     "application/json": {"schema": {"$ref": "#/components/schemas/Problem"}}}}

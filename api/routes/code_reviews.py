@@ -117,5 +117,6 @@ async def get_review(task_id: ReviewId, client: ClientDep, store: StoreDep) -> C
         result = await handle.result()
         return CodeReviewState(task_id=task_id, status=result.status, stage="done",
                                result=result, content_record=content)
-    return CodeReviewState(task_id=task_id, status=description.status.name.lower(),
-                           content_record=content, error=row.error)
+    # The row now holds refloop's word for the closed workflow (failed, cancelled, ...).
+    return CodeReviewState(task_id=task_id, status=row.status, content_record=content,
+                           error=row.error)
