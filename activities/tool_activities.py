@@ -12,7 +12,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.errors import heartbeating
 from refloop.blobs import holds_large_string, holds_marker, offload_output, resolve_args
-from refloop.feedback import WINDOWED_TOOLS, window_text
+from refloop.feedback import tool_feedback
 from refloop.models import ActivityName, RunToolInput, ToolResult
 from refloop.settings import Settings
 from refloop.store import Store
@@ -58,9 +58,8 @@ class ToolActivities:
                 raise ApplicationError(
                     str(err), type="UnknownToolError", non_retryable=True
                 ) from err
-        output = result.output
-        if inp.name in WINDOWED_TOOLS:
-            output = window_text(output, inp.keywords, FEEDBACK_CHARS)
+        output = tool_feedback(result.output, TOOLS[inp.name].properties, inp.keywords,
+                               FEEDBACK_CHARS)
         threshold = self.settings.refloop_blob_threshold_bytes
         if holds_large_string(output, threshold):
             output = await asyncio.to_thread(offload_output, output, threshold,

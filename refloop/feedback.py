@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 
-# Outputs of these tools are line-oriented listings where the relevant part can be anywhere.
-WINDOWED_TOOLS = frozenset({"read_file", "grep", "search_semantic", "run_cmd", "glob_file_search"})
+from refloop.tool_properties import ToolProperties
+
 CONTEXT_LINES = 3
 MAX_KEYWORDS = 12
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]{2,}|[\u4e00-\u9fff]{2,}")
@@ -30,6 +30,14 @@ def task_keywords(task: str) -> list[str]:
         if lowered not in _STOPWORDS:
             seen.setdefault(lowered, None)
     return list(seen)[:MAX_KEYWORDS]
+
+
+def tool_feedback(output: str, properties: ToolProperties, keywords: list[str],
+                  limit: int) -> str:
+    """What the model reads of a tool's output. A `windowed` tool's output is a listing
+    whose relevant part can be anywhere: windowed around the keywords. Any other output is
+    left whole here; the workflow cuts it at the end."""
+    return window_text(output, keywords, limit) if properties.windowed else output
 
 
 def window_text(text: str, keywords: list[str], limit: int) -> str:

@@ -1,4 +1,4 @@
-"""MCP tool servers: the `mcpServers` file, tool names for the model, and a tool's kind.
+"""MCP tool servers: the `mcpServers` file, tool names for the model, a tool's properties.
 
 Plain data and pure functions: the workflow imports the models, the worker's pool reads the
 file. `${VAR}` in `env` and `headers` is resolved from the worker's environment only, by
@@ -13,12 +13,14 @@ import json
 import os
 import re
 from collections.abc import Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from refloop.models import ToolSpec
+from refloop.tool_properties import APPROVAL_MODES, ToolActivityOptions, ToolProperties
 
 SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")
 # The OpenAI function-name rule: what every chat-completions server accepts.
@@ -190,11 +192,30 @@ def model_schema(schema: dict[str, Any] | None) -> dict[str, Any]:
     return schema
 
 
-ToolKind = Literal["write", "read"]
+# Beyond the server's own timeout_s: connecting, and a stdio server's start.
+MCP_CALL_MARGIN = timedelta(seconds=30)
+MCP_CALL_ATTEMPTS = 5  # a transport failure is retried on a fresh connection
 
 
-def mcp_tool_kind(tool: McpToolInfo) -> ToolKind:
-    """The one place an MCP tool's kind is decided: a `confirm` tool is treated like a
-    write (approval), every other tool like a read-only built-in (allowed by task
-    constraints, an empty result is an anomaly)."""
-    return "write" if tool.confirm else "read"
+def mcp_tool_properties(tool: McpToolInfo) -> ToolProperties:
+    """The one place an MCP tool's properties are decided, from its server's configuration.
+
+    A tool listed under `confirm` is a write: it waits for a decision in every approval mode
+    (the operator asked for it) and, not known to be idempotent, runs at most once. Every
+    other tool is a read, like the read-only built-ins: allowed by task constraints, an
+    empty result is an anomaly, retried after a transport failure. Outputs are windowed;
+    nothing is quality-reviewed (no workspace file to review)."""
+    write = tool.confirm
+    return ToolProperties(
+        kind="write" if write else "read",
+        approval=frozenset(APPROVAL_MODES) if write else None,
+        reviewed=False,
+        windowed=True,
+        idempotent=not write,
+        activity=ToolActivityOptions(
+            start_to_close=timedelta(seconds=tool.timeout_s) + MCP_CALL_MARGIN,
+            heartbeat=timedelta(seconds=10),
+            max_attempts=1 if write else MCP_CALL_ATTEMPTS,
+            non_retryable=("McpConfigError",),
+        ),
+    )

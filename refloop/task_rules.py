@@ -1,4 +1,5 @@
-"""Task-type tool constraints: loading and task-type inference."""
+"""Task-type tool constraints: loading and task-type inference. The rules name tools only
+in allow and forbid lists; which tools read or generate documents, their properties say."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError
 
 from refloop.models import ToolConstraints
+from refloop.tools import TOOLS
 
 
 class TaskTypeRule(BaseModel):
@@ -19,9 +21,20 @@ class TaskTypeRule(BaseModel):
 
 
 class TaskRules(BaseModel):
+    # Added to the tools whose properties say so (`generates`; kind `read`).
     generation_tools: list[str] = Field(default_factory=list)
     read_only_tools: list[str] = Field(default_factory=list)
     types: dict[str, TaskTypeRule]
+
+    def generators(self) -> list[str]:
+        """Document generators: only in the final step(s) of a plan."""
+        found = [name for name, d in TOOLS.items() if d.properties.generates]
+        return list(dict.fromkeys([*found, *self.generation_tools]))
+
+    def read_only(self) -> list[str]:
+        """Tools every task type may use."""
+        found = [name for name, d in TOOLS.items() if d.properties.kind == "read"]
+        return list(dict.fromkeys([*found, *self.read_only_tools]))
 
 
 @functools.cache
@@ -54,7 +67,7 @@ def infer_task_type(task: str, model_type: str | None, rules: TaskRules) -> str 
 def constraints_for(task_type: str | None, rules: TaskRules) -> ToolConstraints:
     rule = rules.types.get(task_type or "")
     if rule is None:
-        return ToolConstraints(task_type=task_type, generation_tools=rules.generation_tools)
-    allowed = sorted(set(rule.allowed) | set(rules.read_only_tools))
+        return ToolConstraints(task_type=task_type, generation_tools=rules.generators())
+    allowed = sorted(set(rule.allowed) | set(rules.read_only()))
     return ToolConstraints(task_type=task_type, allowed=allowed, forbidden=rule.forbidden,
-                           generation_tools=rules.generation_tools)
+                           generation_tools=rules.generators())

@@ -38,7 +38,7 @@ with workflow.unsafe.imports_passed_through():
         ToolCall,
         ToolResult,
     )
-    from refloop.tools import TOOLS, tool_specs
+    from refloop.tools import TOOLS, tool_activity_options, tool_specs
     from workflows.state import AgentState
 
 from workflows import logic, review_logic, triggers
@@ -49,7 +49,6 @@ from workflows.policies import (
     CARRIED_EVENTS,
     LLM_CALL,
     MAX_REPLANS,
-    TOOL_CALL,
     TOOL_RESULT_CHARS,
 )
 from workflows.reflection_phase import CompletenessPhase
@@ -386,7 +385,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
         self.state.loop_records.append(triggers.LoopRecord(
             iteration=iteration, step=step_before, tool=call.name,
             args_key=triggers.args_key(call.arguments),
-            anomaly=triggers.anomaly_of(call.name, result, self._mcp_kind(call.name)),
+            anomaly=triggers.anomaly_of(result, self._tool_properties(call.name)),
             advanced=advanced,
         ))
         if advanced:
@@ -429,7 +428,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
                 ),
                 result_type=ToolResult,
                 summary=logic.tool_call_summary(call),  # the tool and its target
-                **TOOL_CALL.kwargs(),
+                **tool_activity_options(call.name).kwargs(),
             )
         if result.ok and logic.is_edit(call.name, call.arguments, self.edit_tools):
             self.state.edits_ok += 1

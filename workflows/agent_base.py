@@ -12,7 +12,7 @@ from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 # Models are plain data; passed through so the sandbox does not re-import pydantic.
 with workflow.unsafe.imports_passed_through():
-    from refloop.mcp_config import mcp_tool_kind
+    from refloop.mcp_config import mcp_tool_properties
     from refloop.models import (
         ActivityName,
         ChatMessage,
@@ -20,6 +20,8 @@ with workflow.unsafe.imports_passed_through():
         LLMUsageRecord,
         RecordTaskInput,
     )
+    from refloop.tool_properties import ToolProperties
+    from refloop.tools import tool_properties
     from workflows.state import AgentState
 
 from workflows import logic
@@ -45,10 +47,11 @@ class AgentBase:
     def _show(self, status: str | None = None) -> None:
         """Refresh what the Web UI shows of the task (VisibilityPhase)."""
 
-    def _mcp_kind(self, name: str) -> str | None:
-        """An MCP tool's kind (None: a built-in); approval and triggers read it."""
+    def _tool_properties(self, name: str) -> ToolProperties | None:
+        """A tool's properties, built-in or MCP (None: no such tool); approval, review and
+        the triggers read them."""
         tool = self.state.mcp_tools.get(name)
-        return mcp_tool_kind(tool) if tool is not None else None
+        return mcp_tool_properties(tool) if tool is not None else tool_properties(name)
 
     async def _record(self, status: str, **fields: Any) -> None:
         await self._store_write(

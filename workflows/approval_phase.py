@@ -8,29 +8,18 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from refloop.models import ApprovalDecision, ToolCall, ToolResult
+    from refloop.tool_properties import ToolProperties
 
 from workflows.agent_base import AgentBase
 
-WRITE_TOOLS = frozenset({"write_file", "apply_patch", "undo_patch", "run_cmd"})
-READ_ONLY_COMMANDS = frozenset({"view"})
 
-
-def needs_approval(mode: str, call: ToolCall, kind: str | None = None) -> bool:
-    """confirm_writes: anything that changes files or runs a command; confirm_all: any tool.
-    `kind` "write": an MCP tool its server's config lists under `confirm`, which waits for a
-    decision in every mode (the operator asked for it)."""
-    if kind == "write":
-        return True
-    if mode == "auto" or call.name == "complete_step":
-        return False
-    if mode == "confirm_all":
-        return True
-    if call.name in WRITE_TOOLS:
-        return True
-    operation = call.arguments.get("command", call.arguments.get("operation"))
-    return call.name in ("str_replace_based_edit_tool", "json_edit_tool") and (
-        operation not in READ_ONLY_COMMANDS
-    )
+def needs_approval(mode: str, call: ToolCall, properties: ToolProperties | None) -> bool:
+    """The tool's properties decide: by default confirm_writes stops writes and commands,
+    confirm_all every call but control ones; an MCP tool its server lists under `confirm`
+    waits in every mode. A tool nobody knows (None) waits only under confirm_all."""
+    if properties is None:
+        return mode == "confirm_all"
+    return properties.needs_approval(mode, call.arguments)
 
 
 def validate_decision(pending: dict[str, ApprovalDecision | None],
@@ -46,7 +35,7 @@ class ApprovalPhase(AgentBase):
     async def _await_approval(self, call: ToolCall, call_key: str) -> ToolResult | None:
         """None when the call may run; a denied tool result when it was rejected."""
         inp = self.state.input
-        if not needs_approval(inp.approval_mode, call, self._mcp_kind(call.name)):
+        if not needs_approval(inp.approval_mode, call, self._tool_properties(call.name)):
             return None
         pending = self.state.pending_approvals
         pending[call_key] = None

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import dataclasses
-from datetime import timedelta
-
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from refloop.mcp_config import McpCallInput, McpListInput, McpToolList
+    from refloop.mcp_config import McpCallInput, McpListInput, McpToolList, mcp_tool_properties
     from refloop.models import ActivityName, ToolCall, ToolConstraints, ToolResult, ToolSpec
 
 from workflows.agent_base import AgentBase
-from workflows.policies import MCP_CALL, MCP_CALL_MARGIN, MCP_LIST
+from workflows.policies import MCP_LIST
 
 MCP_TOOLS_PATCH = "mcp-tool-servers"
 
@@ -57,12 +54,12 @@ class McpPhase(AgentBase):
         self._adopt_mcp_tools()
 
     def _mcp_read_tools(self) -> list[str]:
-        return [name for name in self.state.mcp_tools if self._mcp_kind(name) == "read"]
+        return [name for name, tool in self.state.mcp_tools.items()
+                if mcp_tool_properties(tool).kind == "read"]
 
     async def _call_mcp(self, call: ToolCall, call_id: str, keywords: list[str]) -> ToolResult:
         tool = self.state.mcp_tools[call.name]
-        options = dataclasses.replace(
-            MCP_CALL, start_to_close=timedelta(seconds=tool.timeout_s) + MCP_CALL_MARGIN)
+        options = mcp_tool_properties(tool).activity
         return await workflow.execute_activity(
             ActivityName.MCP_CALL_TOOL,
             McpCallInput(

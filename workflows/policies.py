@@ -66,8 +66,8 @@ TOOL_CALL = ActivityOptions(
     ),
 )
 
-# MCP tool calls: a transport failure or a stdio server that died is retried on a fresh
-# connection; the start-to-close follows the server's `timeout_s` (workflows/agent.py).
+# MCP: a transport failure or a stdio server that died is retried on a fresh connection.
+# A tool call's own options are its properties (refloop.mcp_config.mcp_tool_properties).
 MCP_CALL = ActivityOptions(
     start_to_close=timedelta(minutes=2),
     heartbeat=timedelta(seconds=10),
@@ -78,7 +78,6 @@ MCP_CALL = ActivityOptions(
         non_retryable_error_types=["McpConfigError"],
     ),
 )
-MCP_CALL_MARGIN = timedelta(seconds=30)  # beyond the server's own timeout_s
 # Listing at task start: starts the servers not yet running (each within a minute).
 MCP_LIST = dataclasses.replace(MCP_CALL, start_to_close=timedelta(minutes=3),
                                heartbeat=timedelta(seconds=30))

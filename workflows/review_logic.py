@@ -3,28 +3,28 @@ the model is told afterwards, and when the review→fix loop on a file must stop
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from refloop.models import QualityReview, ToolCall, ToolResult
 
-DOCUMENT_EDIT_TOOLS = ("str_replace_based_edit_tool", "json_edit_tool", "write_file",
-                       "apply_patch")
-EDITING_COMMANDS = {
-    "str_replace_based_edit_tool": ("command", frozenset({"create", "str_replace", "insert"})),
-    "json_edit_tool": ("operation", frozenset({"set", "add", "remove"})),
-}
+if TYPE_CHECKING:
+    from refloop.tool_properties import ToolProperties
+
 DEFAULT_RULES = (
     "The edit must do what the task asks, be correct and complete, and keep the document "
     "well-formed and consistent."
 )
 
 
-def needs_review(call: ToolCall, result: ToolResult, whitelist: list[str] | None) -> bool:
-    """Only successful document-producing calls; never views, reads, commands or failures."""
-    if not result.ok or call.name not in (whitelist or DOCUMENT_EDIT_TOOLS):
+def needs_review(call: ToolCall, result: ToolResult, properties: ToolProperties | None,
+                 whitelist: list[str] | None = None) -> bool:
+    """Only successful edits of a reviewed tool that name the file they produced; never
+    views, reads, commands or failures. `whitelist` (the task's own list of tool names)
+    replaces the tools' `reviewed` property."""
+    if not result.ok or properties is None or not result.data.get("file_path"):
         return False
-    if call.name in EDITING_COMMANDS:
-        key, editing = EDITING_COMMANDS[call.name]
-        return call.arguments.get(key) in editing
-    return bool(result.data.get("file_path"))
+    reviewed = call.name in whitelist if whitelist else properties.reviewed
+    return bool(reviewed) and properties.edit_reviewed(call.arguments)
 
 
 def review_feedback(review: QualityReview) -> str:

@@ -26,7 +26,7 @@ class QualityReviewPhase(AgentBase):
         """The enforced hook: a review activity after every successful edit."""
         inp = self.state.input
         if not inp.enable_quality_review or not review_logic.needs_review(
-            call, result, inp.quality_review_tools
+            call, result, self._tool_properties(call.name), inp.quality_review_tools
         ):
             return None
         file_path = result.data.get("file_path", "")

@@ -8,16 +8,17 @@ that goes into the next `act` request.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
 from refloop.models import ToolResult, TriggerConfig
 
+if TYPE_CHECKING:
+    from refloop.tool_properties import ToolProperties
+
 COMPLETE_STEP = "complete_step"
 EMPTY_OUTPUTS = frozenset({"", "(empty)", "(no matches)", "(empty file)"})
-# An empty directory listing is an answer; an empty read or search is not what was expected.
-CONTENT_TOOLS = frozenset({"read_file", "grep", "glob_file_search"})
 ADVICE = {
     "result_anomaly": "Read the error or empty result, then fix the arguments or choose "
                       "another tool; do not retry the same call unchanged.",
@@ -60,14 +61,14 @@ def args_key(arguments: dict[str, Any]) -> str:
     return json.dumps(cleaned, sort_keys=True, ensure_ascii=False)
 
 
-def anomaly_of(tool: str, result: ToolResult, kind: str | None = None) -> str | None:
-    """`kind`: an MCP tool's (refloop.mcp_config.mcp_tool_kind); its reads count as
-    content tools."""
+def anomaly_of(result: ToolResult, properties: ToolProperties | None) -> str | None:
+    """A failure, or an empty result from a tool that `expects_output` (a read or search;
+    an empty directory listing is an answer)."""
     if not result.ok:
         error = result.error or "failed"
         return "denied" if error.startswith(("E_DENIED", "E_POLICY", "E_FORBIDDEN")) else (
             f"error: {error[:120]}")
-    content = tool in CONTENT_TOOLS or kind == "read"
+    content = properties is not None and properties.expects_output
     if content and result.output.strip().split("\n")[-1] in EMPTY_OUTPUTS:
         return "empty result"
     return None

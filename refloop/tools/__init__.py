@@ -15,6 +15,12 @@ from pydantic import ValidationError
 
 from refloop.models import RunToolInput, ToolResult, ToolSpec
 from refloop.settings import Settings
+from refloop.tool_properties import (
+    CONTROL,
+    TOOL_ACTIVITY,
+    ToolActivityOptions,
+    ToolProperties,
+)
 from refloop.tools import (  # noqa: F401  (registration)
     command,
     edit,
@@ -42,13 +48,28 @@ COMPLETE_STEP_SPEC = ToolSpec(
 
 
 @functools.cache
-def _all_specs() -> tuple[ToolSpec, ...]:
-    """JSON schemas are costly to build and never change while the process runs."""
-    return (*(definition.spec() for definition in TOOLS.values()), COMPLETE_STEP_SPEC)
+def _all_specs(names: tuple[str, ...]) -> tuple[ToolSpec, ...]:
+    """JSON schemas are costly to build; they change only when a tool is registered."""
+    return (*(TOOLS[name].spec() for name in names), COMPLETE_STEP_SPEC)
 
 
 def tool_specs(names: list[str] | None = None) -> list[ToolSpec]:
-    return [spec for spec in _all_specs() if names is None or spec.name in names]
+    return [spec for spec in _all_specs(tuple(TOOLS)) if names is None or spec.name in names]
+
+
+def tool_properties(name: str) -> ToolProperties | None:
+    """A built-in tool's properties (complete_step: a control tool); None: no such tool."""
+    if name == COMPLETE_STEP_SPEC.name:
+        return CONTROL
+    definition = TOOLS.get(name)
+    return definition.properties if definition is not None else None
+
+
+def tool_activity_options(name: str) -> ToolActivityOptions:
+    """The options of the `refloop.tool.<name>` activity: the tool's own timeouts and
+    retries (one attempt for a tool that is neither idempotent nor journaled)."""
+    definition = TOOLS.get(name)
+    return definition.properties.activity if definition is not None else TOOL_ACTIVITY
 
 
 async def execute_tool(call: RunToolInput, settings: Settings) -> ToolResult:
@@ -111,5 +132,6 @@ def _journaled(definition, ctx: ToolContext, args) -> ToolResult:
 
 
 __all__ = [
-    "TOOLS", "ToolError", "UnknownToolError", "execute_tool", "tool_specs",
+    "TOOLS", "ToolError", "UnknownToolError", "execute_tool", "tool_activity_options",
+    "tool_properties", "tool_specs",
 ]

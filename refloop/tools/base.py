@@ -1,15 +1,22 @@
-"""What every tool shares: the failure type, the call context and the registry."""
+"""What every tool shares: the failure type, the call context and the registry.
+
+Adding a tool is one module plus one import (in `refloop/tools/__init__.py`): the module
+registers it with `@tool(...)`, giving its kind and any property that differs from the
+kind's defaults (`refloop.tool_properties`).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
 
 from refloop.models import ToolResult, ToolSpec
 from refloop.settings import Settings
+from refloop.tool_properties import ToolKind, ToolProperties
 
 
 class ToolError(Exception):
@@ -40,9 +47,13 @@ class ToolDef:
     description: str
     args: type[BaseModel]
     fn: ToolFn
-    edits: bool = False  # journaled: a retried call never applies twice
+    properties: ToolProperties
     blocking: bool = True  # does file I/O: run in a thread
 
+    @property
+    def edits(self) -> bool:
+        """Journaled: a retried call never applies twice."""
+        return self.properties.journaled
 
     def spec(self) -> ToolSpec:
         schema = self.args.model_json_schema()
@@ -53,12 +64,17 @@ class ToolDef:
 TOOLS: dict[str, ToolDef] = {}
 
 
-def tool(name: str, args: type[BaseModel], description: str, edits: bool = False,
-         blocking: bool = True) -> Callable[[ToolFn], ToolFn]:
-    """Register a tool; its JSON schema comes from the pydantic args model."""
+def tool(name: str, args: type[BaseModel], description: str, *, kind: ToolKind,
+         edits: bool = False, blocking: bool = True,
+         **properties: Any) -> Callable[[ToolFn], ToolFn]:
+    """Register a tool; its JSON schema comes from the pydantic args model, its properties
+    from `kind` and the keyword arguments of `ToolProperties` (`edits`: journaled)."""
+    props = ToolProperties(kind=kind, journaled=edits, **properties)
+    if props.kind == "control":
+        raise ValueError(f"tool {name!r}: control tools are the workflow's own")
 
     def register(fn: ToolFn) -> ToolFn:
-        TOOLS[name] = ToolDef(name, description, args, fn, edits, blocking)
+        TOOLS[name] = ToolDef(name, description, args, fn, props, blocking)
         return fn
 
     return register

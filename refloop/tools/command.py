@@ -217,8 +217,10 @@ async def run_bounded(argv: list[str], *, cwd: str, env: dict[str, str], preexec
     return (None if stopped else code), bytes(output.kept), output.total, stopped
 
 
+# Not idempotent and not journaled: one attempt. A worker that dies mid-command fails the
+# call instead of running the command a second time.
 @tool("run_cmd", RunCmdArgs, "Run a shell command in the workspace (sandboxed, timed out).",
-      blocking=False)
+      kind="execute", blocking=False)
 async def run_cmd(ctx: ToolContext, args: RunCmdArgs) -> ToolResult:
     decision = evaluate_command(args.command, ctx.allow_network, ctx.allow_shell_operators,
                                 ctx.settings.cmd_allowlist)

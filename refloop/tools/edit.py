@@ -158,6 +158,7 @@ COMMANDS = {"view": view, "create": create, "str_replace": str_replace, "insert"
 
 @tool("str_replace_based_edit_tool", EditArgs,
       "View, create and edit files: view | create | str_replace | insert | undo_edit.",
-      edits=True)
+      kind="write", edits=True, command_arg="command", read_commands=frozenset({"view"}),
+      unreviewed_commands=frozenset({"undo_edit"}))
 async def str_replace_based_edit_tool(ctx: ToolContext, args: EditArgs) -> ToolResult:
     return COMMANDS[args.command](ctx, args)

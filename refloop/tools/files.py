@@ -60,7 +60,9 @@ class WriteFileArgs(BaseModel):
     content: str
 
 
-@tool("list_dir", PathArgs, "List a directory of the workspace.")
+# An empty listing is an answer, not an anomaly.
+@tool("list_dir", PathArgs, "List a directory of the workspace.", kind="read",
+      expects_output=False)
 async def list_dir(ctx: ToolContext, args: PathArgs) -> ToolResult:
     path = resolve(ctx.workspace, args.path)
     entries = [f"{name}/" if folder else name
@@ -69,7 +71,8 @@ async def list_dir(ctx: ToolContext, args: PathArgs) -> ToolResult:
                       data={"count": len(entries)})
 
 
-@tool("read_file", ReadFileArgs, "Read a text file, optionally a 1-based line range.")
+@tool("read_file", ReadFileArgs, "Read a text file, optionally a 1-based line range.",
+      kind="read")
 async def read_file(ctx: ToolContext, args: ReadFileArgs) -> ToolResult:
     text = read_text(resolve(ctx.workspace, args.path), args.path)
     lines = text.splitlines()
@@ -83,7 +86,7 @@ async def read_file(ctx: ToolContext, args: ReadFileArgs) -> ToolResult:
                       data={"lines": len(lines), "start_line": start, "end_line": end})
 
 
-@tool("glob_file_search", GlobArgs, "Find files by glob pattern, e.g. **/*.md.")
+@tool("glob_file_search", GlobArgs, "Find files by glob pattern, e.g. **/*.md.", kind="read")
 async def glob_file_search(ctx: ToolContext, args: GlobArgs) -> ToolResult:
     check_path_text(args.pattern)
     if args.pattern.startswith("/") or ".." in args.pattern.split("/"):
@@ -100,7 +103,7 @@ async def glob_file_search(ctx: ToolContext, args: GlobArgs) -> ToolResult:
                       data={"count": len(matches)})
 
 
-@tool("grep", GrepArgs, "Search file contents with a regular expression.")
+@tool("grep", GrepArgs, "Search file contents with a regular expression.", kind="read")
 async def grep(ctx: ToolContext, args: GrepArgs) -> ToolResult:
     try:
         compiled = regex.compile(args.pattern)
@@ -139,7 +142,8 @@ async def grep(ctx: ToolContext, args: GrepArgs) -> ToolResult:
                       data={"count": len(hits)})
 
 
-@tool("write_file", WriteFileArgs, "Create or overwrite a text file.", edits=True)
+@tool("write_file", WriteFileArgs, "Create or overwrite a text file.", kind="write",
+      edits=True, generates=True)
 async def write_file(ctx: ToolContext, args: WriteFileArgs) -> ToolResult:
     limit = ctx.settings.refloop_max_write_bytes
     size = len(args.content.encode("utf-8", errors="surrogatepass"))

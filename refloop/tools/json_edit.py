@@ -70,7 +70,8 @@ def walk(doc: Any, parts: list[str | int], path: str) -> Any:
 
 
 @tool("json_edit_tool", JsonEditArgs, "View or edit a JSON file by JSONPath: view | set | add | "
-      "remove; '[-]' appends to an array.", edits=True)
+      "remove; '[-]' appends to an array.", kind="write", edits=True,
+      command_arg="operation", read_commands=frozenset({"view"}))
 async def json_edit_tool(ctx: ToolContext, args: JsonEditArgs) -> ToolResult:
     path = resolve(ctx.workspace, args.file_path)
     text = read_text(path, args.file_path, ctx.settings.refloop_max_write_bytes)

@@ -100,7 +100,7 @@ def _find(lines: list[str], block: list[str], expected: int, cursor: int) -> int
 
 
 @tool("apply_patch", PatchArgs, "Apply a unified diff to workspace files (all or nothing).",
-      edits=True)
+      kind="write", edits=True)
 async def apply_patch(ctx: ToolContext, args: PatchArgs) -> ToolResult:
     planned: list[tuple[Path, str | None, int]] = []
     for file_patch in parse_patch(args.patch):
@@ -136,8 +136,9 @@ async def apply_patch(ctx: ToolContext, args: PatchArgs) -> ToolResult:
     )
 
 
+# An undo restores content that was reviewed when it was written.
 @tool("undo_patch", UndoPatchArgs, "Undo a patch applied with apply_patch (default: the latest).",
-      edits=True)
+      kind="write", edits=True, reviewed=False)
 async def undo_patch(ctx: ToolContext, args: UndoPatchArgs) -> ToolResult:
     journal = Journal.for_call(ctx)
     patches = [e for e in journal.entries() if e["tool"] == "apply_patch" and not e["undone"]]

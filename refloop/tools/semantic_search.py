@@ -20,7 +20,7 @@ class SemanticSearchArgs(BaseModel):
 @tool("search_semantic", SemanticSearchArgs,
       "Find code by meaning or by name (e.g. 'where is the retry policy configured'); "
       "returns the best-matching definitions (function, method or class) with path and "
-      "line range.")
+      "line range.", kind="read")
 async def search_semantic(ctx: ToolContext, args: SemanticSearchArgs) -> ToolResult:
     try:
         index = CodeIndex(ctx.settings.index_dir, ctx.workspace,

@@ -1,4 +1,5 @@
-"""The mcpServers file, tool names for the model, `${VAR}` secrets and an MCP tool's kind."""
+"""The mcpServers file, tool names for the model, `${VAR}` secrets and an MCP tool's
+properties."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from refloop.mcp_config import (
     McpToolInfo,
     choose,
     load_config,
-    mcp_tool_kind,
+    mcp_tool_properties,
     model_schema,
     parse_server_list,
     resolved_env,
@@ -124,19 +125,23 @@ def tool(confirm: bool) -> McpToolInfo:
                        tool="git_commit" if confirm else "git_log", confirm=confirm)
 
 
-def test_kind_drives_approval_triggers_and_constraints():
-    write_tool, read_tool = tool(True), tool(False)
-    assert mcp_tool_kind(write_tool) == "write" and mcp_tool_kind(read_tool) == "read"
+def test_properties_drive_approval_triggers_and_constraints():
+    write_tool, read_tool = mcp_tool_properties(tool(True)), mcp_tool_properties(tool(False))
+    assert write_tool.kind == "write" and read_tool.kind == "read"
     commit = ToolCall(id="1", name="git__git_commit")
     log = ToolCall(id="2", name="git__git_log")
     # confirm tools wait in every mode; other MCP tools follow the mode like reads.
-    assert needs_approval("auto", commit, "write")
-    assert not needs_approval("auto", log, "read")
-    assert not needs_approval("confirm_writes", log, "read")
-    assert needs_approval("confirm_all", log, "read")
+    assert needs_approval("auto", commit, write_tool)
+    assert needs_approval("confirm_writes", commit, write_tool)
+    assert not needs_approval("auto", log, read_tool)
+    assert not needs_approval("confirm_writes", log, read_tool)
+    assert needs_approval("confirm_all", log, read_tool)
     # An empty result of an MCP read is an anomaly, like an empty read_file.
-    assert anomaly_of("git__git_log", ToolResult(ok=True, output=""), "read") == "empty result"
-    assert anomaly_of("git__git_commit", ToolResult(ok=True, output=""), "write") is None
+    assert anomaly_of(ToolResult(ok=True, output=""), read_tool) == "empty result"
+    assert anomaly_of(ToolResult(ok=True, output=""), write_tool) is None
+    # Outputs are windowed; nothing an MCP tool returns is quality-reviewed.
+    assert write_tool.windowed and read_tool.windowed
+    assert not write_tool.reviewed and not read_tool.reviewed
     # Read-only MCP tools are allowed where a task type lists allowed tools.
     research = ToolConstraints(task_type="research", allowed=["read_file"],
                                forbidden=["git__git_commit"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from refloop.models import QualityReview, ToolCall, ToolResult
+from refloop.tools import tool_properties
 from workflows import review_logic
 
 OK = ToolResult(ok=True, output="", data={"file_path": "a.md"})
@@ -18,28 +19,32 @@ def review(outcome: str, path: str = "a.md") -> QualityReview:
                          suggestions="do x" if outcome == "failed" else "")
 
 
+def needs_review(call: ToolCall, result: ToolResult, whitelist=None) -> bool:
+    return review_logic.needs_review(call, result, tool_properties(call.name), whitelist)
+
+
 def test_only_successful_document_edits_are_reviewed():
-    assert review_logic.needs_review(edit("write_file", path="a.md"), OK, None)
-    assert review_logic.needs_review(edit("apply_patch", patch="..."), OK, None)
+    assert needs_review(edit("write_file", path="a.md"), OK)
+    assert needs_review(edit("apply_patch", patch="..."), OK)
     for command in ("create", "str_replace", "insert"):
-        assert review_logic.needs_review(
-            edit("str_replace_based_edit_tool", command=command), OK, None)
-    assert not review_logic.needs_review(edit("str_replace_based_edit_tool", command="view"),
-                                         OK, None)
-    assert not review_logic.needs_review(
-        edit("str_replace_based_edit_tool", command="undo_edit"), OK, None)
-    assert review_logic.needs_review(edit("json_edit_tool", operation="add"), OK, None)
-    assert not review_logic.needs_review(edit("json_edit_tool", operation="view"), OK, None)
-    assert not review_logic.needs_review(edit("read_file", path="a.md"), OK, None)
-    assert not review_logic.needs_review(edit("run_cmd", command="x"), OK, None)
+        assert needs_review(edit("str_replace_based_edit_tool", command=command), OK)
+    assert not needs_review(edit("str_replace_based_edit_tool", command="view"), OK)
+    assert not needs_review(edit("str_replace_based_edit_tool", command="undo_edit"), OK)
+    assert not needs_review(edit("undo_patch"), OK)  # an undo restores reviewed content
+    assert needs_review(edit("json_edit_tool", operation="add"), OK)
+    assert not needs_review(edit("json_edit_tool", operation="view"), OK)
+    assert not needs_review(edit("read_file", path="a.md"), OK)
+    assert not needs_review(edit("run_cmd", command="x"), OK)
+    assert not needs_review(edit("teleport"), OK)
     failed = ToolResult(ok=False, error="E_NOT_UNIQUE")
-    assert not review_logic.needs_review(edit("write_file", path="a.md"), failed, None)
+    assert not needs_review(edit("write_file", path="a.md"), failed)
+    assert not needs_review(edit("write_file", path="a.md"), ToolResult(ok=True, output=""))
 
 
 def test_whitelist_is_configurable():
-    assert not review_logic.needs_review(edit("write_file"), OK, ["json_edit_tool"])
-    assert review_logic.needs_review(edit("json_edit_tool", operation="set"), OK,
-                                     ["json_edit_tool"])
+    assert not needs_review(edit("write_file"), OK, ["json_edit_tool"])
+    assert needs_review(edit("json_edit_tool", operation="set"), OK, ["json_edit_tool"])
+    assert not needs_review(edit("json_edit_tool", operation="view"), OK, ["json_edit_tool"])
 
 
 def test_feedback_texts():

@@ -11,6 +11,7 @@ from refloop.task_rules import (
     keyword_type,
     load_task_rules,
 )
+from refloop.tools import tool_properties
 from workflows import triggers as t
 from workflows.logic import validate_plan
 
@@ -69,11 +70,15 @@ def test_alternation_is_caught():
 
 
 def test_result_anomaly_kinds():
-    assert t.anomaly_of("read_file", ToolResult(ok=False, error="E_NOT_FOUND: x")).startswith(
-        "error")
-    assert t.anomaly_of("run_cmd", ToolResult(ok=False, error="E_DENIED: no")) == "denied"
-    assert t.anomaly_of("grep", ToolResult(ok=True, output="(no matches)")) == "empty result"
-    assert t.anomaly_of("write_file", ToolResult(ok=True, output="")) is None
+    def anomaly(tool, result):
+        return t.anomaly_of(result, tool_properties(tool))
+
+    assert anomaly("read_file", ToolResult(ok=False, error="E_NOT_FOUND: x")).startswith("error")
+    assert anomaly("run_cmd", ToolResult(ok=False, error="E_DENIED: no")) == "denied"
+    assert anomaly("grep", ToolResult(ok=True, output="(no matches)")) == "empty result"
+    assert anomaly("write_file", ToolResult(ok=True, output="")) is None
+    assert anomaly("list_dir", ToolResult(ok=True, output="(empty)")) is None  # an answer
+    assert t.anomaly_of(ToolResult(ok=True, output=""), None) is None  # an unknown tool
     records = [rec(3, anomaly="error: boom")]
     assert t.result_anomaly(records, 3) == "read_file: error: boom"
     assert t.result_anomaly(records, 4) is None

@@ -116,15 +116,22 @@ async def test_cancel_records_the_run_as_cancelled(client, settings, scripted_ll
 
 def test_approval_modes():
     from refloop.models import ToolCall
+    from refloop.tools import tool_properties
 
-    def c(name, **args):
-        return ToolCall(id="x", name=name, arguments=args)
+    def needs(mode, name, **args):
+        return needs_approval(mode, ToolCall(id="x", name=name, arguments=args),
+                              tool_properties(name))
 
-    assert not needs_approval("auto", c("write_file"))
-    assert needs_approval("confirm_writes", c("write_file"))
-    assert needs_approval("confirm_writes", c("run_cmd", command="ls"))
-    assert needs_approval("confirm_writes", c("str_replace_based_edit_tool", command="insert"))
-    assert not needs_approval("confirm_writes", c("str_replace_based_edit_tool", command="view"))
-    assert not needs_approval("confirm_writes", c("read_file", path="a"))
-    assert needs_approval("confirm_all", c("read_file", path="a"))
-    assert not needs_approval("confirm_all", c("complete_step", step=1))
+    assert not needs("auto", "write_file")
+    assert needs("confirm_writes", "write_file")
+    assert needs("confirm_writes", "run_cmd", command="ls")
+    assert needs("confirm_writes", "str_replace_based_edit_tool", command="insert")
+    assert not needs("confirm_writes", "str_replace_based_edit_tool", command="view")
+    assert needs("confirm_writes", "json_edit_tool", operation="set")
+    assert not needs("confirm_writes", "json_edit_tool", operation="view")
+    assert not needs("confirm_writes", "read_file", path="a")
+    assert needs("confirm_all", "read_file", path="a")
+    assert needs("confirm_all", "str_replace_based_edit_tool", command="view")
+    assert not needs("confirm_all", "complete_step", step=1)  # a control tool
+    # A tool nobody registered waits only where every call does.
+    assert not needs("confirm_writes", "teleport") and needs("confirm_all", "teleport")

@@ -28,3 +28,22 @@ async def test_replay_catches_a_changed_workflow(tmp_path: Path):
     tampered.write_text(source.replace("refloop.llm.make_plan", "refloop.llm.renamed_plan"))
     failures = await replay_files([tampered])
     assert str(tampered) in failures
+
+
+async def test_a_tools_retry_policy_is_not_replayed(tmp_path: Path):
+    """A tool's activity options come from its properties; changing them (run_cmd went from
+    3 attempts to 1) leaves the commands alone, so histories recorded before replay."""
+    import json
+
+    source = json.loads((HISTORIES[0].parent / "agent_task_completed.json").read_text())
+    changed = 0
+    for event in source["events"]:
+        scheduled = event.get("activityTaskScheduledEventAttributes")
+        if scheduled and scheduled["activityType"]["name"].startswith("refloop.tool."):
+            scheduled["retryPolicy"]["maximumAttempts"] = 7
+            scheduled["heartbeatTimeout"] = "61s"
+            changed += 1
+    assert changed
+    edited = tmp_path / "other_policy.json"
+    edited.write_text(json.dumps(source))
+    assert await replay_files([edited]) == {}
