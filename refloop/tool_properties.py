@@ -137,5 +137,13 @@ class ToolProperties:
         return command not in self.read_commands and command not in self.unreviewed_commands
 
 
+def not_run_again(tool: str, cause: str) -> str:
+    """Why a task stopped at a call that is neither idempotent nor journaled (its worker
+    died mid-call, or the activity failed): retrying could apply it twice."""
+    return (f"{tool} did not finish ({cause}); it is not safe to repeat, so it was not run "
+            "again and the task stops here. Its effects may be partial: check the workspace "
+            "before running it again.")
+
+
 # complete_step: handled by the workflow itself.
 CONTROL = ToolProperties(kind="control")

@@ -18,8 +18,11 @@ def scripted_llm() -> Iterator[ScriptedLLMServer]:
 
 
 def unique_scenario(server: ScriptedLLMServer, responses: dict[str, Any],
-                    latency_ms: int = 0) -> str:
-    """Load a scenario under a fresh name; pass the name as the model to select it."""
+                    latency_ms: int = 0, repeat: bool = False) -> str:
+    """Load a scenario under a fresh name; pass the name as the model to select it.
+    `repeat`: answers chosen by the conversation's turn, so a repeated request gets the
+    same answer."""
     name = f"s-{uuid.uuid4().hex[:10]}"
-    server.load(name, {"name": name, "latency_ms": latency_ms, "responses": responses})
+    server.load(name, {"name": name, "latency_ms": latency_ms, "repeat": repeat,
+                       "responses": responses})
     return name

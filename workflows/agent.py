@@ -38,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
         ToolCall,
         ToolResult,
     )
+    from refloop.tool_properties import not_run_again
     from refloop.tools import TOOLS, tool_activity_options, tool_specs
     from workflows.state import AgentState
 
@@ -415,21 +416,29 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
             )
         else:
             info = workflow.info()
-            result = await workflow.execute_activity(
-                ActivityName.tool(call.name),
-                RunToolInput(
-                    call_id=f"{info.workflow_id}.{info.run_id[:8]}.{iteration}.{index}",
-                    name=call.name,
-                    arguments={k: v for k, v in call.arguments.items() if k != "justification"},
-                    workspace=self.state.input.workspace,
-                    allow_network=self.state.input.allow_network,
-                    allow_shell_operators=self.state.input.allow_shell_operators,
-                    keywords=self.keywords,
-                ),
-                result_type=ToolResult,
-                summary=logic.tool_call_summary(call),  # the tool and its target
-                **tool_activity_options(call.name).kwargs(),
-            )
+            try:
+                result = await workflow.execute_activity(
+                    ActivityName.tool(call.name),
+                    RunToolInput(
+                        call_id=f"{info.workflow_id}.{info.run_id[:8]}.{iteration}.{index}",
+                        name=call.name,
+                        arguments={k: v for k, v in call.arguments.items()
+                                   if k != "justification"},
+                        workspace=self.state.input.workspace,
+                        allow_network=self.state.input.allow_network,
+                        allow_shell_operators=self.state.input.allow_shell_operators,
+                        keywords=self.keywords,
+                    ),
+                    result_type=ToolResult,
+                    summary=logic.tool_call_summary(call),  # the tool and its target
+                    **tool_activity_options(call.name).kwargs(),
+                )
+            except ActivityError as err:  # one attempt only: say why it is not run again
+                raise_if_cancelled(err)
+                if TOOLS[call.name].properties.retry_safe:
+                    raise
+                raise TaskFailed("activity_failed",
+                                 not_run_again(call.name, describe_failure(err))) from err
         if result.ok and logic.is_edit(call.name, call.arguments, self.edit_tools):
             self.state.edits_ok += 1
         stats = self.state.stats

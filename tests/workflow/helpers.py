@@ -84,22 +84,27 @@ async def result_of(handle: WorkflowHandle) -> TaskResult:
         return TaskResult.model_validate(cause.details[0])
 
 
+# Long enough to kill a worker in; a retried call waits again.
+SLOW_MODEL_MS = 3000
+
+
 def edit_and_wait_twice(workspace: Path) -> dict[str, Any]:
-    """Two journaled edits, each followed by a 3 s command a crash test can kill a worker in;
-    the workspace ends with notes.md holding exactly three lines when each edit ran once."""
+    """Two journaled edits, each followed by a read and then a 3 s model call a crash test
+    can kill a worker in (tool calls of iterations 2 and 4 come just before). The workspace
+    ends with notes.md holding exactly three lines when each edit ran once. Load it with
+    `repeat=True`: a model call cut off by a crash, asked again, gets the same answer."""
     (workspace / "notes.md").write_text("line one\n")
-    (workspace / "slow.sh").write_text("sleep 3\necho slept\n")
     return {
         "intent": [CODING],
-        "plan": [plan_of("str_replace_based_edit_tool", "run_cmd")],
+        "plan": [plan_of("str_replace_based_edit_tool", "read_file")],
         "act": [
             call("str_replace_based_edit_tool", command="insert", path="notes.md",
                  insert_line=1, new_str="line two"),
-            call("run_cmd", command="sh slow.sh"),
-            call("str_replace_based_edit_tool", command="insert", path="notes.md",
-                 insert_line=2, new_str="line three"),
-            call("run_cmd", command="sh slow.sh"),
-            final("inserted twice and slept twice"),
+            call("read_file", path="notes.md"),
+            {**call("str_replace_based_edit_tool", command="insert", path="notes.md",
+                    insert_line=2, new_str="line three"), "delay_ms": SLOW_MODEL_MS},
+            call("read_file", path="notes.md"),
+            {**final("inserted twice and read twice"), "delay_ms": SLOW_MODEL_MS},
         ],
         "summary": [SUMMARY],
     }

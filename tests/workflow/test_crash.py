@@ -1,4 +1,5 @@
-"""Kill the worker process mid-task; a new worker finishes it without repeating work."""
+"""Kill the worker process mid-task; a new worker finishes it without repeating work, and
+never runs a command a second time."""
 
 from __future__ import annotations
 
@@ -8,15 +9,20 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import UTC
+from datetime import UTC, datetime
 from pathlib import Path
 
 from refloop.models import TaskInput
 from tests.llm_fixtures import unique_scenario
 from tests.workflow.helpers import (
+    CODING,
+    SUMMARY,
+    call,
     edit_and_wait_twice,
     events_of,
+    final,
     one_slow_command,
+    plan_of,
     result_of,
     start,
 )
@@ -63,16 +69,15 @@ async def test_worker_killed_twice_mid_task_resumes_each_time(
     client, temporal_server, settings, scripted_llm, workspace, task_queue
 ):
     responses = edit_and_wait_twice(workspace)
-    model = unique_scenario(scripted_llm, responses)
+    model = unique_scenario(scripted_llm, responses, repeat=True)
     workers = [spawn_worker(temporal_server, settings, task_queue)]
     try:
         handle = await start(client, task_queue, TaskInput(
             task="edit then wait, twice", workspace=str(workspace), model=model,
             enable_reflection=False))
-        # kill -9 while each slow command runs; the edit before it has completed.
+        # kill -9 during each slow model call; the edit before it has completed.
         for nth in (1, 2):
             await wait_for_event(handle, lambda e, nth=nth: e.type == "tool_call"
-                                 and e.data["tool"] == "run_cmd"
                                  and e.data["iteration"] == 2 * nth)
             await asyncio.sleep(0.5)
             os.killpg(workers[-1].pid, signal.SIGKILL)
@@ -88,38 +93,32 @@ async def test_worker_killed_twice_mid_task_resumes_each_time(
     assert result.status == "completed", result.answer
     # Each edit made before a crash is applied exactly once.
     assert (workspace / "notes.md").read_text() == "line one\nline two\nline three\n"
-    slept = [r for r in events_of(result, "tool_result") if r["tool"] == "run_cmd"]
-    assert len(slept) == 2 and all(r["ok"] and "slept" in r["output"] for r in slept)
-    # Every scripted answer was used exactly once: no completed model call was repeated.
+    reads = [r for r in events_of(result, "tool_result") if r["tool"] == "read_file"]
+    assert len(reads) == 2 and all(r["ok"] for r in reads)
+    # No completed model call was repeated: only the two cut off by a kill were asked again.
     for purpose, scripted in responses.items():
         seen = scripted_llm.requests(model=model, purpose=purpose)
-        assert len(seen) == len(scripted), purpose
+        assert len(seen) == len(scripted) + (2 if purpose == "act" else 0), purpose
         assert all(r["status"] == 200 for r in seen)
-
-
-def tool_times(result, tool: str) -> list[tuple[float, float]]:
-    """(call, result) event times of each call of `tool`, in seconds since the epoch."""
-    from datetime import datetime
-
-    calls = {e.data["id"]: datetime.fromisoformat(e.ts).timestamp() for e in result.events
-             if e.type == "tool_call" and e.data["tool"] == tool}
-    return [(calls[e.data["id"]], datetime.fromisoformat(e.ts).timestamp())
-            for e in result.events if e.type == "tool_result" and e.data["tool"] == tool]
 
 
 async def test_a_killed_workers_call_is_retried_within_seconds(
     client, temporal_server, settings, scripted_llm, workspace, task_queue
 ):
-    """The heartbeat timeout, not start-to-close, notices a dead worker: the command it was
-    running starts again on a fresh worker seconds after the kill."""
-    responses = one_slow_command(workspace, "sleep 2\necho slept\n")
-    model = unique_scenario(scripted_llm, responses)
+    """The heartbeat timeout, not start-to-close, notices a dead worker: the model call it
+    was waiting on starts again on a fresh worker seconds after the kill."""
+    model = unique_scenario(scripted_llm, {
+        "intent": [CODING], "plan": [plan_of("read_file")],
+        "act": [call("read_file", path="a.txt"), {**final("read"), "delay_ms": 2000}],
+        "summary": [SUMMARY],
+    }, repeat=True)
+    (workspace / "a.txt").write_text("a\n")
     workers = [spawn_worker(temporal_server, settings, task_queue)]
     try:
         handle = await start(client, task_queue, TaskInput(
-            task="wait", workspace=str(workspace), model=model, enable_reflection=False))
+            task="read", workspace=str(workspace), model=model, enable_reflection=False))
         await wait_for_event(handle, lambda e: e.type == "tool_call")
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.5)  # the read is done; the second model call waits 2 s
         workers.append(spawn_worker(temporal_server, settings, task_queue))
         killed_at = time.time()
         os.killpg(workers[0].pid, signal.SIGKILL)
@@ -132,20 +131,19 @@ async def test_a_killed_workers_call_is_retried_within_seconds(
                 proc.wait()
     assert result.status == "completed", result.answer
     history = await handle.fetch_history()
-    # Only the command's retry counts: on a loaded machine a model call may retry too.
-    command_ids = {e.event_id for e in history.events
-                   if e.HasField("activity_task_scheduled_event_attributes")
-                   and e.activity_task_scheduled_event_attributes.activity_type.name
-                   == "refloop.tool.run_cmd"}
+    acts = [e.event_id for e in history.events
+            if e.HasField("activity_task_scheduled_event_attributes")
+            and e.activity_task_scheduled_event_attributes.activity_type.name
+            == "refloop.llm.act"]
     retried, = [e for e in history.events if e.HasField("activity_task_started_event_attributes")
-                and e.activity_task_started_event_attributes.scheduled_event_id in command_ids
+                and e.activity_task_started_event_attributes.scheduled_event_id == acts[1]
                 and e.activity_task_started_event_attributes.attempt == 2]
     # The 6 s heartbeat timeout and 1 s back-off: the call starts again on the new worker.
     retry_s = retried.event_time.ToDatetime(tzinfo=UTC).timestamp() - killed_at
-    (_, finished), = tool_times(result, "run_cmd")
-    # ... then the 2 s command, and the 3 s sticky timeout moves the workflow over.
-    recovery_s = finished - killed_at
-    print(f"retried {retry_s:.1f}s after the kill; the task saw the result at {recovery_s:.1f}s")
+    completed, = [e for e in result.events if e.type == "completed"]
+    # ... then the 2 s call, and the 3 s sticky timeout moves the workflow over.
+    recovery_s = datetime.fromisoformat(completed.ts).timestamp() - killed_at
+    print(f"retried {retry_s:.1f}s after the kill; the task ended at {recovery_s:.1f}s")
     assert retry_s < 10 and recovery_s < 15, (retry_s, recovery_s)
 
 
@@ -181,3 +179,42 @@ async def test_sigterm_drains_the_running_call_then_the_next_worker_finishes(
     assert (workspace / "out.txt").read_text() == "slept\n"  # drained, never run twice
     for purpose, scripted in responses.items():
         assert len(scripted_llm.requests(model=model, purpose=purpose)) == len(scripted)
+
+
+async def test_a_command_cut_off_by_a_crash_is_not_run_again(
+    client, temporal_server, settings, scripted_llm, workspace, task_queue
+):
+    """run_cmd is neither idempotent nor journaled: one attempt. A worker killed mid-command
+    fails the task clearly; the next worker never runs the command a second time."""
+    responses = one_slow_command(workspace, "echo ran >> runs.txt\nsleep 3\necho slept\n")
+    model = unique_scenario(scripted_llm, responses)
+    workers = [spawn_worker(temporal_server, settings, task_queue)]
+    try:
+        handle = await start(client, task_queue, TaskInput(
+            task="wait", workspace=str(workspace), model=model, enable_reflection=False))
+        await wait_for_event(handle, lambda e: e.type == "tool_call")
+        await asyncio.sleep(0.5)
+        workers.append(spawn_worker(temporal_server, settings, task_queue))
+        os.killpg(workers[0].pid, signal.SIGKILL)
+        workers[0].wait()
+        result = await asyncio.wait_for(result_of(handle), timeout=60)
+        await asyncio.sleep(4)  # the cut-off command's own sleep has ended
+    finally:
+        for proc in workers:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    assert result.status == "failed" and result.stop_reason == "activity_failed"
+    assert result.answer.startswith("run_cmd did not finish") and "not run again" in result.answer
+    assert (workspace / "runs.txt").read_text() == "ran\n"
+    history = await handle.fetch_history()
+    command_ids = {e.event_id for e in history.events
+                   if e.HasField("activity_task_scheduled_event_attributes")
+                   and e.activity_task_scheduled_event_attributes.activity_type.name
+                   == "refloop.tool.run_cmd"}
+    attempts = [e.activity_task_started_event_attributes.attempt for e in history.events
+                if e.HasField("activity_task_started_event_attributes")
+                and e.activity_task_started_event_attributes.scheduled_event_id in command_ids]
+    assert len(command_ids) == 1 and attempts == [1]
+    # The act answer after the command was never asked for.
+    assert len(scripted_llm.requests(model=model, purpose="act")) == 1
