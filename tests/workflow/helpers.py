@@ -126,3 +126,14 @@ def event_types(result: TaskResult) -> list[str]:
 
 def events_of(result: TaskResult, kind: str) -> list[dict[str, Any]]:
     return [event.data for event in result.events if event.type == kind]
+
+
+def activity_starts(history: WorkflowHistory, activity_type: str) -> list[tuple[int, Any]]:
+    """(n, event) for each started attempt of the n-th (from 0) scheduled `activity_type`."""
+    scheduled = [e.event_id for e in history.events
+                 if e.HasField("activity_task_scheduled_event_attributes")
+                 and e.activity_task_scheduled_event_attributes.activity_type.name
+                 == activity_type]
+    return [(scheduled.index(e.activity_task_started_event_attributes.scheduled_event_id), e)
+            for e in history.events if e.HasField("activity_task_started_event_attributes")
+            and e.activity_task_started_event_attributes.scheduled_event_id in scheduled]
