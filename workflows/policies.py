@@ -53,8 +53,8 @@ LLM_CALL = ActivityOptions(
     ),
 )
 
-# Tool calls: edits are journaled so a retry never applies twice; commands carry
-# their own timeout, so start-to-close only guards against a hung worker.
+# Reading a workspace for a code review. A tool call's own options are its properties
+# (refloop/tool_properties.py): a tool that is not safe to repeat gets one attempt.
 TOOL_CALL = ActivityOptions(
     start_to_close=timedelta(minutes=10),
     heartbeat=HEARTBEAT,
