@@ -29,10 +29,13 @@ import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from refloop.code_chunks import chunk_source, identifier_terms
 from refloop.code_symbols import CODE_SUFFIXES, TEXT_SUFFIXES, iter_sources, read_source
-from refloop.models import IndexReport, SemanticHit
+
+if TYPE_CHECKING:  # imported where used: a warm-up started first thing need not wait for them
+    from refloop.models import IndexReport, SemanticHit
 
 DEFAULT_MODEL = "minilm-int8"
 MODEL_MODULES = {
@@ -103,6 +106,7 @@ def warm_up(model: str = DEFAULT_MODEL) -> float:
 
 
 _WARMING: dict[str, threading.Thread] = {}
+_WARMED: dict[str, float] = {}
 # LanceDB imports the generated REST client of its namespace service even for a local
 # table; that package's __init__ imports every API class (over half of LanceDB's import
 # time). Only its `models` are used locally, so its __init__ runs when first needed.
@@ -178,6 +182,41 @@ def start_warm_up(model: str = DEFAULT_MODEL) -> threading.Thread | None:
         return thread
 
 
+WARM_COMMANDS = ("worker", "up")  # the long-lived `refloop` commands that serve queries
+_FALSE = {"0", "off", "f", "false", "n", "no"}
+_TRUE = {"1", "on", "t", "true", "y", "yes"}
+
+
+def early_warm_up_model(argv: list[str], environ: dict[str, str]) -> str | None:
+    """The model `refloop ARGV` will warm up, read from the raw command line and
+    environment before anything heavy is imported (settings come from the environment
+    only, names in any case); None for another command, search turned off, or a value the
+    settings would reject (they report it, and the usual warm-up follows them)."""
+    command = next((arg for arg in argv if not arg.startswith("-")), None)
+    if command not in WARM_COMMANDS:
+        return None
+    env = {key.lower(): value.strip() for key, value in environ.items()}
+    enabled = env.get("refloop_semantic_index", "true").lower()
+    model = env.get("refloop_embedding_model", DEFAULT_MODEL)
+    if enabled in _FALSE or enabled not in _TRUE or model not in MODEL_MODULES:
+        return None
+    return model
+
+
+def start_warm_up_for_command(argv: list[str], environ: dict[str, str]) -> None:
+    """Start the warm-up first thing in `refloop worker` / `refloop up`: LanceDB and the
+    model load while the command imports the rest (the Temporal SDK, the workflows, the
+    activities), so a search is ready before the worker can poll."""
+    model = early_warm_up_model(argv, environ)
+    if model is not None:
+        start_warm_up(model)
+
+
+def warm_up_finished(model: str = DEFAULT_MODEL) -> float | None:
+    """When (time.time()) this process's warm-up of `model` finished, if it has."""
+    return _WARMED.get(model)
+
+
 def _finish_warm_ups() -> None:
     """A warm-up cut off at exit inside the model runtime's native threads aborts the whole
     process (SIGABRT: "terminate called without an active exception"), so a worker stopped
@@ -192,6 +231,7 @@ def _warm_quietly(model: str) -> None:
     except Exception as err:  # the first query will load it again and report the error
         log.warning("semantic search warm-up failed: %s", err)
         return
+    _WARMED[model] = time.time()
     log.info("semantic search ready (%s) in %.1f s", model, seconds)
 
 
@@ -233,6 +273,8 @@ def unchanged_report(index_dir: Path, workspace: Path,
                      model: str = DEFAULT_MODEL) -> IndexReport | None:
     """A report without loading anything heavy when the last pass saw exactly these files
     (the manifest is a cache; the table stays the truth)."""
+    from refloop.models import IndexReport
+
     indexed = read_manifest(index_dir, workspace, model)
     if not indexed:
         return None
@@ -374,6 +416,8 @@ class CodeIndex:
 
     def update(self, progress: Progress | None = None) -> IndexReport:
         """Embed new and changed files, drop deleted ones; heartbeat-friendly progress."""
+        from refloop.models import IndexReport
+
         began = time.monotonic()
         with self._writer_lock():
             table = self._table(create=True)
@@ -455,6 +499,8 @@ class CodeIndex:
         """The best definitions (or text windows) for `query`, one hit each with its whole
         line range, among what is indexed so far and still in the workspace. `mode`
         "vector" or "text" uses one side only (for evaluation)."""
+        from refloop.models import SemanticHit
+
         table = self._table(create=False)
         if table is None or table.count_rows() == 0:
             return []
