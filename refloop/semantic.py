@@ -6,7 +6,7 @@ lexical side is LanceDB's own full-text index over identifier-split text; the ve
 is all-MiniLM-L6-v2 (by default its int8 ONNX build run on onnxruntime, which loads in
 well under a second; the PyTorch build is the alternative). Both lists are merged per
 definition and fused by score: the cosine, plus a small weight times the normalised
-full-text score. The weights ship inside packages, so nothing is fetched at run time.
+full-text score. The model weights ship inside packages: nothing is fetched at run time.
 One LanceDB table per workspace and model under the index dir; indexing is incremental by
 content hash, so an unchanged file is never embedded again. Everything heavy is imported
 lazily: without the `semantic` extra, `missing_extra()` says what to install.
@@ -27,6 +27,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -521,9 +522,8 @@ class CodeIndex:
         lexical = bool(identifier_terms(query)) and self._has_text_index(table)
         if mode == "text" and lexical:
             return self._text_side(table, query)
-        vector_rows = self._vector_side(table, query)
         if mode in ("vector", "text") or not lexical:
-            return vector_rows
+            return self._vector_side(table, query)
         if mode == "lance-rrf":
             from lancedb.rerankers import RRFReranker
 
@@ -532,7 +532,11 @@ class CodeIndex:
                     .distance_type("cosine").rerank(RRFReranker()).select(COLUMNS)
                     .limit(CANDIDATES).to_list())
             return [{**row, "_score": row["_relevance_score"]} for row in rows]
-        text_rows = self._text_side(table, query)
+        # The full-text query runs while the query is embedded and the vectors searched
+        # (both release the GIL): the hybrid costs little more than the vectors alone.
+        text_future = _side_pool().submit(self._text_side, table, query)
+        vector_rows = self._vector_side(table, query)
+        text_rows = text_future.result()
         if mode == "rrf":
             return fuse_by_definition([vector_rows, text_rows],
                                       [1.0, text_weight(query, RRF_TEXT_WEIGHTS)])
@@ -570,6 +574,18 @@ class CodeIndex:
     def _inside(self, relative: str) -> bool:
         path = (self.workspace / relative).resolve()
         return path.is_relative_to(self.workspace) and path.is_file()
+
+
+_SIDE_POOL: list[ThreadPoolExecutor] = []
+_SIDE_POOL_LOCK = threading.Lock()
+
+
+def _side_pool() -> ThreadPoolExecutor:
+    """The process's threads for the full-text side of hybrid queries."""
+    with _SIDE_POOL_LOCK:
+        if not _SIDE_POOL:
+            _SIDE_POOL.append(ThreadPoolExecutor(2, thread_name_prefix="refloop-search"))
+        return _SIDE_POOL[0]
 
 
 def _path_filter(paths: list[str]) -> str:
