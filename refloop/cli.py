@@ -5,6 +5,9 @@ Progress goes to stderr, results to stdout, so `--json` output pipes cleanly.
 
 from __future__ import annotations
 
+import refloop.warm_start  # noqa: F401  (first: a worker's search model loads meanwhile)
+
+# isort: split
 import argparse
 import asyncio
 import json

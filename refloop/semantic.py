@@ -5,11 +5,11 @@ mapped back to the definition it belongs to, so results are merged per definitio
 lexical side is LanceDB's own full-text index over identifier-split text; the vector side
 is all-MiniLM-L6-v2 (by default its int8 ONNX build run on onnxruntime, which loads in
 well under a second; the PyTorch build is the alternative). Both lists are merged per
-definition and fused by weighted reciprocal rank. The weights ship inside packages, so nothing is
-fetched at run time. One LanceDB table per workspace and model under the index dir;
-indexing is incremental by content hash, so an unchanged file is never embedded again.
-Everything heavy is imported lazily: without the `semantic` extra, `missing_extra()` says
-what to install.
+definition and fused by score: the cosine, plus a small weight times the normalised
+full-text score. The model weights ship inside packages: nothing is fetched at run time.
+One LanceDB table per workspace and model under the index dir; indexing is incremental by
+content hash, so an unchanged file is never embedded again. Everything heavy is imported
+lazily: without the `semantic` extra, `missing_extra()` says what to install.
 """
 
 from __future__ import annotations
@@ -27,12 +27,16 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from refloop.code_chunks import chunk_source, identifier_terms
 from refloop.code_symbols import CODE_SUFFIXES, TEXT_SUFFIXES, iter_sources, read_source
-from refloop.models import IndexReport, SemanticHit
+
+if TYPE_CHECKING:  # imported where used: a warm-up started first thing need not wait for them
+    from refloop.models import IndexReport, SemanticHit
 
 DEFAULT_MODEL = "minilm-int8"
 MODEL_MODULES = {
@@ -47,12 +51,13 @@ DIMENSIONS = 384
 SCHEMA_VERSION = 2  # chunks mapped to definitions, with a full-text column
 CANDIDATES = 60  # chunks fetched from each side before fusion and merging
 RRF_K = 60  # the usual reciprocal-rank-fusion constant
-# The lexical list's say in the fusion, beside the vectors' 1.0: a tie-breaker for prose
-# (on two third-party corpora every larger weight lost prose queries the vectors had found),
-# more when the query holds an identifier (snake_case or CamelCase), which names exactly
-# what it wants.
-TEXT_WEIGHT = 0.1
-NAME_TEXT_WEIGHT = 1.5
+# The lexical list's say in the fusion (its normalised score, beside the cosine): a
+# tie-breaker for prose, where the vectors are the stronger side (on two third-party
+# corpora, larger weights lost prose queries the vectors had found); more when the query
+# holds an identifier (snake_case or CamelCase), which names exactly what it wants.
+TEXT_WEIGHT = 0.05
+NAME_TEXT_WEIGHT = 0.5
+RRF_TEXT_WEIGHTS = (0.1, 1.5)  # the same two cases in the "rrf" mode (rank fusion)
 _CODE_NAME = re.compile(r"[A-Za-z0-9]_[A-Za-z0-9]|[a-z][A-Z]")
 COLUMNS = ["path", "start_line", "end_line", "symbol", "part", "text"]
 HIT_TEXT_LINES = 60  # the most of a definition a hit shows the model
@@ -102,6 +107,7 @@ def warm_up(model: str = DEFAULT_MODEL) -> float:
 
 
 _WARMING: dict[str, threading.Thread] = {}
+_WARMED: dict[str, float] = {}
 # LanceDB imports the generated REST client of its namespace service even for a local
 # table; that package's __init__ imports every API class (over half of LanceDB's import
 # time). Only its `models` are used locally, so its __init__ runs when first needed.
@@ -177,6 +183,41 @@ def start_warm_up(model: str = DEFAULT_MODEL) -> threading.Thread | None:
         return thread
 
 
+WARM_COMMANDS = ("worker", "up")  # the long-lived `refloop` commands that serve queries
+_FALSE = {"0", "off", "f", "false", "n", "no"}
+_TRUE = {"1", "on", "t", "true", "y", "yes"}
+
+
+def early_warm_up_model(argv: list[str], environ: dict[str, str]) -> str | None:
+    """The model `refloop ARGV` will warm up, read from the raw command line and
+    environment before anything heavy is imported (settings come from the environment
+    only, names in any case); None for another command, search turned off, or a value the
+    settings would reject (they report it, and the usual warm-up follows them)."""
+    command = next((arg for arg in argv if not arg.startswith("-")), None)
+    if command not in WARM_COMMANDS:
+        return None
+    env = {key.lower(): value.strip() for key, value in environ.items()}
+    enabled = env.get("refloop_semantic_index", "true").lower()
+    model = env.get("refloop_embedding_model", DEFAULT_MODEL)
+    if enabled in _FALSE or enabled not in _TRUE or model not in MODEL_MODULES:
+        return None
+    return model
+
+
+def start_warm_up_for_command(argv: list[str], environ: dict[str, str]) -> None:
+    """Start the warm-up first thing in `refloop worker` / `refloop up`: LanceDB and the
+    model load while the command imports the rest (the Temporal SDK, the workflows, the
+    activities), so a search is ready before the worker can poll."""
+    model = early_warm_up_model(argv, environ)
+    if model is not None:
+        start_warm_up(model)
+
+
+def warm_up_finished(model: str = DEFAULT_MODEL) -> float | None:
+    """When (time.time()) this process's warm-up of `model` finished, if it has."""
+    return _WARMED.get(model)
+
+
 def _finish_warm_ups() -> None:
     """A warm-up cut off at exit inside the model runtime's native threads aborts the whole
     process (SIGABRT: "terminate called without an active exception"), so a worker stopped
@@ -191,6 +232,7 @@ def _warm_quietly(model: str) -> None:
     except Exception as err:  # the first query will load it again and report the error
         log.warning("semantic search warm-up failed: %s", err)
         return
+    _WARMED[model] = time.time()
     log.info("semantic search ready (%s) in %.1f s", model, seconds)
 
 
@@ -232,6 +274,8 @@ def unchanged_report(index_dir: Path, workspace: Path,
                      model: str = DEFAULT_MODEL) -> IndexReport | None:
     """A report without loading anything heavy when the last pass saw exactly these files
     (the manifest is a cache; the table stays the truth)."""
+    from refloop.models import IndexReport
+
     indexed = read_manifest(index_dir, workspace, model)
     if not indexed:
         return None
@@ -242,16 +286,19 @@ def unchanged_report(index_dir: Path, workspace: Path,
                        chunks_total=indexed.get("chunks", 0), note="up to date")
 
 
-def text_weight(query: str) -> float:
-    """How much the full-text list counts for `query` (see TEXT_WEIGHT)."""
-    return NAME_TEXT_WEIGHT if _CODE_NAME.search(query) else TEXT_WEIGHT
+def text_weight(query: str, weights: tuple[float, float] = (TEXT_WEIGHT, NAME_TEXT_WEIGHT)
+                ) -> float:
+    """How much the full-text list counts for `query` (see TEXT_WEIGHT): `weights` for
+    prose and for a query naming an identifier."""
+    return weights[1] if _CODE_NAME.search(query) else weights[0]
 
 
 def fuse_by_definition(ranked_lists: list[list[dict]], weights: list[float] | None = None,
                        k: int = RRF_K) -> list[dict]:
     """Weighted reciprocal-rank fusion per definition: each list is first merged per
     definition (so one long function's windows do not crowd a list), then every definition
-    scores sum(weight / (k + rank)) over the lists; the row kept is its best-ranked chunk."""
+    scores sum(weight / (k + rank)) over the lists; the row kept is its best-ranked chunk.
+    (The "rrf" mode; the default fuses scores, see `fuse_scores`.)"""
     weights = weights or [1.0] * len(ranked_lists)
     scores: dict[tuple[str, int, int], float] = {}
     best: dict[tuple[str, int, int], tuple[int, dict]] = {}
@@ -263,6 +310,31 @@ def fuse_by_definition(ranked_lists: list[list[dict]], weights: list[float] | No
                 best[key] = (rank, row)
     order = sorted(scores, key=lambda key: (-scores[key], best[key][0]))
     return [{**best[key][1], "_score": scores[key]} for key in order]
+
+
+def fuse_scores(vector_rows: list[dict], text_rows: list[dict],
+                text_weight: float) -> list[dict]:
+    """Score fusion per definition: its best chunk's cosine plus `text_weight` times its
+    best full-text score over the list's top score (so 0..1 whatever the corpus). Rank
+    fusion gives the weaker list's first place as much as the stronger one's; here a
+    lexical match only moves definitions whose cosines are close, which is what a
+    tie-breaker should do. A definition the vector list did not fetch gets that list's
+    lowest cosine (its own is no higher)."""
+    vectors = merge_by_definition(vector_rows, len(vector_rows))
+    texts = merge_by_definition(text_rows, len(text_rows))
+    floor = min((float(row["_score"]) for row in vectors), default=0.0)
+    top = max((float(row["_score"]) for row in texts), default=0.0)
+    scores: dict[tuple[str, int, int], float] = {}
+    rows: dict[tuple[str, int, int], dict] = {}
+    for row in vectors:
+        key = (row["path"], row["start_line"], row["end_line"])
+        scores[key], rows[key] = float(row["_score"]), row
+    for row in texts if top > 0 else []:
+        key = (row["path"], row["start_line"], row["end_line"])
+        scores[key] = scores.get(key, floor) + text_weight * float(row["_score"]) / top
+        rows.setdefault(key, row)
+    order = sorted(scores, key=lambda key: -scores[key])  # stable: vector order on ties
+    return [{**rows[key], "_score": scores[key]} for key in order]
 
 
 def merge_by_definition(rows: list[dict], limit: int) -> list[dict]:
@@ -345,6 +417,8 @@ class CodeIndex:
 
     def update(self, progress: Progress | None = None) -> IndexReport:
         """Embed new and changed files, drop deleted ones; heartbeat-friendly progress."""
+        from refloop.models import IndexReport
+
         began = time.monotonic()
         with self._writer_lock():
             table = self._table(create=True)
@@ -426,6 +500,8 @@ class CodeIndex:
         """The best definitions (or text windows) for `query`, one hit each with its whole
         line range, among what is indexed so far and still in the workspace. `mode`
         "vector" or "text" uses one side only (for evaluation)."""
+        from refloop.models import SemanticHit
+
         table = self._table(create=False)
         if table is None or table.count_rows() == 0:
             return []
@@ -439,15 +515,15 @@ class CodeIndex:
 
     def _ranked_chunks(self, table, query: str, mode: str = "hybrid") -> list[dict]:
         """Chunks ranked for `query`: "hybrid" fuses the vector list and LanceDB's full-text
-        list per definition by reciprocal rank; "lance-rrf" lets LanceDB's hybrid query and
-        RRF reranker fuse per chunk instead; "vector" and "text" use one side. Without a
-        text index (or words in the query) every mode falls back to vectors."""
+        list per definition by score (`fuse_scores`); "rrf" fuses them per definition by
+        weighted reciprocal rank; "lance-rrf" lets LanceDB's hybrid query and RRF reranker
+        fuse per chunk; "vector" and "text" use one side. Without a text index (or words
+        in the query) every mode falls back to vectors."""
         lexical = bool(identifier_terms(query)) and self._has_text_index(table)
         if mode == "text" and lexical:
             return self._text_side(table, query)
-        vector_rows = self._vector_side(table, query)
         if mode in ("vector", "text") or not lexical:
-            return vector_rows
+            return self._vector_side(table, query)
         if mode == "lance-rrf":
             from lancedb.rerankers import RRFReranker
 
@@ -456,8 +532,15 @@ class CodeIndex:
                     .distance_type("cosine").rerank(RRFReranker()).select(COLUMNS)
                     .limit(CANDIDATES).to_list())
             return [{**row, "_score": row["_relevance_score"]} for row in rows]
-        return fuse_by_definition([vector_rows, self._text_side(table, query)],
-                                  [1.0, text_weight(query)])
+        # The full-text query runs while the query is embedded and the vectors searched
+        # (both release the GIL): the hybrid costs little more than the vectors alone.
+        text_future = _side_pool().submit(self._text_side, table, query)
+        vector_rows = self._vector_side(table, query)
+        text_rows = text_future.result()
+        if mode == "rrf":
+            return fuse_by_definition([vector_rows, text_rows],
+                                      [1.0, text_weight(query, RRF_TEXT_WEIGHTS)])
+        return fuse_scores(vector_rows, text_rows, text_weight(query))
 
     def _vector_side(self, table, query: str) -> list[dict]:
         rows = (table.search(embed([query], self.model)[0]).distance_type("cosine")
@@ -491,6 +574,18 @@ class CodeIndex:
     def _inside(self, relative: str) -> bool:
         path = (self.workspace / relative).resolve()
         return path.is_relative_to(self.workspace) and path.is_file()
+
+
+_SIDE_POOL: list[ThreadPoolExecutor] = []
+_SIDE_POOL_LOCK = threading.Lock()
+
+
+def _side_pool() -> ThreadPoolExecutor:
+    """The process's threads for the full-text side of hybrid queries."""
+    with _SIDE_POOL_LOCK:
+        if not _SIDE_POOL:
+            _SIDE_POOL.append(ThreadPoolExecutor(2, thread_name_prefix="refloop-search"))
+        return _SIDE_POOL[0]
 
 
 def _path_filter(paths: list[str]) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -28,7 +29,7 @@ from bench.code_search_eval import (
 from refloop import code_chunks, embedders, semantic
 from refloop.code_chunks import MODEL_WINDOW
 from refloop.embedders import WINDOW, embedder
-from refloop.semantic import CodeIndex, start_warm_up
+from refloop.semantic import CodeIndex, early_warm_up_model, start_warm_up
 
 
 def _index_key(package: str, files: list[str]) -> str:
@@ -111,32 +112,58 @@ def test_every_indexed_chunk_fits_the_models_window(small_eval):
 PROBE = r"""
 import json, sys, time
 began = time.monotonic()
-from refloop.semantic import CodeIndex, start_warm_up
-start_warm_up()  # as `refloop worker` does, before importing the worker
+corpus, index_dir = sys.argv[1:3]
+sys.argv = ["refloop", "worker"]  # as `refloop worker` starts, before it connects:
+import refloop.cli  # noqa: F401  (its first import starts the warm-up)
+from refloop.semantic import _WARMING, warm_up_finished
+started = "minilm-int8" in _WARMING
 import worker.main  # noqa: F401  (the Temporal SDK, the workflows and activities)
 ready = time.monotonic()
 from pathlib import Path
-hits = CodeIndex(Path(sys.argv[2]), Path(sys.argv[1])).search(
+from refloop.semantic import CodeIndex
+hits = CodeIndex(Path(index_dir), Path(corpus)).search(
     "answer a cross-origin preflight request", 3)
 print(json.dumps({"worker_ready_s": ready - began, "answered_s": time.monotonic() - began,
                   "after_ready_s": time.monotonic() - ready, "top": hits[0].path,
+                  "started_by_the_command_line": started,
+                  "warmed": warm_up_finished() is not None,
                   "torch": "torch" in sys.modules}))
 """
 
 
 def test_a_fresh_worker_answers_its_first_query_within_a_second_of_being_ready(small_eval):
-    """Worker start -> first query answered: the warm-up (LanceDB, the model) runs while
-    the worker imports its own modules, so a query arriving as soon as the worker could
-    poll is answered within a second."""
+    """Worker start -> first query answered: `refloop worker` starts the warm-up (LanceDB,
+    the model) as its command line is imported, and it runs while the worker imports its
+    own modules, so a query arriving as soon as the worker could poll is answered within
+    a second."""
     corpus, _, index = small_eval
+    env = {k: v for k, v in os.environ.items()
+           if k.lower() not in ("refloop_semantic_index", "refloop_embedding_model")}
     done = subprocess.run([sys.executable, "-c", PROBE, str(corpus), str(index.index_dir)],
-                          capture_output=True, text=True, timeout=300,
+                          capture_output=True, text=True, timeout=300, env=env,
                           cwd=Path(__file__).parents[2])
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["top"] == "middleware/cors.py"
+    assert out["started_by_the_command_line"] and out["warmed"], out
     assert out["after_ready_s"] < 1.0, out
     assert out["torch"] is False  # the default model needs no PyTorch
+
+
+def test_only_long_lived_commands_warm_up_early_and_as_the_settings_say():
+    on = {}
+    assert early_warm_up_model(["worker"], on) == "minilm-int8"
+    assert early_warm_up_model(["-v", "up", "--port", "1"], on) == "minilm-int8"
+    for command in (["run", "fix it"], ["review"], ["mcp"], [], ["-v"], ["--help"]):
+        assert early_warm_up_model(command, on) is None
+    assert early_warm_up_model(["worker"], {"REFLOOP_EMBEDDING_MODEL": "minilm"}) == "minilm"
+    assert early_warm_up_model(["worker"], {"refloop_embedding_model": "minilm"}) == "minilm"
+    for off in ("0", "false", "No", " off "):
+        assert early_warm_up_model(["worker"], {"REFLOOP_SEMANTIC_INDEX": off}) is None
+    assert early_warm_up_model(["worker"], {"REFLOOP_SEMANTIC_INDEX": "TRUE"}) == "minilm-int8"
+    # values the settings will reject start nothing here (the settings report them)
+    assert early_warm_up_model(["worker"], {"REFLOOP_SEMANTIC_INDEX": "maybe"}) is None
+    assert early_warm_up_model(["worker"], {"REFLOOP_EMBEDDING_MODEL": "../x"}) is None
 
 
 def test_lancedb_imports_without_the_namespace_rest_client():

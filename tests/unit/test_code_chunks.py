@@ -4,7 +4,14 @@ and merging per definition. Pure functions: a word count stands in for the token
 from __future__ import annotations
 
 from refloop.code_chunks import approx_tokens, chunk_source, identifier_terms, split_identifier
-from refloop.semantic import fuse_by_definition, merge_by_definition, text_weight
+from refloop.semantic import (
+    NAME_TEXT_WEIGHT,
+    TEXT_WEIGHT,
+    fuse_by_definition,
+    fuse_scores,
+    merge_by_definition,
+    text_weight,
+)
 
 SOURCE = '''"""Storage helpers."""
 import sys
@@ -153,7 +160,33 @@ def test_fusion_rewards_definitions_both_sides_agree_on():
     assert [r["path"] for r in weighted] == ["v.py", "t.py"]
 
 
+def test_score_fusion_lets_the_lexical_side_break_near_ties_only():
+    def scored(path: str, score: float) -> dict:
+        return {**_row(path, 1, 5), "_score": score}
+
+    vector = [scored("a.py", 0.60), scored("a.py", 0.59), scored("b.py", 0.58),
+              scored("c.py", 0.40)]
+    # BM25 scores on their own scale: only their ratio to the list's best counts
+    text = [scored("c.py", 30.0), scored("b.py", 24.0), scored("t.py", 12.0)]
+    fused = fuse_scores(vector, text, 0.05)
+    order = [r["path"] for r in fused]
+    assert order == ["b.py", "a.py", "c.py", "t.py"]  # one per definition
+    assert fused[0]["_score"] == 0.58 + 0.05 * 24 / 30
+    # a far better cosine is not overturned by a strong lexical match
+    assert order.index("a.py") < order.index("c.py")
+    # a definition only the text list found starts from the lowest fetched cosine
+    assert fused[-1]["_score"] == 0.40 + 0.05 * 12 / 30
+    # a bigger weight (a query naming an identifier) lets the names decide
+    assert [r["path"] for r in fuse_scores(vector, text, 0.4)] == ["b.py", "c.py", "a.py",
+                                                                   "t.py"]
+    assert fuse_scores([], [], 0.05) == []
+    assert [r["path"] for r in fuse_scores(vector, [], 0.05)] == ["a.py", "b.py", "c.py"]
+    assert [r["path"] for r in fuse_scores([], text, 0.05)] == ["c.py", "b.py", "t.py"]
+
+
 def test_a_query_naming_an_identifier_leans_on_the_lexical_side():
-    assert text_weight("add_vary_header") > 1.0 > text_weight("add a value to a header")
+    assert text_weight("add_vary_header") == NAME_TEXT_WEIGHT > TEXT_WEIGHT
+    assert text_weight("add a value to a header") == TEXT_WEIGHT
     assert text_weight("TrustedHostMiddleware") == text_weight("url_path_for Router")
-    assert text_weight("answer a preflight OPTIONS request with JSON") < 1.0
+    assert text_weight("answer a preflight OPTIONS request with JSON") == TEXT_WEIGHT
+    assert text_weight("add_vary_header", (0.1, 1.5)) == 1.5
