@@ -55,11 +55,13 @@ def write_report() -> None:
     for model in dict.fromkeys(row["model"] for row in ROWS):
         rows = [row for row in ROWS if row["model"] == model]
         lines += [f"### {model}", "",
-                  "| run | outcome | requests (server / ledger, failed) | completion tokens "
-                  "(server / ledger) | total tokens (ledger) | native tool calls | seconds |",
-                  "|---|---|---|---|---|---|---|"]
+                  "| run | outcome | requests (server / ledger, failed) | abandoned (server / "
+                  "ledger, cap) | completion tokens (server / ledger) | total tokens (ledger) "
+                  "| native tool calls | seconds |",
+                  "|---|---|---|---|---|---|---|---|"]
         lines += [f"| {r['run']} | {r['outcome']} | {r['server_requests']} / {r['requests']}, "
-                  f"{r['failed']} | {r['server_completion']} / {r['completion']} | "
+                  f"{r['failed']} | {r['abandoned']} | {r['server_completion']} / "
+                  f"{r['completion']} | "
                   f"{r['tokens']} | {r['native_calls']} | {r['seconds']:.0f} |" for r in rows]
         lines.append("")
     REPORT.write_text("\n".join(lines), encoding="utf-8")
@@ -85,11 +87,16 @@ async def test_run_is_honest_and_bounded(real_model, run, client, tmp_path, task
     native = [e for e in result.events if e.type == "tool_call"
               and not str(e.data.get("id", "")).startswith("text_")
               and e.data.get("tool") != "complete_step"]
+    usage = stats.usage
+    server_completion = sum(r.get("completion_tokens", 0) for r in sent)
+    delivered = sum(r.get("completion_tokens", 0) for r in sent if not r.get("abandoned"))
     ROWS.append({"model": model, "run": run, "outcome": f"{result.status} ({result.stop_reason})",
                  "server_requests": len(sent), "requests": stats.llm_calls,
                  "failed": stats.llm_failed_calls,
-                 "server_completion": sum(r.get("completion_tokens", 0) for r in sent),
-                 "completion": stats.usage.completion_tokens, "tokens": stats.usage.total_tokens,
+                 "abandoned": f"{sum(bool(r.get('abandoned')) for r in sent)} / "
+                              f"{usage.abandoned_calls} (cap {usage.abandoned_max_tokens})",
+                 "server_completion": server_completion,
+                 "completion": usage.completion_tokens, "tokens": usage.total_tokens,
                  "native_calls": len(native), "seconds": seconds})
     write_report()
     print(json.dumps(ROWS[-1]))
@@ -99,8 +106,12 @@ async def test_run_is_honest_and_bounded(real_model, run, client, tmp_path, task
     if claimed and result.status == "completed":
         assert (workspace / claimed).is_file(), f"{run} completed without {claimed}"
     # Every request the server saw is in the ledger (the ledger also has requests that
-    # never reached it).
+    # never reached it); every answer refloop received is in it with its usage; what the
+    # server generated for abandoned requests is within the caps the ledger reports.
     assert stats.llm_calls >= len(sent) > 0
+    assert usage.completion_tokens >= delivered, (usage, delivered)
+    assert usage.abandoned_calls >= sum(bool(r.get("abandoned")) for r in sent), usage
+    assert server_completion <= usage.completion_tokens + usage.abandoned_max_tokens, usage
     # No request loops on a rejected mode: each rejected format is asked at most once.
     rejected = [r for r in sent if r["status"] != 200 and r.get("response_format")]
     kinds = [(r["response_format"], r.get("schema_in_format")) for r in rejected]
@@ -147,7 +158,7 @@ def test_sigterm_during_a_model_call_exits_cleanly(real_model, tmp_path):
     assert process.returncode == 143, text[-2000:]
     assert "Traceback" not in text, text[-2000:]
     ROWS.append({"model": model, "run": "sigterm", "outcome": f"exit {process.returncode}",
-                 "server_requests": "-", "requests": "-", "failed": "-",
+                 "server_requests": "-", "requests": "-", "failed": "-", "abandoned": "-",
                  "server_completion": "-", "completion": "-", "tokens": "-",
                  "native_calls": "-", "seconds": time.monotonic() - started})
     write_report()
