@@ -23,7 +23,7 @@ from typing import Any, NoReturn
 
 from rich.console import Console
 
-from refloop.models import Event, TaskInput, TaskResult
+from refloop.models import Event, TaskInput, TaskResult, TokenUsage
 from refloop.settings import Settings, SettingsError, load_settings
 
 err_console = Console(stderr=True, highlight=False)
@@ -209,11 +209,22 @@ def emit_result(result: TaskResult, as_json: bool) -> None:
     if result.summary:
         print(f"summary: {result.summary}")
     stats = result.stats
-    failed = f" ({stats.llm_failed_calls} failed)" if stats.llm_failed_calls else ""
     print(
-        f"stats: {stats.iterations} iterations, {stats.llm_calls} model calls{failed}, "
-        f"{stats.tool_calls} tool calls, {stats.usage.total_tokens} tokens"
+        f"stats: {stats.iterations} iterations, {stats.llm_calls} model calls"
+        f"{failed_calls_note(stats.usage)}, {stats.tool_calls} tool calls, "
+        f"{stats.usage.total_tokens} tokens"
     )
+
+
+def failed_calls_note(usage: TokenUsage) -> str:
+    """" (3 failed; 1 abandoned, usage unknown: at most 384 more completion tokens)"."""
+    if not usage.failed_calls:
+        return ""
+    note = f" ({usage.failed_calls} failed"
+    if usage.abandoned_calls:
+        note += (f"; {usage.abandoned_calls} abandoned, usage unknown: at most "
+                 f"{usage.abandoned_max_tokens} more completion tokens")
+    return note + ")"
 
 
 async def export_history(args: argparse.Namespace, settings: Settings) -> int:

@@ -9,21 +9,25 @@ goes into the calling activity's ledger, answered or not.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import os
 import time
 from typing import Any, Generic, TypeVar
 
+import httpx
 import openai
 from pydantic import BaseModel, ValidationError
 
 from refloop.llm_endpoint import (
     Endpoints,
     current_ledger,
+    in_flight,
     parse_max_tokens,
     rejects_mode,
     rejects_tools,
+    settled,
 )
 from refloop.models import (
     ChatMessage,
@@ -128,6 +132,15 @@ def classify(err: Exception) -> LLMError:
     return LLMTransportError(f"model call failed: {err!r}")
 
 
+def abandoned_by(err: openai.OpenAIError) -> bool:
+    """The request went out and its answer never came: a timeout, or a connection lost
+    after it was sent (a refused connection reached no server)."""
+    if isinstance(err, openai.APITimeoutError):
+        return True
+    return (isinstance(err, openai.APIConnectionError)
+            and not isinstance(err.__cause__, httpx.ConnectError))
+
+
 def to_wire(message: ChatMessage) -> dict[str, Any]:
     # Content is always a string: llama-cpp-python's server refuses an assistant turn with
     # `content: null` (its tool-call turns) with a 500 validation error.
@@ -224,8 +237,9 @@ class LLMGateway:
                       base_url: str, **kwargs: Any) -> Any:
         """One HTTP request: through the endpoint's slot, into the ledger either way."""
         ledger = current_ledger.get()
+        cap = int(kwargs.get("max_tokens") or 0)
         if ledger is not None:
-            ledger.begin(purpose, model)
+            ledger.begin(purpose, model, cap)
         slot = self.endpoints.slot(base_url)
         if slot is not None:
             await slot.acquire()
@@ -238,22 +252,27 @@ class LLMGateway:
             if slot is not None:
                 self.endpoints.release_later(slot)
                 release = None
-            self._count(purpose, TokenUsage(calls=1, failed_calls=1))
+            self._count(purpose, in_flight(cap))
             if ledger is not None:
-                ledger.failed()
+                ledger.failed(cap, abandoned=True)
             raise classify(err) from err
         except openai.OpenAIError as err:
-            self._count(purpose, TokenUsage(calls=1, failed_calls=1))
+            abandoned = abandoned_by(err)
+            self._count(purpose, in_flight(cap) if abandoned
+                        else in_flight(cap).add(settled(cap, failed=True)))
             if ledger is not None:
-                ledger.failed()
+                ledger.failed(cap, abandoned)
             raise classify(err) from err
+        except asyncio.CancelledError:  # the attempt was cancelled mid-request
+            self._count(purpose, in_flight(cap))
+            raise
         finally:
             if release is not None:
                 release()
         usage = self._usage_of(response)
         self._count(purpose, usage)
         if ledger is not None:
-            ledger.answered(usage)
+            ledger.answered(usage, cap)
         return response
 
     @staticmethod

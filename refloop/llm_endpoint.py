@@ -155,6 +155,18 @@ class Endpoints:
 # ---------------------------------------------------------------- the ledger
 
 
+def in_flight(max_tokens: int) -> TokenUsage:
+    """A request that went out and has no answer yet: failed and abandoned until then."""
+    return TokenUsage(calls=1, failed_calls=1, abandoned_calls=1,
+                      abandoned_max_tokens=max_tokens)
+
+
+def settled(max_tokens: int, failed: bool) -> TokenUsage:
+    """What turns an in-flight request into an answered (or a plainly failed) one."""
+    return TokenUsage(failed_calls=0 if failed else -1, abandoned_calls=-1,
+                      abandoned_max_tokens=-max_tokens)
+
+
 @dataclass
 class CallLedger:
     """Every HTTP request of one activity execution, carried across its attempts."""
@@ -164,23 +176,25 @@ class CallLedger:
     usage: TokenUsage = field(default_factory=TokenUsage)
     on_change: Callable[[CallLedger], None] | None = None
 
-    def begin(self, purpose: Purpose, model: str) -> None:
-        """A request is about to go out: counted failed until its answer arrives, so an
-        attempt killed mid-request is still in the ledger."""
+    def begin(self, purpose: Purpose, model: str, max_tokens: int) -> None:
+        """A request is about to go out: counted failed and abandoned (usage unknown, at
+        most `max_tokens` generated) until its answer arrives, so an attempt killed
+        mid-request is still in the ledger, heartbeated."""
         self.purpose = self.purpose or purpose.value
         self.model = self.model or model
-        self.usage = self.usage.add(TokenUsage(calls=1, failed_calls=1))
+        self.usage = self.usage.add(in_flight(max_tokens))
         self._changed()
 
-    def answered(self, usage: TokenUsage) -> None:
-        self.usage = self.usage.add(usage.model_copy(update={"calls": 0, "failed_calls": -1}))
+    def answered(self, usage: TokenUsage, max_tokens: int) -> None:
+        self.usage = self.usage.add(usage.model_copy(update={"calls": 0}).add(
+            settled(max_tokens, failed=False)))
         self._changed()
 
-    def failed(self, usage: TokenUsage | None = None) -> None:
-        """The request ended without a usable answer (whatever usage it reported)."""
-        if usage is not None:
-            self.usage = self.usage.add(usage.model_copy(update={"calls": 0,
-                                                                 "failed_calls": 0}))
+    def failed(self, max_tokens: int, abandoned: bool) -> None:
+        """The request ended without a usable answer. `abandoned`: its answer never came
+        (a client timeout): the server may still be generating, so it stays abandoned."""
+        if not abandoned:
+            self.usage = self.usage.add(settled(max_tokens, failed=True))
         self._changed()
 
     def _changed(self) -> None:

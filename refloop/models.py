@@ -51,6 +51,11 @@ class TokenUsage(BaseModel):
     total_tokens: int = 0
     calls: int = 0  # HTTP requests, answered or not
     failed_calls: int = 0  # of those: errors, timeouts, cut-off or unusable answers
+    # Of the failed: requests whose answer never arrived (client timeout, cancelled or
+    # killed attempt). The server may still have generated for them, so their usage is
+    # unknown; `abandoned_max_tokens` (the sum of their caps) bounds its completion tokens.
+    abandoned_calls: int = 0
+    abandoned_max_tokens: int = 0
 
     def add(self, other: TokenUsage) -> TokenUsage:
         return TokenUsage(
@@ -59,6 +64,8 @@ class TokenUsage(BaseModel):
             total_tokens=self.total_tokens + other.total_tokens,
             calls=self.calls + other.calls,
             failed_calls=self.failed_calls + other.failed_calls,
+            abandoned_calls=self.abandoned_calls + other.abandoned_calls,
+            abandoned_max_tokens=self.abandoned_max_tokens + other.abandoned_max_tokens,
         )
 
 

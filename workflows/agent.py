@@ -194,6 +194,12 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
             reason = err.message if isinstance(err, TaskFailed) else describe_failure(err)
             self.state.direct_answer = True
             self._emit("plan_skipped", {"reason": reason[:500], "direct_answer": True})
+            return
+        reason = logic.question_planned_as_edits(self.state.input.task, self.state.intent,
+                                                 self.state.plan, self.edit_tools)
+        if reason and workflow.patched("direct-answer-for-questions-planned-as-edits"):
+            self.state.plan, self.state.direct_answer = None, True
+            self._emit("plan_skipped", {"reason": reason, "direct_answer": True})
 
     async def _make_plan(self) -> None:
         feedback = None

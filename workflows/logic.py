@@ -289,6 +289,25 @@ def is_question(task: str) -> bool:
     return text.endswith("?") or bool(_QUESTION_START.match(text))
 
 
+def question_planned_as_edits(task: str, intent: IntentResult | None, plan: Plan | None,
+                              edit_tools: set[str]) -> str | None:
+    """Why a valid plan is set aside for a direct answer, or None to follow it.
+
+    A question that names no work and no file ("What is 2+2?") asks for no change; a plan
+    that edits anyway is the model misreading it (small models plan `write_file` for
+    anything), and following it would end the run `incomplete` or write a stray file.
+    Unless intent said the task is code work, such a question is answered without tools."""
+    if plan is None or not is_question(task):
+        return None
+    if intent is not None and intent.intent in (IntentLabel.CODING_TASK,
+                                                IntentLabel.REPO_ANALYSIS):
+        return None
+    edits = sorted({step.tool for step in plan.steps if step.tool in edit_tools})
+    if not edits:
+        return None
+    return f"the task is a question, but the plan edits the workspace ({', '.join(edits)})"
+
+
 _READ_ONLY_COMMANDS = frozenset({"view", "get", "read"})
 
 

@@ -55,7 +55,10 @@ class LoggingProxy(ThreadedServer):
                     self.in_flight -= 1
                     self.log.append(entry)
                 return Response(status_code=502, content=b'{"error": "upstream"}')
-            entry.update(status=upstream.status_code, end=time.time())
+            # The client gave up on this request (its timeout, a cancelled attempt): what
+            # the server generated for it never reached refloop's ledger.
+            entry.update(status=upstream.status_code, end=time.time(),
+                         abandoned=await request.is_disconnected())
             if upstream.status_code == 200:
                 data = upstream.json()
                 usage = data.get("usage") or {}

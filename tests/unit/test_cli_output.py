@@ -43,3 +43,14 @@ def test_unrelated_records_pass_untouched_and_verbose_exists():
     record = logging.LogRecord("x", logging.WARNING, __file__, 1, "hello", None, None)
     assert OneLineFailures().filter(record) and record.getMessage() == "hello"
     assert build_parser().parse_args(["--verbose", "worker"]).verbose
+
+
+def test_stats_say_how_many_requests_failed_and_were_abandoned():
+    from refloop.cli import failed_calls_note
+    from refloop.models import TokenUsage
+
+    assert failed_calls_note(TokenUsage(calls=4)) == ""
+    assert failed_calls_note(TokenUsage(calls=4, failed_calls=2)) == " (2 failed)"
+    note = failed_calls_note(TokenUsage(calls=4, failed_calls=2, abandoned_calls=1,
+                                        abandoned_max_tokens=384))
+    assert note == " (2 failed; 1 abandoned, usage unknown: at most 384 more completion tokens)"

