@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+COMPLETE_STEP = "complete_step"  # the built-in that marks a plan step done
+
 
 class Purpose(str, Enum):
     """Value of the `X-Refloop-Purpose` header; routing and test doubles key on it."""
@@ -267,6 +269,19 @@ class HistoryItem(BaseModel):
     tool: str
     arguments: str
     outcome: str
+
+
+class ToolRecord(BaseModel):
+    """One tool call as the completeness judge and a supplement child see it: short
+    arguments and outcome, never raw output. The workflow keeps one per call for the whole
+    task (continue-as-new trims events, not these)."""
+
+    tool: str
+    arguments: str  # JSON, cut short
+    ok: bool
+    outcome: str
+    file_path: str | None = None  # the file a successful edit touched
+    note: str = ""  # complete_step's summary: what the model says it did
 
 
 class CompletenessInput(BaseModel):

@@ -41,7 +41,7 @@ with workflow.unsafe.imports_passed_through():
     from refloop.tools import TOOLS, tool_specs
     from workflows.state import AgentState
 
-from workflows import logic, review_logic, triggers
+from workflows import completeness_logic, logic, review_logic, triggers
 from workflows.agent_base import TaskFailed, describe_failure, raise_if_cancelled
 from workflows.approval_phase import ApprovalPhase, validate_decision
 from workflows.mcp_phase import McpPhase, with_mcp_reads
@@ -431,6 +431,8 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
                 summary=logic.tool_call_summary(call),  # the tool and its target
                 **TOOL_CALL.kwargs(),
             )
+        self.state.tool_ledger.append(completeness_logic.tool_record(
+            call.name, call.arguments, result.ok, result.error, result.output, result.data))
         if result.ok and logic.is_edit(call.name, call.arguments, self.edit_tools):
             self.state.edits_ok += 1
         stats = self.state.stats

@@ -12,6 +12,7 @@ from typing import Any
 
 from refloop.conversation import TRIM_NOTE, trim_history  # noqa: F401  (re-exported)
 from refloop.models import (
+    COMPLETE_STEP,
     ChatMessage,
     Event,
     IntentLabel,
@@ -27,7 +28,6 @@ from refloop.models import (
 )
 from refloop.textguard import first_json_object
 
-COMPLETE_STEP = "complete_step"
 NO_PLANNING_INTENTS = frozenset({IntentLabel.GENERAL_CHAT, IntentLabel.CAPABILITY_QUERY})
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(\{.*?\})\s*```", re.DOTALL)
 _TOOL_TAG = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)

@@ -8,6 +8,7 @@ from temporalio.exceptions import ActivityError, ChildWorkflowError
 with workflow.unsafe.imports_passed_through():
     from refloop import visibility
     from refloop.models import (
+        COMPLETE_STEP,
         ActivityName,
         CompletenessInput,
         CompletenessResult,
@@ -44,20 +45,17 @@ class CompletenessPhase(AgentBase):
 
     async def _check_completeness(self, round_number: int) -> list[Supplement]:
         inp = self.state.input
-        texts = [self.state.answer] + [
-            str(event.data.get("args", {}).get("summary", ""))
-            for event in self.state.events
-            if event.type == "tool_call" and event.data.get("tool") == "complete_step"
-        ]
+        ledger = self.state.tool_ledger
         try:
             result: CompletenessResult = await workflow.execute_activity(
                 ActivityName.CHECK_COMPLETENESS,
                 CompletenessInput(
                     task=inp.task,
                     workspace=inp.workspace,
-                    history=completeness_logic.condensed_history(self.state.events),
-                    tool_names=[n for n in self.tool_names if n != "complete_step"],
-                    claimed_files=completeness_logic.claimed_files(texts),
+                    history=completeness_logic.condensed_history(ledger),
+                    tool_names=[n for n in self.tool_names if n != COMPLETE_STEP],
+                    claimed_files=completeness_logic.claimed_files(
+                        completeness_logic.claim_texts(ledger, self.state.answer)),
                     missing_steps=completeness_logic.missing_steps(
                         self.state.plan, self.state.completed_steps),
                     final_answer=self.state.answer,
@@ -107,7 +105,7 @@ class CompletenessPhase(AgentBase):
                 ActivityName.PLAN_SUPPLEMENT,
                 SupplementPlanInput(
                     objective=completeness_logic.supplement_objective(inp.task, supplements),
-                    tool_names=[n for n in self.tool_names if n != "complete_step"],
+                    tool_names=[n for n in self.tool_names if n != COMPLETE_STEP],
                     completed_steps=[f"{goal} ({tool})" for goal, tool in done],
                     mcp_tools_ref=self.state.mcp_tools_ref,
                     model=inp.model,
@@ -143,7 +141,7 @@ class CompletenessPhase(AgentBase):
             "enable_reflection": False,
             "preset_plan": plan,
             "prior_context": completeness_logic.prior_context(
-                self.state.events, self.state.answer),
+                self.state.tool_ledger, self.state.answer),
         })
         try:
             child: TaskResult = await workflow.execute_child_workflow(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from refloop.mcp_config import McpToolInfo
 from refloop.models import (
@@ -21,7 +21,9 @@ from refloop.models import (
     TaskInput,
     TaskStats,
     ToolConstraints,
+    ToolRecord,
 )
+from workflows.completeness_logic import records_from_events
 from workflows.triggers import LoopRecord, TriggerState
 
 
@@ -38,6 +40,8 @@ class AgentState(BaseModel):
     conversation_ref: str | None = None
     pending: list[ChatMessage] = Field(default_factory=list)
     events: list[Event] = Field(default_factory=list)
+    # One compact record per tool call, for the whole task: continue-as-new trims `events`
+    tool_ledger: list[ToolRecord] = Field(default_factory=list)
     last_seq: int = 0  # event numbering survives continue-as-new, which trims `events`
     stats: TaskStats = Field(default_factory=TaskStats)
     answer: str = ""
@@ -64,3 +68,12 @@ class AgentState(BaseModel):
     # tools after its plan failed
     edits_ok: int = 0
     direct_answer: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _accept_earlier_shapes(cls, data: Any) -> Any:
+        """State carried by runs of older code: its tool calls are only in its events."""
+        if isinstance(data, dict) and "tool_ledger" not in data and data.get("events"):
+            events = [Event.model_validate(e) for e in data["events"]]
+            data = {**data, "tool_ledger": records_from_events(events)}
+        return data

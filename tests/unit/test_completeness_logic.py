@@ -87,10 +87,11 @@ def events() -> list[Event]:
 
 
 def test_condensed_history_and_prior_context():
-    history = cl.condensed_history(events())
+    records = cl.records_from_events(events())
+    history = cl.condensed_history(records)
     assert [(h.tool, h.outcome) for h in history] == [("read_file", "ok: value=42"),
                                                       ("write_file", "ok: wrote")]
-    context = cl.prior_context(events(), "done")
+    context = cl.prior_context(records, "done")
     assert "value=42" in context and "Files touched: o.md" in context
     assert context.endswith("Earlier final answer: done")
 
@@ -109,3 +110,26 @@ def test_merge_stats_adds_everything():
     assert merged.reviews == ReviewCounts(total=2, passed=1, failed=1)
     assert merged.usage_by_purpose["act"].calls == 2
     assert merged.usage_by_purpose["quality_review"].calls == 1
+
+
+def test_tool_record_is_short_and_keeps_claims():
+    record = cl.tool_record("write_file", {"path": "a.md", "content": "x" * 5000}, True, None,
+                            "wrote " + "y" * 500, {"file_path": "a.md"})
+    assert len(record.arguments) <= 301 and record.arguments.endswith("…")
+    assert record.outcome == "ok: wrote " + "y" * 114 and record.file_path == "a.md"
+    failed = cl.tool_record("write_file", {"path": "b.md"}, False, "E_DENIED", "",
+                            {"file_path": "b.md"})
+    assert failed.outcome == "error: E_DENIED" and failed.file_path is None
+    step = cl.tool_record("complete_step", {"step": 1, "summary": "saved out.md"}, True, None)
+    assert cl.claim_texts([record, step], "final") == ["final", "saved out.md"]
+
+
+def test_state_from_before_the_ledger_rebuilds_it_from_events():
+    from refloop.models import TaskInput
+    from workflows.state import AgentState
+
+    old = {"input": TaskInput(task="t", workspace="w").model_dump(mode="json"), "task_id": "t",
+           "events": [e.model_dump(mode="json") for e in events()]}
+    state = AgentState.model_validate(old)
+    assert [r.tool for r in state.tool_ledger] == ["read_file", "write_file"]
+    assert state.tool_ledger[1].file_path == "o.md"

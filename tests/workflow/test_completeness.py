@@ -183,3 +183,27 @@ async def test_claimed_but_missing_file_is_caught_without_the_judge(
     assert any("summary.md" in item for item in reflection["evidence"])
     judge = json.dumps(requests(scripted_llm, model, "completeness")[0]["body"])
     assert "summary.md" in judge and "does not exist" in judge
+
+
+async def test_judge_sees_tool_calls_made_before_a_continue_as_new(
+    client, settings, scripted_llm, workspace, task_queue
+):
+    """Continue-as-new carries only the recent events; the judge still sees the first call."""
+    (workspace / "early-marker.txt").write_text("first\n")
+    fillers = [call("list_dir", path=".")] * 129
+    model = unique_scenario(scripted_llm, {
+        "intent": [CODING], "plan": [plan_of("read_file")],
+        "act": [call("read_file", path="early-marker.txt"), *fillers, final("done")],
+        "completeness": [COMPLETE], "summary": [SUMMARY],
+    })
+    result = await run(client, settings, task_queue, model, workspace, max_iterations=200,
+                       triggers={"enabled": False}, continue_as_new_after_events=200)
+    assert result.status == "completed"
+    assert "continued_as_new" in event_types(result)
+    # The first call's events were trimmed away before the judge ran ...
+    assert not any(e.data.get("args", {}).get("path") == "early-marker.txt"
+                   for e in result.events if e.type == "tool_call")
+    # ... and the judge still saw it, with every later call.
+    judge = json.dumps(requests(scripted_llm, model, "completeness")[0]["body"]["messages"])
+    assert "early-marker.txt" in judge
+    assert judge.count("list_dir") >= len(fillers)
