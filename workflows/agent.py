@@ -72,7 +72,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
         self.tool_names = [spec.name for spec in self.tools]
         self.edit_tools = {name for name, definition in TOOLS.items() if definition.edits}
         self.keywords = task_keywords(inp.task)
-        if self.state.mcp_tools:  # continued-as-new: listed by an earlier run
+        if self.state.mcp.tools:  # continued-as-new: listed by an earlier run
             self._adopt_mcp_tools()
 
     # ------------------------------------------------------------ queries
@@ -86,8 +86,8 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
     def progress(self) -> TaskProgress:
         return TaskProgress(
             status=self.state.status,
-            current_step=logic.current_step(self.state.plan, self.state.completed_steps),
-            plan=self.state.plan,
+            current_step=self._current_step(),
+            plan=self.state.planning.plan,
             stats=self.state.stats,
             event_count=self.state.last_seq,
         )
@@ -97,12 +97,12 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
     @workflow.update(description='Approve or reject a tool call waiting for approval: '
                      '{"call_id": "<iteration>.<index>", "approved": true, "comment": "..."}.')
     async def decide_approval(self, decision: ApprovalDecision) -> str:
-        self.state.pending_approvals[decision.call_id] = decision
+        self._decide(decision)
         return "approved" if decision.approved else "rejected"
 
     @decide_approval.validator
     def _validate_decision(self, decision: ApprovalDecision) -> None:
-        validate_decision(self.state.pending_approvals, decision)
+        validate_decision(self.state.approvals.waiting, decision)
 
     # ------------------------------------------------------------ run
 
@@ -138,7 +138,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
                 self._adopt_plan(inp.preset_plan)
             else:
                 await self._classify_intent()
-                if logic.should_plan(self.state.intent, inp.enable_planning):
+                if logic.should_plan(self.state.planning.intent, inp.enable_planning):
                     await self._plan_or_answer_directly()
             await self._react_loop()
         except TaskFailed as failure:
@@ -174,7 +174,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
             )
             return
         self._account(result.usage)
-        self.state.intent = result.intent
+        self.state.planning.intent = result.intent
         self._emit("intent", result.intent.model_dump(mode="json"))
         self._show()
 
@@ -192,7 +192,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
             if isinstance(err, ActivityError):
                 self._account_failure(err)
             reason = err.message if isinstance(err, TaskFailed) else describe_failure(err)
-            self.state.direct_answer = True
+            self.state.planning.direct_answer = True
             self._emit("plan_skipped", {"reason": reason[:500], "direct_answer": True})
 
     async def _make_plan(self) -> None:
@@ -206,17 +206,17 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
                     model=self.state.input.model,
                     endpoint=self.state.input.endpoint,
                     feedback=feedback,
-                    mcp_tools_ref=self.state.mcp_tools_ref,
+                    mcp_tools_ref=self.state.mcp.specs_ref,
                 ),
                 result_type=MakePlanResult,
                 summary=f"plan · attempt {attempt + 1}" if attempt else "plan",
                 **LLM_CALL.kwargs(),
             )
             self._account(result.usage)
-            violations = logic.validate_plan(result.plan, [*TOOLS, *self.state.mcp_tools],
+            violations = logic.validate_plan(result.plan, [*TOOLS, *self.state.mcp.tools],
                                              result.constraints)
             if not violations:
-                self.state.constraints = with_mcp_reads(result.constraints,
+                self.state.planning.constraints = with_mcp_reads(result.constraints,
                                                         self._mcp_read_tools())
                 if result.constraints and result.constraints.task_type:
                     self._emit("constraints", result.constraints.model_dump(mode="json"))
@@ -229,29 +229,30 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
         )
 
     def _adopt_plan(self, plan: Plan) -> None:
-        self.state.plan = plan
+        self.state.planning.plan = plan
         self._emit("plan", plan.model_dump(mode="json"))
         self._emit_step()
         self._show()
 
     def _start_conversation(self) -> None:
         inp = self.state.input
-        if self.state.direct_answer:
+        if self.state.planning.direct_answer:
             system = logic.DIRECT_ANSWER_PROMPT
         else:
             system = logic.system_prompt(inp.system_prompt, self.tools, inp.workspace,
-                                         self.state.workspace_context)
-        self.state.pending = [
+                                         self.state.workspace.context)
+        self.state.conversation.unsent_turns = [
             ChatMessage(role="system", content=system),
             ChatMessage(
                 role="user",
-                content=logic.task_message(inp.task, self.state.plan, inp.prior_context),
+                content=logic.task_message(inp.task, self.state.planning.plan, inp.prior_context),
             ),
         ]
 
     async def _react_loop(self) -> None:
-        inp = self.state.input
-        if self.state.conversation_ref is None and not self.state.pending:
+        inp, conversation = self.state.input, self.state.conversation
+        direct = self.state.planning.direct_answer
+        if self.state.conversation.ref is None and not self.state.conversation.unsent_turns:
             await self._adopt_workspace_context(self.tool_names)
             self._start_conversation()
         # A continued run resumes after the last completed iteration.
@@ -260,11 +261,11 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
             act: ActResult = await workflow.execute_activity(
                 ActivityName.ACT,
                 ActInput(
-                    messages=self.state.pending,
-                    conversation_ref=self.state.conversation_ref,
+                    messages=self.state.conversation.unsent_turns,
+                    conversation_ref=self.state.conversation.ref,
                     max_history_messages=inp.max_history_messages,
-                    tool_names=[] if self.state.direct_answer else self.tool_names,
-                    mcp_tools_ref=None if self.state.direct_answer else self.state.mcp_tools_ref,
+                    tool_names=[] if direct else self.tool_names,
+                    mcp_tools_ref=None if direct else self.state.mcp.specs_ref,
                     model=inp.model,
                     endpoint=inp.endpoint,
                     parallel_tool_calls=False if inp.enable_quality_review else None,
@@ -274,7 +275,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
                 **LLM_CALL.kwargs(),
             )
             self._account(act.usage)
-            self.state.conversation_ref, self.state.pending = act.conversation_ref, []
+            conversation.ref, conversation.unsent_turns = act.conversation_ref, []
             exhausted = logic.budget_exceeded(self.state.stats, inp.token_budget)
             if exhausted:
                 raise TaskFailed("budget_exhausted", exhausted)
@@ -287,14 +288,14 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
                 continue
             native = bool(act.tool_calls)
             calls = act.tool_calls
-            if not native and not self.state.direct_answer:
+            if not native and not self.state.planning.direct_answer:
                 parsed = logic.parse_text_tool_call(
                     act.content, f"text_{iteration}",
                     every_form=workflow.patched("text-tool-call-forms"))
                 calls = [parsed] if parsed else []
             if not calls:
-                self.state.answer = act.content or ""
-                self._append(ChatMessage(role="assistant", content=self.state.answer))
+                self.state.conversation.answer = act.content or ""
+                self._append(ChatMessage(role="assistant", content=self.state.conversation.answer))
                 return
             self._append(logic.assistant_tool_message(act.content, calls, native))
             reviews = []
@@ -308,7 +309,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
                     text += "\n\n" + review_logic.review_feedback(review)
                 self._append(logic.tool_result_message(call, native, text))
             reflection = review_logic.reflect_on_quality_results(
-                reviews, set(self.state.review_capped)
+                reviews, set(self.state.reviews.capped)
             )
             if reflection:
                 self._emit("reflection", {"trigger": "quality_review", "message": reflection})
@@ -324,11 +325,12 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
 
     def _fire_triggers(self, iteration: int) -> list[triggers.Trigger]:
         inp, state = self.state.input, self.state
-        fired, state.trigger_state = triggers.evaluate(
-            state.loop_records, iteration, inp.max_iterations,
-            logic.current_step(state.plan, state.completed_steps), state.step_started,
-            len(state.plan.steps) if state.plan else 0, len(state.completed_steps),
-            inp.triggers, state.trigger_state,
+        planning, calls = state.planning, state.calls
+        fired, calls.triggers = triggers.evaluate(
+            calls.loop_records, iteration, inp.max_iterations,
+            logic.current_step(planning.plan, planning.completed_steps), planning.step_started,
+            len(planning.plan.steps) if planning.plan else 0, len(planning.completed_steps),
+            inp.triggers, calls.triggers,
         )
         for trigger in fired:
             self._emit("reflection", {"trigger": trigger.name, "evidence": trigger.evidence,
@@ -337,19 +339,19 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
 
     def _check_constraints(self, call: ToolCall, iteration: int) -> ToolResult | None:
         """Task-type constraints at run time: a forbidden tool is refused unless justified once."""
-        constraints = self.state.constraints
+        constraints = self.state.planning.constraints
         if (constraints is None or not self.state.input.triggers.enforce_constraints
                 or call.name not in constraints.forbidden):
             return None
-        step = logic.current_step(self.state.plan, self.state.completed_steps)
+        step = self._current_step()
         justification = call.arguments.get("justification")
-        justified = bool(justification) and call.name not in self.state.exceptions_used
+        justified = bool(justification) and call.name not in self.state.calls.justified_tools
         record = {"tool": call.name, "step": step, "iteration": iteration,
                   "justified": justified, "justification": justification}
-        self.state.tool_violations.append(record)
+        self.state.calls.violations.append(record)
         self._emit("tool_violation", record)
         if justified:
-            self.state.exceptions_used.append(call.name)
+            self.state.calls.justified_tools.append(call.name)
             return None
         allowed = ", ".join(constraints.allowed) or "any other tool"
         return ToolResult(
@@ -380,31 +382,31 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
             "tool_call",
             {"iteration": iteration, "id": call.id, "tool": call.name, "args": call.arguments},
         )
-        step_before = logic.current_step(self.state.plan, self.state.completed_steps)
+        step_before = self._current_step()
         result = await self._execute_call(call, iteration, index)
         advanced = call.name == logic.COMPLETE_STEP and result.ok
-        self.state.loop_records.append(triggers.LoopRecord(
+        self.state.calls.loop_records.append(triggers.LoopRecord(
             iteration=iteration, step=step_before, tool=call.name,
             args_key=triggers.args_key(call.arguments),
             anomaly=triggers.anomaly_of(call.name, result, self._mcp_kind(call.name)),
             advanced=advanced,
         ))
         if advanced:
-            self.state.step_started = iteration + 1
+            self.state.planning.step_started = iteration + 1
         return result
 
     async def _execute_call(self, call: ToolCall, iteration: int, index: int) -> ToolResult:
         if call.name == logic.COMPLETE_STEP:
             result, done = logic.complete_step(
-                self.state.plan, self.state.completed_steps, call.arguments
+                self.state.planning.plan, self.state.planning.completed_steps, call.arguments
             )
             if result.ok:
-                self.state.completed_steps = done
+                self.state.planning.completed_steps = done
         elif (refused := self._check_constraints(call, iteration)) is not None:
             result = refused
         elif (denied := await self._await_approval(call, f"{iteration}.{index}")) is not None:
             result = denied
-        elif call.name in self.state.mcp_tools:
+        elif call.name in self.state.mcp.tools:
             info = workflow.info()
             result = await self._call_mcp(
                 call, f"{info.workflow_id}.{info.run_id[:8]}.{iteration}.{index}", self.keywords)
@@ -431,10 +433,10 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
                 summary=logic.tool_call_summary(call),  # the tool and its target
                 **TOOL_CALL.kwargs(),
             )
-        self.state.tool_ledger.append(completeness_logic.tool_record(
+        self.state.calls.ledger.append(completeness_logic.tool_record(
             call.name, call.arguments, result.ok, result.error, result.output, result.data))
         if result.ok and logic.is_edit(call.name, call.arguments, self.edit_tools):
-            self.state.edits_ok += 1
+            self.state.calls.edits_ok += 1
         stats = self.state.stats
         self.state.stats = stats.model_copy(
             update={
@@ -466,14 +468,14 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
             if event.type in ("plan", "tool_call", "tool_result", "step", "reflection",
                               "reflection_plan", "reflection_exec")
         )
-        for record in self.state.supplements:
+        for record in self.state.reflection.supplements:
             transcript += f"\nsupplement: {json.dumps(record, ensure_ascii=False)[:500]}"
         try:
             result: SummarizeResult = await workflow.execute_activity(
                 ActivityName.SUMMARIZE,
                 SummarizeInput(
                     task=self.state.input.task,
-                    transcript=f"{transcript}\nfinal answer: {self.state.answer}",
+                    transcript=f"{transcript}\nfinal answer: {self.state.conversation.answer}",
                     model=self.state.input.model,
                     endpoint=self.state.input.endpoint,
                 ),
@@ -488,14 +490,14 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
             self._emit("summary", {"summary": None, "error": describe_failure(err)})
             return
         self._account(result.usage)
-        self.state.summary = result.summary
+        self.state.conversation.summary = result.summary
         self._emit("summary", {"summary": result.summary})
 
     # ------------------------------------------------------------ endings
 
     def _result(self, status: str, stop_reason: str, answer: str,
                 missing: list[str] | None = None) -> TaskResult:
-        info = workflow.info()
+        info, constraints = workflow.info(), self.state.planning.constraints
         return TaskResult(
             task_id=self.state.task_id,
             workflow_id=info.workflow_id,
@@ -503,30 +505,29 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
             stop_reason=stop_reason,
             answer=answer,
             missing=missing or [],
-            summary=self.state.summary,
-            intent=self.state.intent,
-            plan=self.state.plan,
-            completed_steps=self.state.completed_steps,
+            summary=self.state.conversation.summary,
+            intent=self.state.planning.intent,
+            plan=self.state.planning.plan,
+            completed_steps=self.state.planning.completed_steps,
             events=self.state.events,
             stats=self.state.stats,
-            quality_reviews=self.state.quality_reviews,
-            supplements=self.state.supplements,
-            tool_violations=self.state.tool_violations,
-            allowed_tools_snapshot=self.state.constraints.allowed if self.state.constraints
-            else [],
+            quality_reviews=self.state.all_reviews,
+            supplements=self.state.reflection.supplements,
+            tool_violations=self.state.calls.violations,
+            allowed_tools_snapshot=constraints.allowed if constraints else [],
         )
 
     async def _finish_completed(self) -> TaskResult:
         missing = logic.missing_work(
-            self.state.plan, self.edit_tools, self.state.edits_ok,
+            self.state.planning.plan, self.edit_tools, self.state.all_edits_ok,
             logic.last_completeness_verdict(self.state.events))
         # Runs recorded before honest outcomes existed replay as they ended.
         if missing and workflow.patched("incomplete-task-status"):
             return await self._finish_incomplete(missing)
         self._stop_indexing()
         self.state.status = "completed"
-        self._emit("completed", {"answer": logic.truncate(self.state.answer, 2000)})
-        result = self._result("completed", "final_answer", self.state.answer)
+        self._emit("completed", {"answer": logic.truncate(self.state.conversation.answer, 2000)})
+        result = self._result("completed", "final_answer", self.state.conversation.answer)
         self._show(result.status)
         await self._record("completed", result=result.model_dump(mode="json"))
         return result
@@ -536,8 +537,8 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
         self._stop_indexing()
         self.state.status = "incomplete"
         self._emit("incomplete", {"missing": missing,
-                                  "answer": logic.truncate(self.state.answer, 2000)})
-        result = self._result("incomplete", "work_missing", self.state.answer, missing)
+                                  "answer": logic.truncate(self.state.conversation.answer, 2000)})
+        result = self._result("incomplete", "work_missing", self.state.conversation.answer, missing)
         self._show(result.status)
         await self._record("incomplete", result=result.model_dump(mode="json"),
                            error="incomplete: " + "; ".join(missing)[:1000])
@@ -558,7 +559,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
     # ------------------------------------------------------------ helpers
 
     def _act_summary(self, iteration: int) -> str:
-        plan = self.state.plan
+        plan = self.state.planning.plan
         return visibility.model_call_summary(
-            "act", iteration, logic.current_step(plan, self.state.completed_steps),
+            "act", iteration, logic.current_step(plan, self.state.planning.completed_steps),
             len(plan.steps) if plan else 0)

@@ -47,7 +47,7 @@ class AgentBase:
 
     def _mcp_kind(self, name: str) -> str | None:
         """An MCP tool's kind (None: a built-in); approval and triggers read it."""
-        tool = self.state.mcp_tools.get(name)
+        tool = self.state.mcp.tools.get(name)
         return mcp_tool_kind(tool) if tool is not None else None
 
     async def _record(self, status: str, **fields: Any) -> None:
@@ -77,7 +77,7 @@ class AgentBase:
 
     def _append(self, message: ChatMessage) -> None:
         """A turn for the next `act`, which adds it to the stored conversation and trims."""
-        self.state.pending.append(message)
+        self.state.conversation.unsent_turns.append(message)
 
     def _account(self, record: LLMUsageRecord) -> None:
         self.state.stats = logic.add_usage(self.state.stats, record)
@@ -107,13 +107,16 @@ class AgentBase:
             )
         )
 
+    def _current_step(self) -> int | None:
+        return logic.current_step(self.state.planning.plan, self.state.planning.completed_steps)
+
     def _emit_step(self) -> None:
-        step = logic.current_step(self.state.plan, self.state.completed_steps)
-        if self.state.plan is not None:
-            goal = self.state.plan.steps[step - 1].goal if step else None
+        step = self._current_step()
+        if self.state.planning.plan is not None:
+            goal = self.state.planning.plan.steps[step - 1].goal if step else None
             self._emit(
                 "step",
-                {"step": step, "goal": goal, "completed": self.state.completed_steps},
+                {"step": step, "goal": goal, "completed": self.state.planning.completed_steps},
             )
 
 

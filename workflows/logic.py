@@ -19,6 +19,7 @@ from refloop.models import (
     IntentResult,
     LLMUsageRecord,
     Plan,
+    QualityReview,
     TaskStats,
     TokenUsage,
     ToolCall,
@@ -374,6 +375,16 @@ def add_usage(stats: TaskStats, record: LLMUsageRecord) -> TaskStats:
             "usage_by_model": _add_to(stats.usage_by_model, record.model, record.usage),
         }
     )
+
+
+def count_review(stats: TaskStats, review: QualityReview) -> TaskStats:
+    """The stats with one more review counted under its outcome."""
+    counts = stats.reviews
+    outcome = "unavailable" if review.outcome == "unavailable" else (
+        "passed" if review.passed else "failed")
+    reviews = counts.model_copy(
+        update={"total": counts.total + 1, outcome: getattr(counts, outcome) + 1})
+    return stats.model_copy(update={"reviews": reviews})
 
 
 def failed_usage(details: Any) -> LLMUsageRecord | None:

@@ -34,7 +34,7 @@ class McpPhase(AgentBase):
     def _adopt_mcp_tools(self) -> None:
         """Add the listed MCP tools to what the model is offered (also after a
         continue-as-new, from the state)."""
-        specs = [tool.spec() for tool in self.state.mcp_tools.values()]
+        specs = [tool.spec() for tool in self.state.mcp.tools.values()]
         self.tools = [*self.tools, *specs]
         self.tool_names = [spec.name for spec in self.tools]
 
@@ -49,18 +49,18 @@ class McpPhase(AgentBase):
             summary=", ".join(inp.mcp_servers),
             **MCP_LIST.kwargs(),
         )
-        self.state.mcp_tools = {tool.name: tool for tool in listing.tools}
-        self.state.mcp_tools_ref = listing.specs_ref
+        self.state.mcp.tools = {tool.name: tool for tool in listing.tools}
+        self.state.mcp.specs_ref = listing.specs_ref
         self._emit("mcp_tools", {"servers": inp.mcp_servers,
                                  "tools": [tool.name for tool in listing.tools],
                                  "dropped": listing.dropped})
         self._adopt_mcp_tools()
 
     def _mcp_read_tools(self) -> list[str]:
-        return [name for name in self.state.mcp_tools if self._mcp_kind(name) == "read"]
+        return [name for name in self.state.mcp.tools if self._mcp_kind(name) == "read"]
 
     async def _call_mcp(self, call: ToolCall, call_id: str, keywords: list[str]) -> ToolResult:
-        tool = self.state.mcp_tools[call.name]
+        tool = self.state.mcp.tools[call.name]
         options = dataclasses.replace(
             MCP_CALL, start_to_close=timedelta(seconds=tool.timeout_s) + MCP_CALL_MARGIN)
         return await workflow.execute_activity(

@@ -45,7 +45,7 @@ class CompletenessPhase(AgentBase):
 
     async def _check_completeness(self, round_number: int) -> list[Supplement]:
         inp = self.state.input
-        ledger = self.state.tool_ledger
+        ledger = self.state.calls.ledger
         try:
             result: CompletenessResult = await workflow.execute_activity(
                 ActivityName.CHECK_COMPLETENESS,
@@ -55,10 +55,10 @@ class CompletenessPhase(AgentBase):
                     history=completeness_logic.condensed_history(ledger),
                     tool_names=[n for n in self.tool_names if n != COMPLETE_STEP],
                     claimed_files=completeness_logic.claimed_files(
-                        completeness_logic.claim_texts(ledger, self.state.answer)),
+                        completeness_logic.claim_texts(ledger, self.state.conversation.answer)),
                     missing_steps=completeness_logic.missing_steps(
-                        self.state.plan, self.state.completed_steps),
-                    final_answer=self.state.answer,
+                        self.state.planning.plan, self.state.planning.completed_steps),
+                    final_answer=self.state.conversation.answer,
                     model=inp.model,
                     endpoint=inp.endpoint,
                     max_supplements=inp.reflection_max_supplements,
@@ -97,8 +97,8 @@ class CompletenessPhase(AgentBase):
         inp = self.state.input
         done = [
             (step.goal, step.tool) for n, step in enumerate(
-                self.state.plan.steps if self.state.plan else [], start=1)
-            if n in self.state.completed_steps
+                self.state.planning.plan.steps if self.state.planning.plan else [], start=1)
+            if n in self.state.planning.completed_steps
         ]
         try:
             result: MakePlanResult = await workflow.execute_activity(
@@ -107,7 +107,7 @@ class CompletenessPhase(AgentBase):
                     objective=completeness_logic.supplement_objective(inp.task, supplements),
                     tool_names=[n for n in self.tool_names if n != COMPLETE_STEP],
                     completed_steps=[f"{goal} ({tool})" for goal, tool in done],
-                    mcp_tools_ref=self.state.mcp_tools_ref,
+                    mcp_tools_ref=self.state.mcp.specs_ref,
                     model=inp.model,
                     endpoint=inp.endpoint,
                 ),
@@ -141,7 +141,7 @@ class CompletenessPhase(AgentBase):
             "enable_reflection": False,
             "preset_plan": plan,
             "prior_context": completeness_logic.prior_context(
-                self.state.tool_ledger, self.state.answer),
+                self.state.calls.ledger, self.state.conversation.answer),
         })
         try:
             child: TaskResult = await workflow.execute_child_workflow(
@@ -163,8 +163,9 @@ class CompletenessPhase(AgentBase):
                                      "error": detail})
             return False
         self.state.stats = completeness_logic.merge_stats(self.state.stats, child.stats)
-        self.state.edits_ok += logic.successful_edits(child.events, self.edit_tools)
-        self.state.quality_reviews += child.quality_reviews
+        reflection = self.state.reflection
+        reflection.edits_ok += logic.successful_edits(child.events, self.edit_tools)
+        reflection.reviews += child.quality_reviews
         attempted = child.stats.tool_calls
         succeeded = attempted - child.stats.tool_errors
         self._emit("reflection_exec", {
@@ -177,4 +178,4 @@ class CompletenessPhase(AgentBase):
         return True
 
     def _record_supplement(self, record: dict) -> None:
-        self.state.supplements.append(record)
+        self.state.reflection.supplements.append(record)

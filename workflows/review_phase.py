@@ -16,7 +16,7 @@ with workflow.unsafe.imports_passed_through():
         ToolResult,
     )
 
-from workflows import review_logic
+from workflows import logic, review_logic
 from workflows.agent_base import AgentBase, describe_failure, raise_if_cancelled
 from workflows.policies import REVIEW_CALL
 
@@ -30,7 +30,7 @@ class QualityReviewPhase(AgentBase):
         ):
             return None
         file_path = result.data.get("file_path", "")
-        if file_path in self.state.review_capped:
+        if file_path in self.state.reviews.capped:
             self._emit("quality_review_skipped", {"file_path": file_path, "reason": "cap"})
             return None
         try:
@@ -67,7 +67,7 @@ class QualityReviewPhase(AgentBase):
             ActivityName.RECORD_QUALITY_REVIEW,
             RecordQualityReviewInput(
                 task_id=self.state.task_id,
-                review_key=f"{self.state.task_id}:{len(self.state.quality_reviews)}",
+                review_key=f"{self.state.task_id}:{len(self.state.reviews.done)}",
                 session_id=inp.session_id,
                 review=review,
             ),
@@ -76,19 +76,14 @@ class QualityReviewPhase(AgentBase):
         return review
 
     def _count_review(self, review: QualityReview) -> None:
-        self.state.quality_reviews.append(review)
+        self.state.reviews.done.append(review)
         failures, capped = review_logic.count_failure(
-            self.state.review_failures, review, self.state.input.quality_review_max_rounds
+            self.state.reviews.failures, review, self.state.input.quality_review_max_rounds
         )
-        self.state.review_failures = failures
+        self.state.reviews.failures = failures
         if capped:
-            self.state.review_capped.append(review.file_path)
-        counts = self.state.stats.reviews
-        outcome = "unavailable" if review.outcome == "unavailable" else (
-            "passed" if review.passed else "failed")
-        self.state.stats.reviews = counts.model_copy(
-            update={"total": counts.total + 1, outcome: getattr(counts, outcome) + 1}
-        )
+            self.state.reviews.capped.append(review.file_path)
+        self.state.stats = logic.count_review(self.state.stats, review)
         self._emit(
             "quality_review",
             {

@@ -50,7 +50,7 @@ class WorkspacePhase(AgentBase):
             return
         finally:
             self._describing = None
-        self.state.workspace_context = description.context
+        self.state.workspace.context = description.context
         index = (description.index_available and SEMANTIC_TOOL in tool_names
                  and not self.state.input.is_supplement)  # the parent indexes shared files
         self._emit("workspace", {"context_chars": len(description.context), "indexing": index})

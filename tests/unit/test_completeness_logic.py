@@ -123,13 +123,3 @@ def test_tool_record_is_short_and_keeps_claims():
     step = cl.tool_record("complete_step", {"step": 1, "summary": "saved out.md"}, True, None)
     assert cl.claim_texts([record, step], "final") == ["final", "saved out.md"]
 
-
-def test_state_from_before_the_ledger_rebuilds_it_from_events():
-    from refloop.models import TaskInput
-    from workflows.state import AgentState
-
-    old = {"input": TaskInput(task="t", workspace="w").model_dump(mode="json"), "task_id": "t",
-           "events": [e.model_dump(mode="json") for e in events()]}
-    state = AgentState.model_validate(old)
-    assert [r.tool for r in state.tool_ledger] == ["read_file", "write_file"]
-    assert state.tool_ledger[1].file_path == "o.md"
