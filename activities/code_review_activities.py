@@ -13,6 +13,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.errors import call_model
+from refloop import activity_calls
 from refloop.code_review_content import cap_content, split_diff
 from refloop.code_review_models import (
     AgentCallInput,
@@ -32,14 +33,6 @@ from refloop.store import CodeReviewContentRecord, Store
 from refloop.textguard import first_json_object
 from refloop.tools.base import ToolError
 from refloop.tools.sandbox import read_text, relative, resolve, workspace_root
-
-
-class Names:
-    LOAD = "refloop.code_review.load_content"
-    REVIEW = "refloop.code_review.review"
-    VERIFY = "refloop.code_review.verify"
-    FORMAT = "refloop.code_review.format_output"
-    RECORD = "refloop.code_review.record_content"
 
 
 def load(inp: LoadContentInput) -> ReviewContent:
@@ -90,7 +83,7 @@ class CodeReviewActivities:
         settings = self.gateway.settings
         return settings.refloop_review_model or requested or settings.refloop_model
 
-    @activity.defn(name=Names.LOAD)
+    @activity.defn(name=activity_calls.LOAD_REVIEW_CONTENT.name)
     async def load_content(self, inp: LoadContentInput) -> ReviewContent:
         try:
             return await asyncio.to_thread(load, inp)
@@ -110,21 +103,21 @@ class CodeReviewActivities:
         return AgentCallResult(**{key: parsed}, invalid=invalid, activity_id=info.activity_id,
                                attempt=info.attempt)
 
-    @activity.defn(name=Names.REVIEW)
+    @activity.defn(name=activity_calls.REVIEW_AGENT.name)
     async def review(self, inp: AgentCallInput) -> AgentCallResult:
         return await self._agent(Purpose.code_review, CODE_REVIEW_SYSTEM, inp, ReviewOutput)
 
-    @activity.defn(name=Names.VERIFY)
+    @activity.defn(name=activity_calls.VERIFY_AGENT.name)
     async def verify(self, inp: AgentCallInput) -> AgentCallResult:
         return await self._agent(Purpose.code_verify, CODE_VERIFY_SYSTEM, inp, VerifyOutput)
 
-    @activity.defn(name=Names.FORMAT)
+    @activity.defn(name=activity_calls.FORMAT_REVIEW.name)
     async def format_output(self, inp: FormatInput) -> FormatResult:
         out = await call_model(self.gateway.chat(
             Purpose.summary, format_messages(inp), model=self._model(inp.model)))
         return FormatResult(text=out.content or "")
 
-    @activity.defn(name=Names.RECORD)
+    @activity.defn(name=activity_calls.RECORD_REVIEW_CONTENT.name)
     async def record_content(self, inp: RecordContentInput) -> None:
         await asyncio.to_thread(self._record, inp)
 

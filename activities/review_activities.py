@@ -7,9 +7,9 @@ import asyncio
 from temporalio import activity
 
 from activities.errors import call_model
+from refloop import activity_calls
 from refloop.llm import LLMGateway
 from refloop.models import (
-    ActivityName,
     Purpose,
     QualityReview,
     QualityReviewInput,
@@ -50,7 +50,7 @@ class ReviewActivities:
     def __init__(self, gateway: LLMGateway) -> None:
         self.gateway = gateway
 
-    @activity.defn(name=ActivityName.QUALITY_REVIEW)
+    @activity.defn(name=activity_calls.QUALITY_REVIEW.name)
     async def quality_review(self, inp: QualityReviewInput) -> QualityReviewResult:
         file_path, content = await asyncio.to_thread(read_edited, inp)
         snippet, start, end = build_snippet(inp, content)

@@ -486,26 +486,3 @@ class RecordTaskInput(BaseModel):
     result: dict[str, Any] | None = None
     usage: dict[str, Any] | None = None
     error: str | None = None
-
-
-class ActivityName:
-    """Stable activity type names; renaming one breaks workflows in flight."""
-
-    CLASSIFY_INTENT = "refloop.llm.classify_intent"
-    MAKE_PLAN = "refloop.llm.make_plan"
-    ACT = "refloop.llm.act"
-    SUMMARIZE = "refloop.llm.summarize"
-    RECORD_TASK = "refloop.store.record_task"
-    QUALITY_REVIEW = "refloop.review.quality_review"
-    CHECK_COMPLETENESS = "refloop.llm.check_completeness"
-    PLAN_SUPPLEMENT = "refloop.llm.plan_supplement"
-    RECORD_QUALITY_REVIEW = "refloop.store.record_quality_review"
-    DESCRIBE_WORKSPACE = "refloop.workspace.describe"
-    INDEX_WORKSPACE = "refloop.workspace.index"
-    MCP_LIST_TOOLS = "refloop.mcp.list_tools"
-    MCP_CALL_TOOL = "refloop.mcp.call_tool"
-    TOOL_PREFIX = "refloop.tool."
-
-    @staticmethod
-    def tool(name: str) -> str:
-        return f"{ActivityName.TOOL_PREFIX}{name}"

@@ -15,23 +15,18 @@ from temporalio.exceptions import ActivityError, ApplicationError
 # Models and the static tool registry are plain data; passed through so the sandbox
 # does not re-import pydantic for every workflow run.
 with workflow.unsafe.imports_passed_through():
-    from refloop import visibility
+    from refloop import activity_calls, visibility
     from refloop.feedback import task_keywords
     from refloop.models import (
         ActInput,
-        ActivityName,
-        ActResult,
         ApprovalDecision,
         ChatMessage,
         ClassifyIntentInput,
-        ClassifyIntentResult,
         Event,
         MakePlanInput,
-        MakePlanResult,
         Plan,
         RunToolInput,
         SummarizeInput,
-        SummarizeResult,
         TaskInput,
         TaskProgress,
         TaskResult,
@@ -41,17 +36,16 @@ with workflow.unsafe.imports_passed_through():
     from refloop.tools import TOOLS, tool_specs
     from workflows.state import AgentState
 
+from refloop.policies import (
+    CARRIED_EVENTS,
+    MAX_REPLANS,
+    TOOL_RESULT_CHARS,
+)
 from workflows import completeness_logic, logic, review_logic, triggers
 from workflows.agent_base import TaskFailed, describe_failure, raise_if_cancelled
 from workflows.approval_phase import ApprovalPhase, validate_decision
+from workflows.calls import call_activity
 from workflows.mcp_phase import McpPhase, with_mcp_reads
-from workflows.policies import (
-    CARRIED_EVENTS,
-    LLM_CALL,
-    MAX_REPLANS,
-    TOOL_CALL,
-    TOOL_RESULT_CHARS,
-)
 from workflows.reflection_phase import CompletenessPhase
 from workflows.review_phase import QualityReviewPhase
 from workflows.visibility_phase import VisibilityPhase
@@ -157,13 +151,11 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
 
     async def _classify_intent(self) -> None:
         try:
-            result: ClassifyIntentResult = await workflow.execute_activity(
-                ActivityName.CLASSIFY_INTENT,
+            result = await call_activity(
+                activity_calls.CLASSIFY_INTENT,
                 ClassifyIntentInput(task=self.state.input.task, model=self.state.input.model,
                                     endpoint=self.state.input.endpoint),
-                result_type=ClassifyIntentResult,
                 summary="intent",
-                **LLM_CALL.kwargs(),
             )
         except ActivityError as err:
             raise_if_cancelled(err)
@@ -198,8 +190,8 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
     async def _make_plan(self) -> None:
         feedback = None
         for attempt in range(MAX_REPLANS + 1):
-            result: MakePlanResult = await workflow.execute_activity(
-                ActivityName.MAKE_PLAN,
+            result = await call_activity(
+                activity_calls.MAKE_PLAN,
                 MakePlanInput(
                     task=self.state.input.task,
                     tool_names=self.tool_names,
@@ -208,9 +200,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
                     feedback=feedback,
                     mcp_tools_ref=self.state.mcp.specs_ref,
                 ),
-                result_type=MakePlanResult,
                 summary=f"plan · attempt {attempt + 1}" if attempt else "plan",
-                **LLM_CALL.kwargs(),
             )
             self._account(result.usage)
             violations = logic.validate_plan(result.plan, [*TOOLS, *self.state.mcp.tools],
@@ -258,8 +248,8 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
         # A continued run resumes after the last completed iteration.
         for iteration in range(self.state.stats.iterations + 1, inp.max_iterations + 1):
             self.state.stats = self.state.stats.model_copy(update={"iterations": iteration})
-            act: ActResult = await workflow.execute_activity(
-                ActivityName.ACT,
+            act = await call_activity(
+                activity_calls.ACT,
                 ActInput(
                     messages=self.state.conversation.unsent_turns,
                     conversation_ref=self.state.conversation.ref,
@@ -270,9 +260,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
                     endpoint=inp.endpoint,
                     parallel_tool_calls=False if inp.enable_quality_review else None,
                 ),
-                result_type=ActResult,
                 summary=self._act_summary(iteration),
-                **LLM_CALL.kwargs(),
             )
             self._account(act.usage)
             conversation.ref, conversation.unsent_turns = act.conversation_ref, []
@@ -418,8 +406,8 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
             )
         else:
             info = workflow.info()
-            result = await workflow.execute_activity(
-                ActivityName.tool(call.name),
+            result = await call_activity(
+                activity_calls.run_tool(call.name),
                 RunToolInput(
                     call_id=f"{info.workflow_id}.{info.run_id[:8]}.{iteration}.{index}",
                     name=call.name,
@@ -429,9 +417,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
                     allow_shell_operators=self.state.input.allow_shell_operators,
                     keywords=self.keywords,
                 ),
-                result_type=ToolResult,
                 summary=logic.tool_call_summary(call),  # the tool and its target
-                **TOOL_CALL.kwargs(),
             )
         self.state.calls.ledger.append(completeness_logic.tool_record(
             call.name, call.arguments, result.ok, result.error, result.output, result.data))
@@ -471,17 +457,15 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
         for record in self.state.reflection.supplements:
             transcript += f"\nsupplement: {json.dumps(record, ensure_ascii=False)[:500]}"
         try:
-            result: SummarizeResult = await workflow.execute_activity(
-                ActivityName.SUMMARIZE,
+            result = await call_activity(
+                activity_calls.SUMMARIZE,
                 SummarizeInput(
                     task=self.state.input.task,
                     transcript=f"{transcript}\nfinal answer: {self.state.conversation.answer}",
                     model=self.state.input.model,
                     endpoint=self.state.input.endpoint,
                 ),
-                result_type=SummarizeResult,
                 summary="summary",
-                **LLM_CALL.kwargs(),
             )
         except ActivityError as err:
             raise_if_cancelled(err)

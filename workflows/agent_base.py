@@ -12,9 +12,10 @@ from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 # Models are plain data; passed through so the sandbox does not re-import pydantic.
 with workflow.unsafe.imports_passed_through():
+    from refloop import activity_calls
+    from refloop.activity_calls import ActivityCall
     from refloop.mcp_config import mcp_tool_kind
     from refloop.models import (
-        ActivityName,
         ChatMessage,
         Event,
         LLMUsageRecord,
@@ -23,7 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.state import AgentState
 
 from workflows import logic
-from workflows.policies import STORE_WRITE
+from workflows.calls import call_activity
 
 STORE_WRITES_LOCAL = "store-writes-local"
 
@@ -52,7 +53,7 @@ class AgentBase:
 
     async def _record(self, status: str, **fields: Any) -> None:
         await self._store_write(
-            ActivityName.RECORD_TASK,
+            activity_calls.RECORD_TASK,
             RecordTaskInput(
                 task_id=self.state.task_id,
                 workflow_id=workflow.info().workflow_id,
@@ -64,16 +65,12 @@ class AgentBase:
             summary=f"record task: {status}",
         )
 
-    async def _store_write(self, activity_name: str, arg: BaseModel,
+    async def _store_write(self, activity: ActivityCall[Any, None], arg: BaseModel,
                            summary: str | None = None) -> None:
         """A DB write as a local activity; runs recorded before the patch replay theirs as
         scheduled activities."""
-        if workflow.patched(STORE_WRITES_LOCAL):
-            await workflow.execute_local_activity(activity_name, arg, summary=summary,
-                                                  **STORE_WRITE.local_kwargs())
-        else:
-            await workflow.execute_activity(activity_name, arg, summary=summary,
-                                            **STORE_WRITE.kwargs())
+        await call_activity(activity, arg, summary=summary,
+                            local=workflow.patched(STORE_WRITES_LOCAL))
 
     def _append(self, message: ChatMessage) -> None:
         """A turn for the next `act`, which adds it to the stored conversation and trims."""

@@ -8,11 +8,13 @@ from datetime import timedelta
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from refloop.mcp_config import McpCallInput, McpListInput, McpToolList
-    from refloop.models import ActivityName, ToolCall, ToolConstraints, ToolResult, ToolSpec
+    from refloop import activity_calls
+    from refloop.mcp_config import McpCallInput, McpListInput
+    from refloop.models import ToolCall, ToolConstraints, ToolResult, ToolSpec
 
+from refloop.policies import MCP_CALL, MCP_CALL_MARGIN
 from workflows.agent_base import AgentBase
-from workflows.policies import MCP_CALL, MCP_CALL_MARGIN, MCP_LIST
+from workflows.calls import call_activity
 
 MCP_TOOLS_PATCH = "mcp-tool-servers"
 
@@ -42,12 +44,10 @@ class McpPhase(AgentBase):
         inp = self.state.input
         if not inp.mcp_servers or not workflow.patched(MCP_TOOLS_PATCH):
             return
-        listing: McpToolList = await workflow.execute_activity(
-            ActivityName.MCP_LIST_TOOLS,
+        listing = await call_activity(
+            activity_calls.MCP_LIST_TOOLS,
             McpListInput(servers=inp.mcp_servers, workspace=inp.workspace),
-            result_type=McpToolList,
             summary=", ".join(inp.mcp_servers),
-            **MCP_LIST.kwargs(),
         )
         self.state.mcp.tools = {tool.name: tool for tool in listing.tools}
         self.state.mcp.specs_ref = listing.specs_ref
@@ -63,14 +63,13 @@ class McpPhase(AgentBase):
         tool = self.state.mcp.tools[call.name]
         options = dataclasses.replace(
             MCP_CALL, start_to_close=timedelta(seconds=tool.timeout_s) + MCP_CALL_MARGIN)
-        return await workflow.execute_activity(
-            ActivityName.MCP_CALL_TOOL,
+        return await call_activity(
+            activity_calls.MCP_CALL_TOOL,
             McpCallInput(
                 call_id=call_id, server=tool.server, tool=tool.tool,
                 arguments={k: v for k, v in call.arguments.items() if k != "justification"},
                 workspace=self.state.input.workspace, keywords=keywords,
             ),
-            result_type=ToolResult,
             summary=f"{tool.server}: {tool.tool}",
-            **options.kwargs(),
+            options=options,
         )

@@ -6,13 +6,10 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
-    from refloop import visibility
+    from refloop import activity_calls, visibility
     from refloop.models import (
         COMPLETE_STEP,
-        ActivityName,
         CompletenessInput,
-        CompletenessResult,
-        MakePlanResult,
         Plan,
         Supplement,
         SupplementPlanInput,
@@ -21,7 +18,7 @@ with workflow.unsafe.imports_passed_through():
 
 from workflows import completeness_logic, logic
 from workflows.agent_base import AgentBase, describe_failure, raise_if_cancelled
-from workflows.policies import LLM_CALL
+from workflows.calls import call_activity
 
 
 class CompletenessPhase(AgentBase):
@@ -47,8 +44,8 @@ class CompletenessPhase(AgentBase):
         inp = self.state.input
         ledger = self.state.calls.ledger
         try:
-            result: CompletenessResult = await workflow.execute_activity(
-                ActivityName.CHECK_COMPLETENESS,
+            result = await call_activity(
+                activity_calls.CHECK_COMPLETENESS,
                 CompletenessInput(
                     task=inp.task,
                     workspace=inp.workspace,
@@ -63,9 +60,7 @@ class CompletenessPhase(AgentBase):
                     endpoint=inp.endpoint,
                     max_supplements=inp.reflection_max_supplements,
                 ),
-                result_type=CompletenessResult,
                 summary=f"completeness check {round_number}",
-                **LLM_CALL.kwargs(),
             )
         except ActivityError as err:
             raise_if_cancelled(err)
@@ -101,8 +96,8 @@ class CompletenessPhase(AgentBase):
             if n in self.state.planning.completed_steps
         ]
         try:
-            result: MakePlanResult = await workflow.execute_activity(
-                ActivityName.PLAN_SUPPLEMENT,
+            result = await call_activity(
+                activity_calls.PLAN_SUPPLEMENT,
                 SupplementPlanInput(
                     objective=completeness_logic.supplement_objective(inp.task, supplements),
                     tool_names=[n for n in self.tool_names if n != COMPLETE_STEP],
@@ -111,9 +106,7 @@ class CompletenessPhase(AgentBase):
                     model=inp.model,
                     endpoint=inp.endpoint,
                 ),
-                result_type=MakePlanResult,
                 summary="supplement plan",
-                **LLM_CALL.kwargs(),
             )
         except ActivityError as err:
             raise_if_cancelled(err)

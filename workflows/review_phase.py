@@ -6,11 +6,10 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from refloop import activity_calls
     from refloop.models import (
-        ActivityName,
         QualityReview,
         QualityReviewInput,
-        QualityReviewResult,
         RecordQualityReviewInput,
         ToolCall,
         ToolResult,
@@ -18,7 +17,7 @@ with workflow.unsafe.imports_passed_through():
 
 from workflows import logic, review_logic
 from workflows.agent_base import AgentBase, describe_failure, raise_if_cancelled
-from workflows.policies import REVIEW_CALL
+from workflows.calls import call_activity
 
 
 class QualityReviewPhase(AgentBase):
@@ -34,8 +33,8 @@ class QualityReviewPhase(AgentBase):
             self._emit("quality_review_skipped", {"file_path": file_path, "reason": "cap"})
             return None
         try:
-            outcome: QualityReviewResult = await workflow.execute_activity(
-                ActivityName.QUALITY_REVIEW,
+            outcome = await call_activity(
+                activity_calls.QUALITY_REVIEW,
                 QualityReviewInput(
                     task=inp.task,
                     workspace=inp.workspace,
@@ -47,9 +46,7 @@ class QualityReviewPhase(AgentBase):
                     endpoint=inp.endpoint,
                     snippet_lines=inp.quality_review_snippet_lines,
                 ),
-                result_type=QualityReviewResult,
                 summary=f"quality review {file_path}",
-                **REVIEW_CALL.kwargs(),
             )
             review = outcome.review
             if outcome.usage is not None:
@@ -64,7 +61,7 @@ class QualityReviewPhase(AgentBase):
             )
         self._count_review(review)
         await self._store_write(
-            ActivityName.RECORD_QUALITY_REVIEW,
+            activity_calls.RECORD_QUALITY_REVIEW,
             RecordQualityReviewInput(
                 task_id=self.state.task_id,
                 review_key=f"{self.state.task_id}:{len(self.state.reviews.done)}",
