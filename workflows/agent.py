@@ -7,7 +7,6 @@ activities and applies their results to one serializable `AgentState`.
 from __future__ import annotations
 
 import asyncio
-import json
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
@@ -19,6 +18,7 @@ with workflow.unsafe.imports_passed_through():
     from refloop.feedback import task_keywords
     from refloop.models import (
         ActInput,
+        ActResult,
         ApprovalDecision,
         ChatMessage,
         ClassifyIntentInput,
@@ -240,67 +240,26 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
         ]
 
     async def _react_loop(self) -> None:
+        """Act, run the calls, reflect; until a final answer, the budget, or the cap."""
         inp, conversation = self.state.input, self.state.conversation
-        direct = self.state.planning.direct_answer
-        if self.state.conversation.ref is None and not self.state.conversation.unsent_turns:
+        if conversation.ref is None and not conversation.unsent_turns:
             await self._adopt_workspace_context(self.tool_names)
             self._start_conversation()
         # A continued run resumes after the last completed iteration.
         for iteration in range(self.state.stats.iterations + 1, inp.max_iterations + 1):
             self.state.stats = self.state.stats.model_copy(update={"iterations": iteration})
-            act = await call_activity(
-                activity_calls.ACT,
-                ActInput(
-                    messages=self.state.conversation.unsent_turns,
-                    conversation_ref=self.state.conversation.ref,
-                    max_history_messages=inp.max_history_messages,
-                    tool_names=[] if direct else self.tool_names,
-                    mcp_tools_ref=None if direct else self.state.mcp.specs_ref,
-                    model=inp.model,
-                    endpoint=inp.endpoint,
-                    parallel_tool_calls=False if inp.enable_quality_review else None,
-                ),
-                summary=self._act_summary(iteration),
-            )
-            self._account(act.usage)
-            conversation.ref, conversation.unsent_turns = act.conversation_ref, []
-            exhausted = logic.budget_exceeded(self.state.stats, inp.token_budget)
-            if exhausted:
-                raise TaskFailed("budget_exhausted", exhausted)
+            act = await self._act(iteration)
             if act.abnormal:
-                self._emit("abnormal_output", {"iteration": iteration, "reason": act.abnormal})
-                self._append(ChatMessage(role="assistant", content=act.content or ""))
-                self._append(
-                    ChatMessage(role="user", content=logic.abnormal_output_message(act.abnormal))
-                )
+                self._reject_abnormal_output(act, iteration)
                 continue
-            native = bool(act.tool_calls)
-            calls = act.tool_calls
-            if not native and not self.state.planning.direct_answer:
-                parsed = logic.parse_text_tool_call(
-                    act.content, f"text_{iteration}",
-                    every_form=workflow.patched("text-tool-call-forms"))
-                calls = [parsed] if parsed else []
+            structured = bool(act.tool_calls)  # not parsed out of the text
+            calls = act.tool_calls if structured else self._text_tool_calls(act, iteration)
             if not calls:
-                self.state.conversation.answer = act.content or ""
-                self._append(ChatMessage(role="assistant", content=self.state.conversation.answer))
+                conversation.answer = act.content or ""
+                self._append(ChatMessage(role="assistant", content=conversation.answer))
                 return
-            self._append(logic.assistant_tool_message(act.content, calls, native))
-            reviews = []
-            # One call at a time: with review on, each edit is reviewed before the next call.
-            for index, call in enumerate(calls):
-                result = await self._run_tool_call(call, iteration, index)
-                text = logic.format_tool_result(call.name, result, TOOL_RESULT_CHARS)
-                review = await self._maybe_review(call, result)
-                if review is not None:
-                    reviews.append(review)
-                    text += "\n\n" + review_logic.review_feedback(review)
-                self._append(logic.tool_result_message(call, native, text))
-            reflection = review_logic.reflect_on_quality_results(
-                reviews, set(self.state.reviews.capped)
-            )
-            if reflection:
-                self._emit("reflection", {"trigger": "quality_review", "message": reflection})
+            self._append(logic.assistant_tool_message(act.content, calls, structured))
+            reflection = await self._run_calls(calls, iteration, structured)
             # One injection point for review-driven and early reflection (no duplicates).
             message = triggers.guidance(self._fire_triggers(iteration), reflection)
             if message:
@@ -310,6 +269,64 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
             "max_iterations",
             f"stopped: max iterations ({inp.max_iterations}) reached without a final answer",
         )
+
+    async def _act(self, iteration: int) -> ActResult:
+        """One model turn: the unsent turns go out, the stored conversation grows."""
+        inp, conversation = self.state.input, self.state.conversation
+        direct = self.state.planning.direct_answer
+        act = await call_activity(
+            activity_calls.ACT,
+            ActInput(
+                messages=conversation.unsent_turns,
+                conversation_ref=conversation.ref,
+                max_history_messages=inp.max_history_messages,
+                tool_names=[] if direct else self.tool_names,
+                mcp_tools_ref=None if direct else self.state.mcp.specs_ref,
+                model=inp.model,
+                endpoint=inp.endpoint,
+                parallel_tool_calls=False if inp.enable_quality_review else None,
+            ),
+            summary=self._act_summary(iteration),
+        )
+        self._account(act.usage)
+        conversation.ref, conversation.unsent_turns = act.conversation_ref, []
+        exhausted = logic.budget_exceeded(self.state.stats, inp.token_budget)
+        if exhausted:
+            raise TaskFailed("budget_exhausted", exhausted)
+        return act
+
+    def _reject_abnormal_output(self, act: ActResult, iteration: int) -> None:
+        self._emit("abnormal_output", {"iteration": iteration, "reason": act.abnormal})
+        self._append(ChatMessage(role="assistant", content=act.content or ""))
+        self._append(ChatMessage(role="user",
+                                 content=logic.abnormal_output_message(act.abnormal or "")))
+
+    def _text_tool_calls(self, act: ActResult, iteration: int) -> list[ToolCall]:
+        """A tool call a model without structured tool calls wrote as text."""
+        if self.state.planning.direct_answer:
+            return []
+        parsed = logic.parse_text_tool_call(
+            act.content, f"text_{iteration}", every_form=workflow.patched("text-tool-call-forms"))
+        return [parsed] if parsed else []
+
+    async def _run_calls(self, calls: list[ToolCall], iteration: int,
+                         structured: bool) -> str | None:
+        """Run the turn's calls one at a time (with review on, each edit is reviewed before
+        the next call); their results go back to the model. Returns the review reflection."""
+        reviews = []
+        for index, call in enumerate(calls):
+            result = await self._run_tool_call(call, iteration, index)
+            text = logic.format_tool_result(call.name, result, TOOL_RESULT_CHARS)
+            review = await self._maybe_review(call, result)
+            if review is not None:
+                reviews.append(review)
+                text += "\n\n" + review_logic.review_feedback(review)
+            self._append(logic.tool_result_message(call, structured, text))
+        reflection = review_logic.reflect_on_quality_results(reviews,
+                                                             set(self.state.reviews.capped))
+        if reflection:
+            self._emit("reflection", {"trigger": "quality_review", "message": reflection})
+        return reflection
 
     def _fire_triggers(self, iteration: int) -> list[triggers.Trigger]:
         inp, state = self.state.input, self.state
@@ -327,27 +344,16 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
 
     def _check_constraints(self, call: ToolCall, iteration: int) -> ToolResult | None:
         """Task-type constraints at run time: a forbidden tool is refused unless justified once."""
-        constraints = self.state.planning.constraints
-        if (constraints is None or not self.state.input.triggers.enforce_constraints
-                or call.name not in constraints.forbidden):
-            return None
-        step = self._current_step()
-        justification = call.arguments.get("justification")
-        justified = bool(justification) and call.name not in self.state.calls.justified_tools
-        record = {"tool": call.name, "step": step, "iteration": iteration,
-                  "justified": justified, "justification": justification}
-        self.state.calls.violations.append(record)
-        self._emit("tool_violation", record)
-        if justified:
-            self.state.calls.justified_tools.append(call.name)
-            return None
-        allowed = ", ".join(constraints.allowed) or "any other tool"
-        return ToolResult(
-            ok=False,
-            error=f"E_FORBIDDEN: '{call.name}' is not allowed for {constraints.task_type} "
-            f"tasks; use one of: {allowed}. If it is truly necessary, call it again with a "
-            "'justification' argument (allowed once).",
-        )
+        calls = self.state.calls
+        violation, refusal = logic.check_constraints(
+            self.state.planning.constraints, self.state.input.triggers.enforce_constraints,
+            call, self._current_step(), iteration, calls.justified_tools)
+        if violation is not None:
+            calls.violations.append(violation)
+            self._emit("tool_violation", violation)
+            if violation["justified"]:
+                calls.justified_tools.append(call.name)
+        return refusal
 
     async def _maybe_continue_as_new(self) -> None:
         """At a step boundary, hand the whole state to a fresh run when history grows long."""
@@ -384,84 +390,92 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
         return result
 
     async def _execute_call(self, call: ToolCall, iteration: int, index: int) -> ToolResult:
-        if call.name == logic.COMPLETE_STEP:
-            result, done = logic.complete_step(
-                self.state.planning.plan, self.state.planning.completed_steps, call.arguments
-            )
-            if result.ok:
-                self.state.planning.completed_steps = done
-        elif (refused := self._check_constraints(call, iteration)) is not None:
-            result = refused
-        elif (denied := await self._await_approval(call, f"{iteration}.{index}")) is not None:
-            result = denied
-        elif call.name in self.state.mcp.tools:
-            info = workflow.info()
-            result = await self._call_mcp(
-                call, f"{info.workflow_id}.{info.run_id[:8]}.{iteration}.{index}", self.keywords)
-        elif call.name not in TOOLS:
-            result = ToolResult(
-                ok=False,
-                error=f"unknown tool '{call.name}'; available: "
-                + ", ".join(spec.name for spec in self.tools),
-            )
-        else:
-            info = workflow.info()
-            result = await call_activity(
-                activity_calls.run_tool(call.name),
-                RunToolInput(
-                    call_id=f"{info.workflow_id}.{info.run_id[:8]}.{iteration}.{index}",
-                    name=call.name,
-                    arguments={k: v for k, v in call.arguments.items() if k != "justification"},
-                    workspace=self.state.input.workspace,
-                    allow_network=self.state.input.allow_network,
-                    allow_shell_operators=self.state.input.allow_shell_operators,
-                    keywords=self.keywords,
-                ),
-                summary=logic.tool_call_summary(call),  # the tool and its target
-            )
-        self.state.calls.ledger.append(completeness_logic.tool_record(
-            call.name, call.arguments, result.ok, result.error, result.output, result.data))
-        if result.ok and logic.is_edit(call.name, call.arguments, self.edit_tools):
-            self.state.calls.edits_ok += 1
-        stats = self.state.stats
-        self.state.stats = stats.model_copy(
-            update={
-                "tool_calls": stats.tool_calls + 1,
-                "tool_errors": stats.tool_errors + (0 if result.ok else 1),
-            }
-        )
-        self._emit(
-            "tool_result",
-            {
-                "iteration": iteration,
-                "id": call.id,
-                "tool": call.name,
-                "ok": result.ok,
-                "error": result.error,
-                "output": logic.truncate(result.output, 500),
-                "data": result.data,
-            },
-        )
+        result = await self._dispatch(call, iteration, index)
+        self._record_call(call, result, iteration)
         if call.name == logic.COMPLETE_STEP and result.ok:
             self._emit_step()
             self._show()
         return result
 
-    async def _summarize(self) -> None:
-        transcript = "\n".join(
-            f"{event.type}: {json.dumps(event.data, ensure_ascii=False)[:300]}"
-            for event in self.state.events
-            if event.type in ("plan", "tool_call", "tool_result", "step", "reflection",
-                              "reflection_plan", "reflection_exec")
+    async def _dispatch(self, call: ToolCall, iteration: int, index: int) -> ToolResult:
+        """The call's result: the plan's own step marker, a refusal (constraints, approval),
+        an MCP tool, or a built-in tool's activity."""
+        if call.name == logic.COMPLETE_STEP:
+            return self._complete_step(call)
+        if (refused := self._check_constraints(call, iteration)) is not None:
+            return refused
+        if (denied := await self._await_approval(call, f"{iteration}.{index}")) is not None:
+            return denied
+        if call.name in self.state.mcp.tools:
+            return await self._call_mcp(call, self._call_id(iteration, index), self.keywords)
+        if call.name not in TOOLS:
+            return ToolResult(
+                ok=False,
+                error=f"unknown tool '{call.name}'; available: "
+                + ", ".join(spec.name for spec in self.tools),
+            )
+        return await self._run_builtin(call, iteration, index)
+
+    def _complete_step(self, call: ToolCall) -> ToolResult:
+        planning = self.state.planning
+        result, done = logic.complete_step(planning.plan, planning.completed_steps,
+                                           call.arguments)
+        if result.ok:
+            planning.completed_steps = done
+        return result
+
+    def _call_id(self, iteration: int, index: int) -> str:
+        """Deterministic per call: the tools' idempotency key (the edit journal's)."""
+        info = workflow.info()
+        return f"{info.workflow_id}.{info.run_id[:8]}.{iteration}.{index}"
+
+    async def _run_builtin(self, call: ToolCall, iteration: int, index: int) -> ToolResult:
+        inp = self.state.input
+        return await call_activity(
+            activity_calls.run_tool(call.name),
+            RunToolInput(
+                call_id=self._call_id(iteration, index),
+                name=call.name,
+                arguments={k: v for k, v in call.arguments.items() if k != "justification"},
+                workspace=inp.workspace,
+                allow_network=inp.allow_network,
+                allow_shell_operators=inp.allow_shell_operators,
+                keywords=self.keywords,
+            ),
+            summary=logic.tool_call_summary(call),  # the tool and its target
         )
-        for record in self.state.reflection.supplements:
-            transcript += f"\nsupplement: {json.dumps(record, ensure_ascii=False)[:500]}"
+
+    def _record_call(self, call: ToolCall, result: ToolResult, iteration: int) -> None:
+        """The call's outcome in the ledger, the counters and the events."""
+        calls = self.state.calls
+        calls.ledger.append(completeness_logic.tool_record(
+            call.name, call.arguments, result.ok, result.error, result.output, result.data))
+        if result.ok and logic.is_edit(call.name, call.arguments, self.edit_tools):
+            calls.edits_ok += 1
+        stats = self.state.stats
+        self.state.stats = stats.model_copy(update={
+            "tool_calls": stats.tool_calls + 1,
+            "tool_errors": stats.tool_errors + (0 if result.ok else 1),
+        })
+        self._emit("tool_result", {
+            "iteration": iteration,
+            "id": call.id,
+            "tool": call.name,
+            "ok": result.ok,
+            "error": result.error,
+            "output": logic.truncate(result.output, 500),
+            "data": result.data,
+        })
+
+    async def _summarize(self) -> None:
+        transcript = logic.summary_transcript(self.state.events, self.state.reflection.supplements,
+                                              self.state.conversation.answer)
         try:
             result = await call_activity(
                 activity_calls.SUMMARIZE,
                 SummarizeInput(
                     task=self.state.input.task,
-                    transcript=f"{transcript}\nfinal answer: {self.state.conversation.answer}",
+                    transcript=transcript,
                     model=self.state.input.model,
                     endpoint=self.state.input.endpoint,
                 ),

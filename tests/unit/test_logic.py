@@ -155,7 +155,7 @@ def test_text_calls_are_fed_back_as_user_turns_and_native_as_tool_turns():
     call = ToolCall(id="c1", name="grep", arguments={"pattern": "x"})
     assert logic.tool_result_message(call, True, "r").role == "tool"
     assert logic.tool_result_message(call, False, "r").role == "user"
-    cleaned = logic.assistant_tool_message("prose {json}", [call], native=False)
+    cleaned = logic.assistant_tool_message("prose {json}", [call], structured=False)
     assert cleaned.content == '{"tool": "grep", "args": {"pattern": "x"}}'
 
 
@@ -219,3 +219,42 @@ def test_runs_started_before_the_other_text_forms_parse_as_they_did():
     assert logic.parse_text_tool_call(wrapped, "t", every_form=False) is None
     legacy = '{"tool": "read_file", "args": {"path": "a"}}'
     assert logic.parse_text_tool_call(legacy, "t", every_form=False).arguments == {"path": "a"}
+
+
+def test_a_forbidden_tool_is_refused_unless_justified_once():
+    from refloop.models import ToolConstraints
+
+    constraints = ToolConstraints(task_type="analysis", allowed=["read_file"],
+                                  forbidden=["write_file"])
+    plain = ToolCall(id="1", name="write_file", arguments={"path": "a"})
+    excused = ToolCall(id="2", name="write_file", arguments={"path": "a", "justification": "x"})
+    assert logic.check_constraints(constraints, True, ToolCall(id="0", name="read_file"),
+                                   1, 1, []) == (None, None)
+    assert logic.check_constraints(constraints, False, plain, 1, 1, []) == (None, None)
+    assert logic.check_constraints(None, True, plain, 1, 1, []) == (None, None)
+    violation, refusal = logic.check_constraints(constraints, True, plain, 2, 5, [])
+    assert violation == {"tool": "write_file", "step": 2, "iteration": 5, "justified": False,
+                         "justification": None}
+    assert refusal is not None and refusal.error.startswith("E_FORBIDDEN: 'write_file'")
+    assert "use one of: read_file" in refusal.error
+    violation, refusal = logic.check_constraints(constraints, True, excused, 2, 6, [])
+    assert violation["justified"] and refusal is None
+    # The one exception is spent: a second justification is refused.
+    violation, refusal = logic.check_constraints(constraints, True, excused, 2, 7,
+                                                 ["write_file"])
+    assert not violation["justified"] and refusal is not None
+
+
+def test_summary_transcript_keeps_the_run_and_cuts_it_short():
+    from refloop.models import Event
+
+    events = [Event(seq=1, type="plan", ts="t", data={"steps": ["x" * 1000]}),
+              Event(seq=2, type="quality_review", ts="t", data={"skipped": True}),
+              Event(seq=3, type="tool_call", ts="t", data={"tool": "read_file"})]
+    text = logic.summary_transcript(events, [{"status": "completed", "answer": "y" * 900}],
+                                    "done")
+    lines = text.split("\n")
+    assert [line.split(":")[0] for line in lines] == ["plan", "tool_call", "supplement",
+                                                      "final answer"]
+    assert len(lines[0]) == len("plan: ") + 300 and len(lines[2]) == len("supplement: ") + 500
+    assert lines[-1] == "final answer: done"
