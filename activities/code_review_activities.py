@@ -26,11 +26,10 @@ from refloop.code_review_models import (
     ReviewOutput,
     VerifyOutput,
 )
-from refloop.llm import LLMGateway
+from refloop.llm import LLMGateway, parse_json_answer
 from refloop.models import ChatMessage, Purpose
 from refloop.prompts import CODE_REVIEW_SYSTEM, CODE_VERIFY_SYSTEM, code_agent_messages
 from refloop.store import CodeReviewContentRecord, Store
-from refloop.textguard import first_json_object
 from refloop.tools.base import ToolError
 from refloop.tools.sandbox import read_text, relative, resolve, workspace_root
 
@@ -64,13 +63,13 @@ def mirror_file(mirror_dir: Path, task_id: str) -> Path:
 
 
 def parse_agent(text: str | None, schema: type[BaseModel]) -> tuple[BaseModel | None, str | None]:
-    candidate = first_json_object(text or "")
-    if candidate is None:
-        return None, "no JSON object in the answer"
+    """The agent's answer, or why it is not one (the supervisor retries on that)."""
     try:
-        return schema.model_validate_json(candidate), None
+        return parse_json_answer(text, schema), None
     except ValidationError as err:
         return None, str(err)[:500]
+    except ValueError:
+        return None, "no JSON object in the answer"
 
 
 class CodeReviewActivities:
@@ -78,10 +77,6 @@ class CodeReviewActivities:
         self.gateway = gateway
         self.store = store
         self.mirror_dir = data_dir / "review_content"
-
-    def _model(self, requested: str | None) -> str:
-        settings = self.gateway.settings
-        return settings.refloop_review_model or requested or settings.refloop_model
 
     @activity.defn(name=activity_calls.LOAD_REVIEW_CONTENT.name)
     async def load_content(self, inp: LoadContentInput) -> ReviewContent:
@@ -95,7 +90,7 @@ class CodeReviewActivities:
         review = inp.review.model_dump(mode="json") if inp.review else None
         messages = code_agent_messages(system, inp.task_json, inp.content.files, review)
         out = await call_model(self.gateway.chat(
-            purpose, messages, model=self._model(inp.model),
+            purpose, messages, model=self.gateway.settings.review_model(inp.model),
             response_format={"type": "json_object"}))
         parsed, invalid = parse_agent(out.content, schema)
         info = activity.info()
@@ -114,7 +109,8 @@ class CodeReviewActivities:
     @activity.defn(name=activity_calls.FORMAT_REVIEW.name)
     async def format_output(self, inp: FormatInput) -> FormatResult:
         out = await call_model(self.gateway.chat(
-            Purpose.summary, format_messages(inp), model=self._model(inp.model)))
+            Purpose.summary, format_messages(inp),
+            model=self.gateway.settings.review_model(inp.model)))
         return FormatResult(text=out.content or "")
 
     @activity.defn(name=activity_calls.RECORD_REVIEW_CONTENT.name)

@@ -64,7 +64,7 @@ class ReflectionActivities:
         messages = completeness_messages(inp.task, history, inp.tool_names, evidence,
                                          inp.final_answer, inp.max_supplements)
         options = {
-            "model": settings.reflection_fc_model or inp.model or settings.refloop_model,
+            "model": settings.reflection_model(inp.model),
             "max_reasks": settings.fc_reflection_max_retries,
             "temperature": settings.fc_reflection_temperature,
             "top_p": settings.fc_reflection_top_p,

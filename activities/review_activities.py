@@ -61,13 +61,11 @@ class ReviewActivities:
                 **base, passed=False, outcome="deterministic_failed", reasons=problems,
                 suggestions="Fix these problems first.", summary="deterministic check failed",
             ))
-        settings = self.gateway.settings
-        model = settings.refloop_review_model or inp.model or settings.refloop_model
         out = await call_model(self.gateway.structured(
             Purpose.quality_review,
             review_messages(inp.task, file_path, snippet, inp.rules),
             QualityVerdict,
-            model=model,
+            model=self.gateway.settings.review_model(inp.model),
             endpoint=inp.endpoint,
         ))
         verdict = out.value

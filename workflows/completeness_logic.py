@@ -17,9 +17,9 @@ from refloop.models import (
     ReviewCounts,
     Supplement,
     TaskStats,
-    TokenUsage,
     ToolRecord,
 )
+from workflows.logic import merged_usage
 
 SUPPLEMENT_HEADER = "【需要补充的操作】"  # the judge's marker for the supplement objective
 _CLAIMED_FILE = re.compile(
@@ -155,12 +155,6 @@ def prior_context(records: list[ToolRecord], answer: str, limit: int = 4000) -> 
 
 def merge_stats(parent: TaskStats, child: TaskStats) -> TaskStats:
     """Global statistics over the parent run and a supplement child."""
-    by_purpose = dict(parent.usage_by_purpose)
-    for purpose, usage in child.usage_by_purpose.items():
-        by_purpose[purpose] = by_purpose.get(purpose, TokenUsage()).add(usage)
-    by_model = dict(parent.usage_by_model)
-    for model, usage in child.usage_by_model.items():
-        by_model[model] = by_model.get(model, TokenUsage()).add(usage)
     reviews = ReviewCounts(**{
         name: getattr(parent.reviews, name) + getattr(child.reviews, name)
         for name in ReviewCounts.model_fields
@@ -173,6 +167,6 @@ def merge_stats(parent: TaskStats, child: TaskStats) -> TaskStats:
         tool_errors=parent.tool_errors + child.tool_errors,
         reviews=reviews,
         usage=parent.usage.add(child.usage),
-        usage_by_purpose=by_purpose,
-        usage_by_model=by_model,
+        usage_by_purpose=merged_usage(parent.usage_by_purpose, child.usage_by_purpose),
+        usage_by_model=merged_usage(parent.usage_by_model, child.usage_by_model),
     )

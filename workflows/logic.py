@@ -399,10 +399,13 @@ def abnormal_output_message(reason: str) -> str:
 # ---------------------------------------------------------------- accounting
 
 
-def _add_to(
-    ledger: dict[str, TokenUsage], key: str, usage: TokenUsage
-) -> dict[str, TokenUsage]:
-    return {**ledger, key: ledger[key].add(usage) if key in ledger else usage}
+def merged_usage(ledger: dict[str, TokenUsage],
+                 more: dict[str, TokenUsage]) -> dict[str, TokenUsage]:
+    """Usage per key (purpose, model) with more of it added."""
+    merged = dict(ledger)
+    for key, usage in more.items():
+        merged[key] = merged[key].add(usage) if key in merged else usage
+    return merged
 
 
 def add_usage(stats: TaskStats, record: LLMUsageRecord) -> TaskStats:
@@ -411,9 +414,9 @@ def add_usage(stats: TaskStats, record: LLMUsageRecord) -> TaskStats:
             "llm_calls": stats.llm_calls + record.usage.calls,
             "llm_failed_calls": stats.llm_failed_calls + record.usage.failed_calls,
             "usage": stats.usage.add(record.usage),
-            "usage_by_purpose": _add_to(stats.usage_by_purpose, record.purpose.value,
-                                        record.usage),
-            "usage_by_model": _add_to(stats.usage_by_model, record.model, record.usage),
+            "usage_by_purpose": merged_usage(stats.usage_by_purpose,
+                                             {record.purpose.value: record.usage}),
+            "usage_by_model": merged_usage(stats.usage_by_model, {record.model: record.usage}),
         }
     )
 
