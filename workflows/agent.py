@@ -45,8 +45,8 @@ from workflows import completeness_logic, logic, review_logic, triggers
 from workflows.agent_base import TaskFailed, describe_failure, raise_if_cancelled
 from workflows.approval_phase import ApprovalPhase, validate_decision
 from workflows.calls import call_activity
+from workflows.completeness_phase import CompletenessPhase
 from workflows.mcp_phase import McpPhase, with_mcp_reads
-from workflows.reflection_phase import CompletenessPhase
 from workflows.review_phase import QualityReviewPhase
 from workflows.visibility_phase import VisibilityPhase
 from workflows.workspace_phase import WorkspacePhase

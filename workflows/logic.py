@@ -10,7 +10,6 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from refloop.conversation import TRIM_NOTE, trim_history  # noqa: F401  (re-exported)
 from refloop.models import (
     COMPLETE_STEP,
     ChatMessage,

@@ -1,4 +1,5 @@
-"""Seed 004's pure pieces: claims, evidence reconciliation, objective, context, stats."""
+"""Completeness reflection's pure pieces: claims, evidence reconciliation, objective,
+context, stats."""
 
 from __future__ import annotations
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from refloop.conversation import TRIM_NOTE, trim_history
 from refloop.models import (
     ChatMessage,
     IntentLabel,
@@ -77,30 +78,30 @@ def conversation(turns: int) -> list[ChatMessage]:
 
 def test_trim_keeps_short_history_untouched():
     messages = conversation(3)
-    assert logic.trim_history(messages, 30) == messages
+    assert trim_history(messages, 30) == messages
 
 
 def test_trim_keeps_system_and_task_and_starts_tail_on_assistant():
-    trimmed = logic.trim_history(conversation(40), 10)
+    trimmed = trim_history(conversation(40), 10)
     assert len(trimmed) <= 10
     assert trimmed[0].content == "sys"
     assert trimmed[1].role == "user" and trimmed[1].content.startswith("the task")
-    assert logic.TRIM_NOTE in trimmed[1].content
+    assert TRIM_NOTE in trimmed[1].content
     assert trimmed[2].role == "assistant"
     assert trimmed[-1].content == "r39"  # the newest turn survives
 
 
 def test_trim_never_leaves_orphan_tool_results():
     for size in range(5, 15):
-        trimmed = logic.trim_history(conversation(20), size)
+        trimmed = trim_history(conversation(20), size)
         ids = {c.id for m in trimmed if m.tool_calls for c in m.tool_calls}
         assert all(m.tool_call_id in ids for m in trimmed if m.role == "tool")
 
 
 def test_trim_note_is_added_once():
-    once = logic.trim_history(conversation(40), 10)
-    twice = logic.trim_history([*once, *conversation(5)[2:]], 10)
-    assert twice[1].content.count(logic.TRIM_NOTE) == 1
+    once = trim_history(conversation(40), 10)
+    twice = trim_history([*once, *conversation(5)[2:]], 10)
+    assert twice[1].content.count(TRIM_NOTE) == 1
 
 
 # ---------------------------------------------------------------- tool-call parsing
@@ -124,7 +125,7 @@ def test_parse_first_object_in_prose_with_braces_in_strings():
 
 def test_parse_skips_non_tool_objects_before_the_call():
     text = 'config {"a": 1} then {"tool": "grep", "args": {"pattern": "x"}}'
-    # Only the first object is tried best-effort (seed 002): no call here.
+    # Only the first object is tried, best-effort: no call here.
     assert logic.parse_text_tool_call(text, "t") is None
 
 

@@ -1,4 +1,4 @@
-"""Seed 004 completeness reflection and supplement child workflows, on the real server."""
+"""Completeness reflection and supplement child workflows, on the real server."""
 
 from __future__ import annotations
 
@@ -85,7 +85,8 @@ async def test_incomplete_runs_a_child_that_writes_the_missing_file(
     assert execution["child_workflow_id"] == f"{result.workflow_id}-supplement-1"
     assert (execution["attempted"], execution["succeeded"], execution["success_rate"]) == (
         1, 1, 1.0)
-    # The plan request carried the seed's marker; unavailable tools were filtered out.
+    # The plan request carried the supplement objective's marker; unavailable tools were
+    # filtered out.
     plan_request = json.dumps(requests(scripted_llm, model, "supplement_plan")[0]["body"])
     assert "【需要补充的操作】" in plan_request or "\\u3010" in plan_request
     assert "send_email" not in plan_request
