@@ -47,8 +47,7 @@ class CompletenessPhase(AgentBase):
             result = await call_activity(
                 activity_calls.CHECK_COMPLETENESS,
                 CompletenessInput(
-                    task=inp.task,
-                    workspace=inp.workspace,
+                    task=inp.task, workspace=inp.workspace,
                     history=completeness_logic.condensed_history(ledger),
                     tool_names=[n for n in self.tool_names if n != COMPLETE_STEP],
                     claimed_files=completeness_logic.claimed_files(
