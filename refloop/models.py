@@ -281,7 +281,7 @@ class ToolRecord(BaseModel):
     ok: bool
     outcome: str
     file_path: str | None = None  # the file a successful edit touched
-    note: str = ""  # complete_step's summary: what the model says it did
+    note: str = ""  # complete_step's summary (cut short): what the model says it did
 
 
 class CompletenessInput(BaseModel):

@@ -66,7 +66,7 @@ def tool_record(tool: str, arguments: dict[str, Any], ok: bool, error: str | Non
         ok=ok,
         outcome=outcome[:limit],
         file_path=file_path if isinstance(file_path, str) else None,
-        note=str(note or ""),
+        note=str(note or "")[:1000],
     )
 
 
