@@ -13,6 +13,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.errors import call_model
+from refloop import activity_calls
 from refloop.code_review_content import cap_content, split_diff
 from refloop.code_review_models import (
     AgentCallInput,
@@ -25,21 +26,12 @@ from refloop.code_review_models import (
     ReviewOutput,
     VerifyOutput,
 )
-from refloop.llm import LLMGateway
+from refloop.llm import LLMGateway, parse_json_answer
 from refloop.models import ChatMessage, Purpose
 from refloop.prompts import CODE_REVIEW_SYSTEM, CODE_VERIFY_SYSTEM, code_agent_messages
 from refloop.store import CodeReviewContentRecord, Store
-from refloop.textguard import first_json_object
 from refloop.tools.base import ToolError
 from refloop.tools.sandbox import read_text, relative, resolve, workspace_root
-
-
-class Names:
-    LOAD = "refloop.code_review.load_content"
-    REVIEW = "refloop.code_review.review"
-    VERIFY = "refloop.code_review.verify"
-    FORMAT = "refloop.code_review.format_output"
-    RECORD = "refloop.code_review.record_content"
 
 
 def load(inp: LoadContentInput) -> ReviewContent:
@@ -71,13 +63,13 @@ def mirror_file(mirror_dir: Path, task_id: str) -> Path:
 
 
 def parse_agent(text: str | None, schema: type[BaseModel]) -> tuple[BaseModel | None, str | None]:
-    candidate = first_json_object(text or "")
-    if candidate is None:
-        return None, "no JSON object in the answer"
+    """The agent's answer, or why it is not one (the supervisor retries on that)."""
     try:
-        return schema.model_validate_json(candidate), None
+        return parse_json_answer(text, schema), None
     except ValidationError as err:
         return None, str(err)[:500]
+    except ValueError:
+        return None, "no JSON object in the answer"
 
 
 class CodeReviewActivities:
@@ -86,11 +78,7 @@ class CodeReviewActivities:
         self.store = store
         self.mirror_dir = data_dir / "review_content"
 
-    def _model(self, requested: str | None) -> str:
-        settings = self.gateway.settings
-        return settings.refloop_review_model or requested or settings.refloop_model
-
-    @activity.defn(name=Names.LOAD)
+    @activity.defn(name=activity_calls.LOAD_REVIEW_CONTENT.name)
     async def load_content(self, inp: LoadContentInput) -> ReviewContent:
         try:
             return await asyncio.to_thread(load, inp)
@@ -102,7 +90,7 @@ class CodeReviewActivities:
         review = inp.review.model_dump(mode="json") if inp.review else None
         messages = code_agent_messages(system, inp.task_json, inp.content.files, review)
         out = await call_model(self.gateway.chat(
-            purpose, messages, model=self._model(inp.model),
+            purpose, messages, model=self.gateway.settings.review_model(inp.model),
             response_format={"type": "json_object"}))
         parsed, invalid = parse_agent(out.content, schema)
         info = activity.info()
@@ -110,21 +98,22 @@ class CodeReviewActivities:
         return AgentCallResult(**{key: parsed}, invalid=invalid, activity_id=info.activity_id,
                                attempt=info.attempt)
 
-    @activity.defn(name=Names.REVIEW)
+    @activity.defn(name=activity_calls.REVIEW_AGENT.name)
     async def review(self, inp: AgentCallInput) -> AgentCallResult:
         return await self._agent(Purpose.code_review, CODE_REVIEW_SYSTEM, inp, ReviewOutput)
 
-    @activity.defn(name=Names.VERIFY)
+    @activity.defn(name=activity_calls.VERIFY_AGENT.name)
     async def verify(self, inp: AgentCallInput) -> AgentCallResult:
         return await self._agent(Purpose.code_verify, CODE_VERIFY_SYSTEM, inp, VerifyOutput)
 
-    @activity.defn(name=Names.FORMAT)
+    @activity.defn(name=activity_calls.FORMAT_REVIEW.name)
     async def format_output(self, inp: FormatInput) -> FormatResult:
         out = await call_model(self.gateway.chat(
-            Purpose.summary, format_messages(inp), model=self._model(inp.model)))
+            Purpose.summary, format_messages(inp),
+            model=self.gateway.settings.review_model(inp.model)))
         return FormatResult(text=out.content or "")
 
-    @activity.defn(name=Names.RECORD)
+    @activity.defn(name=activity_calls.RECORD_REVIEW_CONTENT.name)
     async def record_content(self, inp: RecordContentInput) -> None:
         await asyncio.to_thread(self._record, inp)
 

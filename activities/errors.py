@@ -19,10 +19,10 @@ from temporalio import activity
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
 
+from refloop import activity_calls
 from refloop.llm import LLMError
 from refloop.llm_endpoint import CallLedger, current_ledger
-from refloop.models import ActivityName
-from workflows.policies import LLM_CALL, REVIEW_CALL
+from refloop.policies import LLM_CALL, REVIEW_CALL
 
 attempt_log = logging.getLogger("refloop.attempts")
 LEDGER_KEY = "refloop_ledger"
@@ -47,7 +47,7 @@ def to_application_error(err: LLMError, ledger: CallLedger | None = None) -> App
     )
 
 
-# A third of the calls' heartbeat timeout (workflows/policies.py): two beats may be lost.
+# A third of the calls' heartbeat timeout (refloop/policies.py): two beats may be lost.
 HEARTBEAT_INTERVAL_S = 2.0
 
 
@@ -70,7 +70,7 @@ def _policy() -> RetryPolicy:
     info = activity.info()
     if info.retry_policy is not None:
         return info.retry_policy
-    return REVIEW_CALL.retry if info.activity_type == ActivityName.QUALITY_REVIEW \
+    return REVIEW_CALL.retry if info.activity_type == activity_calls.QUALITY_REVIEW.name \
         else LLM_CALL.retry
 
 

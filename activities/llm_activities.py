@@ -9,12 +9,12 @@ from temporalio import activity
 
 from activities.errors import call_model
 from activities.mcp_activities import mcp_specs
+from refloop import activity_calls
 from refloop.blobs import Get, holds_large_string, offload_args
 from refloop.conversation import for_model, trim_history
 from refloop.llm import LLMGateway
 from refloop.models import (
     ActInput,
-    ActivityName,
     ActResult,
     ChatMessage,
     ClassifyIntentInput,
@@ -27,11 +27,11 @@ from refloop.models import (
     SummarizeInput,
     SummarizeResult,
 )
+from refloop.policies import TOOL_RESULT_CHARS  # what the model reads of one output
 from refloop.prompts import intent_messages, plan_messages, summary_messages
 from refloop.store import BlobNotCached, Store
 from refloop.task_rules import constraints_for, infer_task_type, keyword_type, load_task_rules
 from refloop.tools import tool_specs
-from workflows.policies import TOOL_RESULT_CHARS  # what the model reads of one output
 
 # A stored conversation: one JSON array, parsed and written in pydantic's core.
 CONVERSATION = TypeAdapter(list[ChatMessage])
@@ -51,7 +51,7 @@ class LLMActivities:
         messages = trim_history([*earlier, *inp.messages], inp.max_history_messages)
         return messages, for_model(messages, get, TOOL_RESULT_CHARS)
 
-    @activity.defn(name=ActivityName.CLASSIFY_INTENT)
+    @activity.defn(name=activity_calls.CLASSIFY_INTENT.name)
     async def classify_intent(self, inp: ClassifyIntentInput) -> ClassifyIntentResult:
         out = await call_model(
             self.gateway.structured(
@@ -61,7 +61,7 @@ class LLMActivities:
         )
         return ClassifyIntentResult(intent=out.value, usage=out.usage)
 
-    @activity.defn(name=ActivityName.MAKE_PLAN)
+    @activity.defn(name=activity_calls.MAKE_PLAN.name)
     async def make_plan(self, inp: MakePlanInput) -> MakePlanResult:
         rules = load_task_rules(self.gateway.settings.refloop_task_rules)
         guidance = constraints_for(keyword_type(inp.task, rules), rules)
@@ -76,7 +76,7 @@ class LLMActivities:
         return MakePlanResult(plan=out.value, usage=out.usage,
                               constraints=constraints_for(task_type, rules))
 
-    @activity.defn(name=ActivityName.ACT)
+    @activity.defn(name=activity_calls.ACT.name)
     async def act(self, inp: ActInput) -> ActResult:
         # The previous act of this task ran here, so its blobs are usually cached: no
         # thread hop then. A miss (another worker, a restart) reads the database.
@@ -116,7 +116,7 @@ class LLMActivities:
             usage=out.usage,
         )
 
-    @activity.defn(name=ActivityName.SUMMARIZE)
+    @activity.defn(name=activity_calls.SUMMARIZE.name)
     async def summarize(self, inp: SummarizeInput) -> SummarizeResult:
         out = await call_model(
             self.gateway.chat(

@@ -18,6 +18,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.errors import heartbeating
+from refloop import activity_calls
 from refloop.blobs import holds_large_string, holds_marker, offload_output, resolve_args
 from refloop.feedback import window_text
 from refloop.mcp_config import (
@@ -31,10 +32,10 @@ from refloop.mcp_config import (
     tool_name,
 )
 from refloop.mcp_pool import Connection, McpPool, McpTransportError
-from refloop.models import ActivityName, ToolResult, ToolSpec
+from refloop.models import ToolResult, ToolSpec
+from refloop.policies import TOOL_RESULT_CHARS
 from refloop.settings import Settings
 from refloop.store import Store
-from workflows.policies import TOOL_RESULT_CHARS
 
 FEEDBACK_CHARS = TOOL_RESULT_CHARS - 100
 # What one task is offered at most (the chat APIs take 128 tools; the built-ins come first)
@@ -109,7 +110,7 @@ class McpActivities:
         except McpConfigError as err:
             raise ApplicationError(str(err), type="McpConfigError", non_retryable=True) from None
 
-    @activity.defn(name=ActivityName.MCP_LIST_TOOLS)
+    @activity.defn(name=activity_calls.MCP_LIST_TOOLS.name)
     async def list_tools(self, inp: McpListInput) -> McpToolList:
         try:
             chosen = choose(self.pool.config(), inp.servers)
@@ -141,7 +142,7 @@ class McpActivities:
         ref = await asyncio.to_thread(self.store.put_blob, specs) if tools else None
         return McpToolList(tools=tools, specs_ref=ref, dropped=dropped)
 
-    @activity.defn(name=ActivityName.MCP_CALL_TOOL)
+    @activity.defn(name=activity_calls.MCP_CALL_TOOL.name)
     async def call_tool(self, inp: McpCallInput) -> ToolResult:
         activity.logger.info("mcp %s: %s (%s)", inp.server, inp.tool, inp.call_id)
         config = self._server_config(inp.server)

@@ -8,9 +8,9 @@ from temporalio import activity
 
 from activities.errors import call_model, model_ledger
 from activities.mcp_activities import mcp_specs
+from refloop import activity_calls
 from refloop.llm import InvalidModelOutput, LLMGateway
 from refloop.models import (
-    ActivityName,
     ChatMessage,
     CompletenessInput,
     CompletenessResult,
@@ -55,7 +55,7 @@ class ReflectionActivities:
         self.gateway = gateway
         self.store = store
 
-    @activity.defn(name=ActivityName.CHECK_COMPLETENESS)
+    @activity.defn(name=activity_calls.CHECK_COMPLETENESS.name)
     async def check_completeness(self, inp: CompletenessInput) -> CompletenessResult:
         decisive, advisory = await asyncio.to_thread(deterministic_evidence, inp)
         evidence = decisive + advisory
@@ -64,7 +64,7 @@ class ReflectionActivities:
         messages = completeness_messages(inp.task, history, inp.tool_names, evidence,
                                          inp.final_answer, inp.max_supplements)
         options = {
-            "model": settings.reflection_fc_model or inp.model or settings.refloop_model,
+            "model": settings.reflection_model(inp.model),
             "max_reasks": settings.fc_reflection_max_retries,
             "temperature": settings.fc_reflection_temperature,
             "top_p": settings.fc_reflection_top_p,
@@ -95,7 +95,7 @@ class ReflectionActivities:
         return CompletenessResult(verdict=out.value, evidence=evidence, decisive=decisive,
                                   usage=ledger.record(usage) or usage)
 
-    @activity.defn(name=ActivityName.PLAN_SUPPLEMENT)
+    @activity.defn(name=activity_calls.PLAN_SUPPLEMENT.name)
     async def plan_supplement(self, inp: SupplementPlanInput) -> MakePlanResult:
         mcp = await mcp_specs(inp.mcp_tools_ref, self.store.get_blob) if self.store else []
         messages = supplement_plan_messages(inp.objective, [*tool_specs(inp.tool_names), *mcp],

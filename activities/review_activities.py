@@ -7,9 +7,9 @@ import asyncio
 from temporalio import activity
 
 from activities.errors import call_model
+from refloop import activity_calls
 from refloop.llm import LLMGateway
 from refloop.models import (
-    ActivityName,
     Purpose,
     QualityReview,
     QualityReviewInput,
@@ -50,7 +50,7 @@ class ReviewActivities:
     def __init__(self, gateway: LLMGateway) -> None:
         self.gateway = gateway
 
-    @activity.defn(name=ActivityName.QUALITY_REVIEW)
+    @activity.defn(name=activity_calls.QUALITY_REVIEW.name)
     async def quality_review(self, inp: QualityReviewInput) -> QualityReviewResult:
         file_path, content = await asyncio.to_thread(read_edited, inp)
         snippet, start, end = build_snippet(inp, content)
@@ -61,13 +61,11 @@ class ReviewActivities:
                 **base, passed=False, outcome="deterministic_failed", reasons=problems,
                 suggestions="Fix these problems first.", summary="deterministic check failed",
             ))
-        settings = self.gateway.settings
-        model = settings.refloop_review_model or inp.model or settings.refloop_model
         out = await call_model(self.gateway.structured(
             Purpose.quality_review,
             review_messages(inp.task, file_path, snippet, inp.rules),
             QualityVerdict,
-            model=model,
+            model=self.gateway.settings.review_model(inp.model),
             endpoint=inp.endpoint,
         ))
         verdict = out.value

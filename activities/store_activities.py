@@ -6,7 +6,8 @@ import asyncio
 
 from temporalio import activity
 
-from refloop.models import ActivityName, RecordQualityReviewInput, RecordTaskInput
+from refloop import activity_calls
+from refloop.models import RecordQualityReviewInput, RecordTaskInput
 from refloop.store import Store
 
 
@@ -14,12 +15,12 @@ class StoreActivities:
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    @activity.defn(name=ActivityName.RECORD_TASK)
+    @activity.defn(name=activity_calls.RECORD_TASK.name)
     async def record_task(self, rec: RecordTaskInput) -> None:
         # SQLAlchemy is synchronous; keep the worker's event loop free.
         await asyncio.to_thread(self.store.record_task, rec)
 
-    @activity.defn(name=ActivityName.RECORD_QUALITY_REVIEW)
+    @activity.defn(name=activity_calls.RECORD_QUALITY_REVIEW.name)
     async def record_quality_review(self, rec: RecordQualityReviewInput) -> None:
         # The workflow-assigned key makes a retried write a no-op.
         await asyncio.to_thread(self.store.record_quality_review, rec)

@@ -11,14 +11,15 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.errors import heartbeating
+from refloop import activity_calls
 from refloop.blobs import holds_large_string, holds_marker, offload_output, resolve_args
 from refloop.feedback import tool_feedback
-from refloop.models import ActivityName, RunToolInput, ToolResult
+from refloop.models import RunToolInput, ToolResult
+from refloop.policies import TOOL_RESULT_CHARS
 from refloop.settings import Settings
 from refloop.store import Store
 from refloop.tools import TOOLS, UnknownToolError, execute_tool
 from refloop.tools.os_sandbox import UNSANDBOXED_WARNING, SandboxUnavailableError, sandbox_mode
-from workflows.policies import TOOL_RESULT_CHARS
 
 # What the model reads of one result, less the "[tool] ok" header the workflow adds.
 FEEDBACK_CHARS = TOOL_RESULT_CHARS - 100
@@ -73,6 +74,6 @@ class ToolActivities:
             async def run_tool(inp: RunToolInput) -> ToolResult:
                 return await self.run(inp)
 
-            return activity.defn(name=ActivityName.tool(name))(run_tool)
+            return activity.defn(name=activity_calls.run_tool(name).name)(run_tool)
 
         return [named(name) for name in TOOLS]

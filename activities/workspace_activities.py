@@ -12,8 +12,9 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.errors import heartbeating
+from refloop import activity_calls
 from refloop.blobs import offload_output
-from refloop.models import ActivityName, IndexReport, WorkspaceDescription, WorkspaceInput
+from refloop.models import IndexReport, WorkspaceDescription, WorkspaceInput
 from refloop.repo_map import workspace_context
 from refloop.semantic import missing_extra, unchanged_report
 from refloop.settings import Settings
@@ -26,7 +27,7 @@ class WorkspaceActivities:
         self.settings = settings
         self.store = store
 
-    @activity.defn(name=ActivityName.DESCRIBE_WORKSPACE)
+    @activity.defn(name=activity_calls.DESCRIBE_WORKSPACE.name)
     async def describe(self, inp: WorkspaceInput) -> WorkspaceDescription:
         root = workspace_root(inp.workspace)
         context = await asyncio.to_thread(workspace_context, root,
@@ -41,7 +42,7 @@ class WorkspaceActivities:
             and missing_extra(self.settings.refloop_embedding_model) is None,
         )
 
-    @activity.defn(name=ActivityName.INDEX_WORKSPACE)
+    @activity.defn(name=activity_calls.INDEX_WORKSPACE.name)
     async def index(self, inp: WorkspaceInput) -> IndexReport:
         """One incremental pass in a child process: embedding is CPU-heavy and loading the
         model takes seconds, neither of which may stall the worker's workflow tasks."""

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 from bench.common import bench_env
-from refloop.models import ActivityName
+from refloop import activity_calls
 
 INTENT = {"json": {"intent": "CODING_TASK", "confidence": 1, "reason": "x"}}
 
@@ -87,9 +87,9 @@ async def main(calls: int, warm_runs: int) -> dict:
                 result, seconds, handle = await run_in(env, name, repo, mcp_servers=["git"])
                 assert result.status == "completed", result.answer
                 history = await handle.fetch_history()
-                listings += activity_seconds(history, ActivityName.MCP_LIST_TOOLS)
+                listings += activity_seconds(history, activity_calls.MCP_LIST_TOOLS.name)
                 if run == 0:
-                    mcp_calls = activity_seconds(history, ActivityName.MCP_CALL_TOOL)
+                    mcp_calls = activity_seconds(history, activity_calls.MCP_CALL_TOOL.name)
                     totals["mcp"] = seconds
             name = "builtin"
             repo = make_repo(env.root / "builtin-repo")
@@ -98,7 +98,7 @@ async def main(calls: int, warm_runs: int) -> dict:
             result, seconds, handle = await run_in(env, name, repo)
             assert result.status == "completed", result.answer
             builtin_calls = activity_seconds(await handle.fetch_history(),
-                                             ActivityName.tool("run_cmd"))
+                                             activity_calls.run_tool("run_cmd").name)
             totals["builtin"] = seconds
     report = {
         "calls": calls,

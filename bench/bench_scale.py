@@ -40,7 +40,7 @@ from refloop.llm import LLMGateway
 from refloop.models import ChatMessage, Purpose, RunToolInput
 from refloop.prompts import intent_messages, plan_messages, summary_messages
 from refloop.tools import execute_tool, tool_specs
-from worker.main import SANDBOX_RESTRICTIONS
+from worker.plugin import SANDBOX_RESTRICTIONS
 from worker.replay import replay_files
 from worker.runner import sandbox_runner
 from workflows.logic import system_prompt

@@ -23,7 +23,7 @@ from typing import Any, NoReturn
 
 from rich.console import Console
 
-from refloop.models import Event, TaskInput, TaskResult, TokenUsage
+from refloop.models import Event, TaskResult, TokenUsage
 from refloop.settings import Settings, SettingsError, load_settings
 
 err_console = Console(stderr=True, highlight=False)
@@ -133,15 +133,13 @@ async def run_task(args: argparse.Namespace, settings: Settings) -> int:
         fail(f"--workspace: {err}")
     rules = read_rules(args.review_rules)
     mcp_servers = chosen_mcp_servers(args.mcp, settings)
-    task = TaskInput(
+    task = settings.task_input(
         task=args.task,
         workspace=str(workspace),
         model=args.model,
         enable_quality_review=bool(rules) and not args.no_quality_review,
         quality_review_rules=rules,
-        enable_reflection=settings.enable_reflection and not args.no_reflection,
-        reflection_max_supplements=settings.reflection_max_supplements,
-        reflection_max_rounds=settings.reflection_max_rounds,
+        enable_reflection=False if args.no_reflection else None,
         max_iterations=args.max_iterations,
         mcp_servers=mcp_servers,
     )

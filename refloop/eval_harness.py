@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, Field
 
-from refloop.models import TaskInput, TaskResult, TriggerConfig
+from refloop.models import COMPLETE_STEP, TaskInput, TaskResult, TriggerConfig
 from refloop.scripted_llm import ScriptedLLMServer, load_scenario
 from refloop.settings import Settings
 
@@ -67,7 +67,7 @@ def measure(scenario: EvalScenario, mode: str, result: TaskResult, workspace: Pa
     for event in result.events:
         if event.type == "step" and event.data.get("step"):
             step = event.data["step"]
-        if event.type == "tool_result" and event.data["tool"] != "complete_step":
+        if event.type == "tool_result" and event.data["tool"] != COMPLETE_STEP:
             calls += 1
             planned = plan_tools[step - 1] if plan_tools and step <= len(plan_tools) else None
             tool = event.data["tool"]

@@ -10,10 +10,13 @@ goes into the calling activity's ledger, answered or not.
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import functools
 import json
 import os
 import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
 import httpx
@@ -101,12 +104,35 @@ class StructuredOutcome(BaseModel, Generic[T]):
     attempts: int
 
 
-def _retry_after(err: openai.APIStatusError) -> float | None:
-    value = err.response.headers.get("retry-after") if err.response is not None else None
+def retry_after(headers: Mapping[str, str]) -> float | None:
+    """Seconds the endpoint asks us to wait: `retry-after-ms`, else `Retry-After` in
+    seconds or as an HTTP date (as the openai client reads them)."""
     try:
-        return float(value) if value is not None else None
+        if (millis := headers.get("retry-after-ms")) is not None:
+            return max(float(millis) / 1000, 0.0) or None
     except ValueError:
+        pass
+    value = headers.get("retry-after")
+    if value is None:
         return None
+    try:
+        return max(float(value), 0.0) or None
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max((when - datetime.now(UTC)).total_seconds(), 0.0) or None
+
+
+def should_retry(headers: Mapping[str, str]) -> bool | None:
+    """The endpoint's own verdict (`x-should-retry: true|false`), which overrides the
+    status code's; None when it gives none."""
+    value = (headers.get("x-should-retry") or "").strip().lower()
+    return {"true": True, "false": False}.get(value)
 
 
 def classify(err: Exception) -> LLMError:
@@ -119,12 +145,15 @@ def classify(err: Exception) -> LLMError:
         status = err.status_code
         message = f"HTTP {status} from the model endpoint: {err.message}"
         body = _body_text(err)
-        # llama-cpp-python answers a request it cannot parse with a 500 "validation error":
-        # retrying the same request cannot help.
-        if status >= 500 and "validation error" in body.lower():
-            error: LLMError = LLMClientError(message, status)
-        elif status in RETRYABLE_STATUSES or status >= 500:
-            error = LLMTransportError(message, status, _retry_after(err))
+        headers = err.response.headers if err.response is not None else {}
+        verdict = should_retry(headers)
+        if verdict is None:
+            # llama-cpp-python answers a request it cannot parse with a 500 "validation
+            # error": retrying the same request cannot help.
+            verdict = (status in RETRYABLE_STATUSES or status >= 500) and not (
+                status >= 500 and "validation error" in body.lower())
+        if verdict:
+            error: LLMError = LLMTransportError(message, status, retry_after(headers))
         else:
             error = LLMClientError(message, status)
         error.body = body

@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+COMPLETE_STEP = "complete_step"  # the built-in that marks a plan step done
+
 
 class Purpose(str, Enum):
     """Value of the `X-Refloop-Purpose` header; routing and test doubles key on it."""
@@ -276,6 +278,19 @@ class HistoryItem(BaseModel):
     outcome: str
 
 
+class ToolRecord(BaseModel):
+    """One tool call as the completeness judge and a supplement child see it: short
+    arguments and outcome, never raw output. The workflow keeps one per call for the whole
+    task (continue-as-new trims events, not these)."""
+
+    tool: str
+    arguments: str  # JSON, cut short
+    ok: bool
+    outcome: str
+    file_path: str | None = None  # the file a successful edit touched
+    note: str = ""  # complete_step's summary (cut short): what the model says it did
+
+
 class CompletenessInput(BaseModel):
     task: str
     workspace: str
@@ -478,26 +493,3 @@ class RecordTaskInput(BaseModel):
     result: dict[str, Any] | None = None
     usage: dict[str, Any] | None = None
     error: str | None = None
-
-
-class ActivityName:
-    """Stable activity type names; renaming one breaks workflows in flight."""
-
-    CLASSIFY_INTENT = "refloop.llm.classify_intent"
-    MAKE_PLAN = "refloop.llm.make_plan"
-    ACT = "refloop.llm.act"
-    SUMMARIZE = "refloop.llm.summarize"
-    RECORD_TASK = "refloop.store.record_task"
-    QUALITY_REVIEW = "refloop.review.quality_review"
-    CHECK_COMPLETENESS = "refloop.llm.check_completeness"
-    PLAN_SUPPLEMENT = "refloop.llm.plan_supplement"
-    RECORD_QUALITY_REVIEW = "refloop.store.record_quality_review"
-    DESCRIBE_WORKSPACE = "refloop.workspace.describe"
-    INDEX_WORKSPACE = "refloop.workspace.index"
-    MCP_LIST_TOOLS = "refloop.mcp.list_tools"
-    MCP_CALL_TOOL = "refloop.mcp.call_tool"
-    TOOL_PREFIX = "refloop.tool."
-
-    @staticmethod
-    def tool(name: str) -> str:
-        return f"{ActivityName.TOOL_PREFIX}{name}"

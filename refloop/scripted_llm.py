@@ -46,6 +46,7 @@ class ScriptedResponse(BaseModel):
     status: int = 200
     body: dict[str, Any] | None = None
     retry_after: float | None = None
+    headers: dict[str, str] | None = None  # more headers on an error answer
     delay_ms: int = 0
     # When set, this entry only answers requests whose text contains it (else skipped).
     when_contains: str | None = None
@@ -282,6 +283,7 @@ def _render(scenario: Scenario, entry: ScriptedResponse, body: dict[str, Any]) -
         headers = {"X-Refloop-Scripted": "true"}
         if entry.retry_after is not None:
             headers["Retry-After"] = str(entry.retry_after)
+        headers.update(entry.headers or {})
         payload = entry.body or {"error": {"message": f"scripted error {entry.status}",
                                            "type": "scripted_error"}}
         return JSONResponse(payload, status_code=entry.status, headers=headers)

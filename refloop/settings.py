@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+if TYPE_CHECKING:
+    from refloop.models import TaskInput
 
 
 class SettingsError(SystemExit):
@@ -153,13 +156,29 @@ class Settings(BaseSettings):
             parse_max_tokens(value)
         return value or None
 
-    @property
-    def review_model(self) -> str:
-        return self.refloop_review_model or self.refloop_model
+    def review_model(self, requested: str | None = None) -> str:
+        """Quality review and code review: the operator's review model, else the one the
+        task asked for, else the default."""
+        return self.refloop_review_model or requested or self.refloop_model
 
-    @property
-    def reflection_model(self) -> str:
-        return self.reflection_fc_model or self.refloop_model
+    def reflection_model(self, requested: str | None = None) -> str:
+        """The completeness judge: the operator's reflection model, else the task's, else
+        the default."""
+        return self.reflection_fc_model or requested or self.refloop_model
+
+    def task_input(self, *, enable_reflection: bool | None = None,
+                   **fields: Any) -> TaskInput:
+        """A task as the CLI and the API start it: the operator's reflection settings
+        under what the caller chose (`enable_reflection` None: the operator's default)."""
+        from refloop.models import TaskInput
+
+        return TaskInput(
+            enable_reflection=self.enable_reflection if enable_reflection is None
+            else enable_reflection,
+            reflection_max_supplements=self.reflection_max_supplements,
+            reflection_max_rounds=self.reflection_max_rounds,
+            **fields,
+        )
 
     @property
     def effective_database_url(self) -> str:

@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 from temporalio.common import RetryPolicy
 
+from refloop.policies import ActivityOptions
+
 # read: looks only; write: changes files; execute: runs a program (any effect);
 # control: steers the agent loop (complete_step), never an activity.
 ToolKind = Literal["read", "write", "execute", "control"]
@@ -41,18 +43,22 @@ class ToolActivityOptions:
     maximum_interval: timedelta = timedelta(seconds=10)
     non_retryable: tuple[str, ...] = ("UnknownToolError",)
 
-    def kwargs(self) -> dict[str, Any]:
-        """The keyword arguments of `workflow.execute_activity`."""
-        return {
-            "start_to_close_timeout": self.start_to_close,
-            "heartbeat_timeout": self.heartbeat,
-            "retry_policy": RetryPolicy(
+    def as_options(self) -> ActivityOptions:
+        """The same, in the form every activity call takes."""
+        return ActivityOptions(
+            start_to_close=self.start_to_close,
+            heartbeat=self.heartbeat,
+            retry=RetryPolicy(
                 initial_interval=self.initial_interval,
                 maximum_interval=self.maximum_interval,
                 maximum_attempts=self.max_attempts,
                 non_retryable_error_types=list(self.non_retryable),
             ),
-        }
+        )
+
+    def kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of `workflow.execute_activity`."""
+        return self.as_options().kwargs()
 
 
 # Commands carry their own timeout, so start-to-close only guards against a hung worker.

@@ -6,11 +6,9 @@ import json
 from pathlib import Path
 
 from temporalio.client import WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from worker.main import SANDBOX_RESTRICTIONS, WORKFLOWS
-from worker.runner import sandbox_runner
+from worker.plugin import refloop_plugin
 
 
 def dump_history(history: WorkflowHistory) -> str:
@@ -27,9 +25,7 @@ def load_history(path: Path) -> WorkflowHistory:
 
 async def replay_files(paths: list[Path]) -> dict[str, str]:
     """Path -> error for every history that does not replay; empty when all do."""
-    replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter,
-                        workflow_runner=sandbox_runner(pydantic_data_converter,
-                                                        SANDBOX_RESTRICTIONS))
+    replayer = Replayer(workflows=[], plugins=[refloop_plugin()])
     failures: dict[str, str] = {}
     for path in paths:
         result = await replayer.replay_workflow(load_history(path), raise_on_replay_failure=False)

@@ -7,7 +7,6 @@ activities and applies their results to one serializable `AgentState`.
 from __future__ import annotations
 
 import asyncio
-import json
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
@@ -15,23 +14,19 @@ from temporalio.exceptions import ActivityError, ApplicationError
 # Models and the static tool registry are plain data; passed through so the sandbox
 # does not re-import pydantic for every workflow run.
 with workflow.unsafe.imports_passed_through():
-    from refloop import visibility
+    from refloop import activity_calls, visibility
     from refloop.feedback import task_keywords
     from refloop.models import (
         ActInput,
-        ActivityName,
         ActResult,
         ApprovalDecision,
         ChatMessage,
         ClassifyIntentInput,
-        ClassifyIntentResult,
         Event,
         MakePlanInput,
-        MakePlanResult,
         Plan,
         RunToolInput,
         SummarizeInput,
-        SummarizeResult,
         TaskInput,
         TaskProgress,
         TaskResult,
@@ -42,17 +37,17 @@ with workflow.unsafe.imports_passed_through():
     from refloop.tools import TOOLS, tool_activity_options, tool_specs
     from workflows.state import AgentState
 
-from workflows import logic, review_logic, triggers
-from workflows.agent_base import TaskFailed, describe_failure, raise_if_cancelled
-from workflows.approval_phase import ApprovalPhase, validate_decision
-from workflows.mcp_phase import McpPhase, with_mcp_reads
-from workflows.policies import (
+from refloop.policies import (
     CARRIED_EVENTS,
-    LLM_CALL,
     MAX_REPLANS,
     TOOL_RESULT_CHARS,
 )
-from workflows.reflection_phase import CompletenessPhase
+from workflows import completeness_logic, logic, review_logic, triggers
+from workflows.agent_base import TaskFailed, describe_failure, raise_if_cancelled
+from workflows.approval_phase import ApprovalPhase, validate_decision
+from workflows.calls import call_activity
+from workflows.completeness_phase import CompletenessPhase
+from workflows.mcp_phase import McpPhase, with_mcp_reads
 from workflows.review_phase import QualityReviewPhase
 from workflows.visibility_phase import VisibilityPhase
 from workflows.workspace_phase import WorkspacePhase
@@ -72,7 +67,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
         self.tool_names = [spec.name for spec in self.tools]
         self.edit_tools = {name for name, definition in TOOLS.items() if definition.edits}
         self.keywords = task_keywords(inp.task)
-        if self.state.mcp_tools:  # continued-as-new: listed by an earlier run
+        if self.state.mcp.tools:  # continued-as-new: listed by an earlier run
             self._adopt_mcp_tools()
 
     # ------------------------------------------------------------ queries
@@ -86,8 +81,8 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
     def progress(self) -> TaskProgress:
         return TaskProgress(
             status=self.state.status,
-            current_step=logic.current_step(self.state.plan, self.state.completed_steps),
-            plan=self.state.plan,
+            current_step=self._current_step(),
+            plan=self.state.planning.plan,
             stats=self.state.stats,
             event_count=self.state.last_seq,
         )
@@ -97,12 +92,12 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
     @workflow.update(description='Approve or reject a tool call waiting for approval: '
                      '{"call_id": "<iteration>.<index>", "approved": true, "comment": "..."}.')
     async def decide_approval(self, decision: ApprovalDecision) -> str:
-        self.state.pending_approvals[decision.call_id] = decision
+        self._decide(decision)
         return "approved" if decision.approved else "rejected"
 
     @decide_approval.validator
     def _validate_decision(self, decision: ApprovalDecision) -> None:
-        validate_decision(self.state.pending_approvals, decision)
+        validate_decision(self.state.approvals.waiting, decision)
 
     # ------------------------------------------------------------ run
 
@@ -138,7 +133,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
                 self._adopt_plan(inp.preset_plan)
             else:
                 await self._classify_intent()
-                if logic.should_plan(self.state.intent, inp.enable_planning):
+                if logic.should_plan(self.state.planning.intent, inp.enable_planning):
                     await self._plan_or_answer_directly()
             await self._react_loop()
         except TaskFailed as failure:
@@ -157,13 +152,11 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
 
     async def _classify_intent(self) -> None:
         try:
-            result: ClassifyIntentResult = await workflow.execute_activity(
-                ActivityName.CLASSIFY_INTENT,
+            result = await call_activity(
+                activity_calls.CLASSIFY_INTENT,
                 ClassifyIntentInput(task=self.state.input.task, model=self.state.input.model,
                                     endpoint=self.state.input.endpoint),
-                result_type=ClassifyIntentResult,
                 summary="intent",
-                **LLM_CALL.kwargs(),
             )
         except ActivityError as err:
             raise_if_cancelled(err)
@@ -174,7 +167,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
             )
             return
         self._account(result.usage)
-        self.state.intent = result.intent
+        self.state.planning.intent = result.intent
         self._emit("intent", result.intent.model_dump(mode="json"))
         self._show()
 
@@ -192,37 +185,36 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
             if isinstance(err, ActivityError):
                 self._account_failure(err)
             reason = err.message if isinstance(err, TaskFailed) else describe_failure(err)
-            self.state.direct_answer = True
+            self.state.planning.direct_answer = True
             self._emit("plan_skipped", {"reason": reason[:500], "direct_answer": True})
             return
-        reason = logic.question_planned_as_edits(self.state.input.task, self.state.intent,
-                                                 self.state.plan, self.edit_tools)
+        planning = self.state.planning
+        reason = logic.question_planned_as_edits(self.state.input.task, planning.intent,
+                                                 planning.plan, self.edit_tools)
         if reason and workflow.patched("direct-answer-for-questions-planned-as-edits"):
-            self.state.plan, self.state.direct_answer = None, True
+            planning.plan, planning.direct_answer = None, True
             self._emit("plan_skipped", {"reason": reason, "direct_answer": True})
 
     async def _make_plan(self) -> None:
         feedback = None
         for attempt in range(MAX_REPLANS + 1):
-            result: MakePlanResult = await workflow.execute_activity(
-                ActivityName.MAKE_PLAN,
+            result = await call_activity(
+                activity_calls.MAKE_PLAN,
                 MakePlanInput(
                     task=self.state.input.task,
                     tool_names=self.tool_names,
                     model=self.state.input.model,
                     endpoint=self.state.input.endpoint,
                     feedback=feedback,
-                    mcp_tools_ref=self.state.mcp_tools_ref,
+                    mcp_tools_ref=self.state.mcp.specs_ref,
                 ),
-                result_type=MakePlanResult,
                 summary=f"plan · attempt {attempt + 1}" if attempt else "plan",
-                **LLM_CALL.kwargs(),
             )
             self._account(result.usage)
-            violations = logic.validate_plan(result.plan, [*TOOLS, *self.state.mcp_tools],
+            violations = logic.validate_plan(result.plan, [*TOOLS, *self.state.mcp.tools],
                                              result.constraints)
             if not violations:
-                self.state.constraints = with_mcp_reads(result.constraints,
+                self.state.planning.constraints = with_mcp_reads(result.constraints,
                                                         self._mcp_read_tools())
                 if result.constraints and result.constraints.task_type:
                     self._emit("constraints", result.constraints.model_dump(mode="json"))
@@ -235,89 +227,47 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
         )
 
     def _adopt_plan(self, plan: Plan) -> None:
-        self.state.plan = plan
+        self.state.planning.plan = plan
         self._emit("plan", plan.model_dump(mode="json"))
         self._emit_step()
         self._show()
 
     def _start_conversation(self) -> None:
         inp = self.state.input
-        if self.state.direct_answer:
+        if self.state.planning.direct_answer:
             system = logic.DIRECT_ANSWER_PROMPT
         else:
             system = logic.system_prompt(inp.system_prompt, self.tools, inp.workspace,
-                                         self.state.workspace_context)
-        self.state.pending = [
+                                         self.state.workspace.context)
+        self.state.conversation.unsent_turns = [
             ChatMessage(role="system", content=system),
             ChatMessage(
                 role="user",
-                content=logic.task_message(inp.task, self.state.plan, inp.prior_context),
+                content=logic.task_message(inp.task, self.state.planning.plan, inp.prior_context),
             ),
         ]
 
     async def _react_loop(self) -> None:
-        inp = self.state.input
-        if self.state.conversation_ref is None and not self.state.pending:
+        """Act, run the calls, reflect; until a final answer, the budget, or the cap."""
+        inp, conversation = self.state.input, self.state.conversation
+        if conversation.ref is None and not conversation.unsent_turns:
             await self._adopt_workspace_context(self.tool_names)
             self._start_conversation()
         # A continued run resumes after the last completed iteration.
         for iteration in range(self.state.stats.iterations + 1, inp.max_iterations + 1):
             self.state.stats = self.state.stats.model_copy(update={"iterations": iteration})
-            act: ActResult = await workflow.execute_activity(
-                ActivityName.ACT,
-                ActInput(
-                    messages=self.state.pending,
-                    conversation_ref=self.state.conversation_ref,
-                    max_history_messages=inp.max_history_messages,
-                    tool_names=[] if self.state.direct_answer else self.tool_names,
-                    mcp_tools_ref=None if self.state.direct_answer else self.state.mcp_tools_ref,
-                    model=inp.model,
-                    endpoint=inp.endpoint,
-                    parallel_tool_calls=False if inp.enable_quality_review else None,
-                ),
-                result_type=ActResult,
-                summary=self._act_summary(iteration),
-                **LLM_CALL.kwargs(),
-            )
-            self._account(act.usage)
-            self.state.conversation_ref, self.state.pending = act.conversation_ref, []
-            exhausted = logic.budget_exceeded(self.state.stats, inp.token_budget)
-            if exhausted:
-                raise TaskFailed("budget_exhausted", exhausted)
+            act = await self._act(iteration)
             if act.abnormal:
-                self._emit("abnormal_output", {"iteration": iteration, "reason": act.abnormal})
-                self._append(ChatMessage(role="assistant", content=act.content or ""))
-                self._append(
-                    ChatMessage(role="user", content=logic.abnormal_output_message(act.abnormal))
-                )
+                self._reject_abnormal_output(act, iteration)
                 continue
-            native = bool(act.tool_calls)
-            calls = act.tool_calls
-            if not native and not self.state.direct_answer:
-                parsed = logic.parse_text_tool_call(
-                    act.content, f"text_{iteration}",
-                    every_form=workflow.patched("text-tool-call-forms"))
-                calls = [parsed] if parsed else []
+            structured = bool(act.tool_calls)  # not parsed out of the text
+            calls = act.tool_calls if structured else self._text_tool_calls(act, iteration)
             if not calls:
-                self.state.answer = act.content or ""
-                self._append(ChatMessage(role="assistant", content=self.state.answer))
+                conversation.answer = act.content or ""
+                self._append(ChatMessage(role="assistant", content=conversation.answer))
                 return
-            self._append(logic.assistant_tool_message(act.content, calls, native))
-            reviews = []
-            # One call at a time: with review on, each edit is reviewed before the next call.
-            for index, call in enumerate(calls):
-                result = await self._run_tool_call(call, iteration, index)
-                text = logic.format_tool_result(call.name, result, TOOL_RESULT_CHARS)
-                review = await self._maybe_review(call, result)
-                if review is not None:
-                    reviews.append(review)
-                    text += "\n\n" + review_logic.review_feedback(review)
-                self._append(logic.tool_result_message(call, native, text))
-            reflection = review_logic.reflect_on_quality_results(
-                reviews, set(self.state.review_capped)
-            )
-            if reflection:
-                self._emit("reflection", {"trigger": "quality_review", "message": reflection})
+            self._append(logic.assistant_tool_message(act.content, calls, structured))
+            reflection = await self._run_calls(calls, iteration, structured)
             # One injection point for review-driven and early reflection (no duplicates).
             message = triggers.guidance(self._fire_triggers(iteration), reflection)
             if message:
@@ -328,13 +278,71 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
             f"stopped: max iterations ({inp.max_iterations}) reached without a final answer",
         )
 
+    async def _act(self, iteration: int) -> ActResult:
+        """One model turn: the unsent turns go out, the stored conversation grows."""
+        inp, conversation = self.state.input, self.state.conversation
+        direct = self.state.planning.direct_answer
+        act = await call_activity(
+            activity_calls.ACT,
+            ActInput(
+                messages=conversation.unsent_turns,
+                conversation_ref=conversation.ref,
+                max_history_messages=inp.max_history_messages,
+                tool_names=[] if direct else self.tool_names,
+                mcp_tools_ref=None if direct else self.state.mcp.specs_ref,
+                model=inp.model, endpoint=inp.endpoint,
+                parallel_tool_calls=False if inp.enable_quality_review else None,
+            ),
+            summary=self._act_summary(iteration),
+        )
+        self._account(act.usage)
+        conversation.ref, conversation.unsent_turns = act.conversation_ref, []
+        exhausted = logic.budget_exceeded(self.state.stats, inp.token_budget)
+        if exhausted:
+            raise TaskFailed("budget_exhausted", exhausted)
+        return act
+
+    def _reject_abnormal_output(self, act: ActResult, iteration: int) -> None:
+        self._emit("abnormal_output", {"iteration": iteration, "reason": act.abnormal})
+        self._append(ChatMessage(role="assistant", content=act.content or ""))
+        self._append(ChatMessage(role="user",
+                                 content=logic.abnormal_output_message(act.abnormal or "")))
+
+    def _text_tool_calls(self, act: ActResult, iteration: int) -> list[ToolCall]:
+        """A tool call a model without structured tool calls wrote as text."""
+        if self.state.planning.direct_answer:
+            return []
+        parsed = logic.parse_text_tool_call(
+            act.content, f"text_{iteration}", every_form=workflow.patched("text-tool-call-forms"))
+        return [parsed] if parsed else []
+
+    async def _run_calls(self, calls: list[ToolCall], iteration: int,
+                         structured: bool) -> str | None:
+        """Run the turn's calls one at a time (with review on, each edit is reviewed before
+        the next call); their results go back to the model. Returns the review reflection."""
+        reviews = []
+        for index, call in enumerate(calls):
+            result = await self._run_tool_call(call, iteration, index)
+            text = logic.format_tool_result(call.name, result, TOOL_RESULT_CHARS)
+            review = await self._maybe_review(call, result)
+            if review is not None:
+                reviews.append(review)
+                text += "\n\n" + review_logic.review_feedback(review)
+            self._append(logic.tool_result_message(call, structured, text))
+        reflection = review_logic.reflect_on_quality_results(reviews,
+                                                             set(self.state.reviews.capped))
+        if reflection:
+            self._emit("reflection", {"trigger": "quality_review", "message": reflection})
+        return reflection
+
     def _fire_triggers(self, iteration: int) -> list[triggers.Trigger]:
         inp, state = self.state.input, self.state
-        fired, state.trigger_state = triggers.evaluate(
-            state.loop_records, iteration, inp.max_iterations,
-            logic.current_step(state.plan, state.completed_steps), state.step_started,
-            len(state.plan.steps) if state.plan else 0, len(state.completed_steps),
-            inp.triggers, state.trigger_state,
+        planning, calls = state.planning, state.calls
+        fired, calls.triggers = triggers.evaluate(
+            calls.loop_records, iteration, inp.max_iterations,
+            logic.current_step(planning.plan, planning.completed_steps), planning.step_started,
+            len(planning.plan.steps) if planning.plan else 0, len(planning.completed_steps),
+            inp.triggers, calls.triggers,
         )
         for trigger in fired:
             self._emit("reflection", {"trigger": trigger.name, "evidence": trigger.evidence,
@@ -343,27 +351,16 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
 
     def _check_constraints(self, call: ToolCall, iteration: int) -> ToolResult | None:
         """Task-type constraints at run time: a forbidden tool is refused unless justified once."""
-        constraints = self.state.constraints
-        if (constraints is None or not self.state.input.triggers.enforce_constraints
-                or call.name not in constraints.forbidden):
-            return None
-        step = logic.current_step(self.state.plan, self.state.completed_steps)
-        justification = call.arguments.get("justification")
-        justified = bool(justification) and call.name not in self.state.exceptions_used
-        record = {"tool": call.name, "step": step, "iteration": iteration,
-                  "justified": justified, "justification": justification}
-        self.state.tool_violations.append(record)
-        self._emit("tool_violation", record)
-        if justified:
-            self.state.exceptions_used.append(call.name)
-            return None
-        allowed = ", ".join(constraints.allowed) or "any other tool"
-        return ToolResult(
-            ok=False,
-            error=f"E_FORBIDDEN: '{call.name}' is not allowed for {constraints.task_type} "
-            f"tasks; use one of: {allowed}. If it is truly necessary, call it again with a "
-            "'justification' argument (allowed once).",
-        )
+        calls = self.state.calls
+        violation, refusal = logic.check_constraints(
+            self.state.planning.constraints, self.state.input.triggers.enforce_constraints,
+            call, self._current_step(), iteration, calls.justified_tools)
+        if violation is not None:
+            calls.violations.append(violation)
+            self._emit("tool_violation", violation)
+            if violation["justified"]:
+                calls.justified_tools.append(call.name)
+        return refusal
 
     async def _maybe_continue_as_new(self) -> None:
         """At a step boundary, hand the whole state to a fresh run when history grows long."""
@@ -386,112 +383,119 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
             "tool_call",
             {"iteration": iteration, "id": call.id, "tool": call.name, "args": call.arguments},
         )
-        step_before = logic.current_step(self.state.plan, self.state.completed_steps)
+        step_before = self._current_step()
         result = await self._execute_call(call, iteration, index)
         advanced = call.name == logic.COMPLETE_STEP and result.ok
-        self.state.loop_records.append(triggers.LoopRecord(
+        self.state.calls.loop_records.append(triggers.LoopRecord(
             iteration=iteration, step=step_before, tool=call.name,
             args_key=triggers.args_key(call.arguments),
             anomaly=triggers.anomaly_of(result, self._tool_properties(call.name)),
             advanced=advanced,
         ))
         if advanced:
-            self.state.step_started = iteration + 1
+            self.state.planning.step_started = iteration + 1
         return result
 
     async def _execute_call(self, call: ToolCall, iteration: int, index: int) -> ToolResult:
-        if call.name == logic.COMPLETE_STEP:
-            result, done = logic.complete_step(
-                self.state.plan, self.state.completed_steps, call.arguments
-            )
-            if result.ok:
-                self.state.completed_steps = done
-        elif (refused := self._check_constraints(call, iteration)) is not None:
-            result = refused
-        elif (denied := await self._await_approval(call, f"{iteration}.{index}")) is not None:
-            result = denied
-        elif call.name in self.state.mcp_tools:
-            info = workflow.info()
-            result = await self._call_mcp(
-                call, f"{info.workflow_id}.{info.run_id[:8]}.{iteration}.{index}", self.keywords)
-        elif call.name not in TOOLS:
-            result = ToolResult(
-                ok=False,
-                error=f"unknown tool '{call.name}'; available: "
-                + ", ".join(spec.name for spec in self.tools),
-            )
-        else:
-            info = workflow.info()
-            try:
-                result = await workflow.execute_activity(
-                    ActivityName.tool(call.name),
-                    RunToolInput(
-                        call_id=f"{info.workflow_id}.{info.run_id[:8]}.{iteration}.{index}",
-                        name=call.name,
-                        arguments={k: v for k, v in call.arguments.items()
-                                   if k != "justification"},
-                        workspace=self.state.input.workspace,
-                        allow_network=self.state.input.allow_network,
-                        allow_shell_operators=self.state.input.allow_shell_operators,
-                        keywords=self.keywords,
-                    ),
-                    result_type=ToolResult,
-                    summary=logic.tool_call_summary(call),  # the tool and its target
-                    **tool_activity_options(call.name).kwargs(),
-                )
-            except ActivityError as err:  # one attempt only: say why it is not run again
-                raise_if_cancelled(err)
-                if TOOLS[call.name].properties.retry_safe:
-                    raise
-                raise TaskFailed("activity_failed",
-                                 not_run_again(call.name, describe_failure(err))) from err
-        if result.ok and logic.is_edit(call.name, call.arguments, self.edit_tools):
-            self.state.edits_ok += 1
-        stats = self.state.stats
-        self.state.stats = stats.model_copy(
-            update={
-                "tool_calls": stats.tool_calls + 1,
-                "tool_errors": stats.tool_errors + (0 if result.ok else 1),
-            }
-        )
-        self._emit(
-            "tool_result",
-            {
-                "iteration": iteration,
-                "id": call.id,
-                "tool": call.name,
-                "ok": result.ok,
-                "error": result.error,
-                "output": logic.truncate(result.output, 500),
-                "data": result.data,
-            },
-        )
+        result = await self._dispatch(call, iteration, index)
+        self._record_call(call, result, iteration)
         if call.name == logic.COMPLETE_STEP and result.ok:
             self._emit_step()
             self._show()
         return result
 
-    async def _summarize(self) -> None:
-        transcript = "\n".join(
-            f"{event.type}: {json.dumps(event.data, ensure_ascii=False)[:300]}"
-            for event in self.state.events
-            if event.type in ("plan", "tool_call", "tool_result", "step", "reflection",
-                              "reflection_plan", "reflection_exec")
-        )
-        for record in self.state.supplements:
-            transcript += f"\nsupplement: {json.dumps(record, ensure_ascii=False)[:500]}"
+    async def _dispatch(self, call: ToolCall, iteration: int, index: int) -> ToolResult:
+        """The call's result: the plan's own step marker, a refusal (constraints, approval),
+        an MCP tool, or a built-in tool's activity."""
+        if call.name == logic.COMPLETE_STEP:
+            return self._complete_step(call)
+        if (refused := self._check_constraints(call, iteration)) is not None:
+            return refused
+        if (denied := await self._await_approval(call, f"{iteration}.{index}")) is not None:
+            return denied
+        if call.name in self.state.mcp.tools:
+            return await self._call_mcp(call, self._call_id(iteration, index), self.keywords)
+        if call.name not in TOOLS:
+            return ToolResult(
+                ok=False,
+                error=f"unknown tool '{call.name}'; available: "
+                + ", ".join(spec.name for spec in self.tools),
+            )
+        return await self._run_builtin(call, iteration, index)
+
+    def _complete_step(self, call: ToolCall) -> ToolResult:
+        planning = self.state.planning
+        result, done = logic.complete_step(planning.plan, planning.completed_steps,
+                                           call.arguments)
+        if result.ok:
+            planning.completed_steps = done
+        return result
+
+    def _call_id(self, iteration: int, index: int) -> str:
+        """Deterministic per call: the tools' idempotency key (the edit journal's)."""
+        info = workflow.info()
+        return f"{info.workflow_id}.{info.run_id[:8]}.{iteration}.{index}"
+
+    async def _run_builtin(self, call: ToolCall, iteration: int, index: int) -> ToolResult:
+        inp = self.state.input
         try:
-            result: SummarizeResult = await workflow.execute_activity(
-                ActivityName.SUMMARIZE,
+            return await call_activity(
+                activity_calls.run_tool(call.name),
+                RunToolInput(
+                    call_id=self._call_id(iteration, index),
+                    name=call.name,
+                    arguments={k: v for k, v in call.arguments.items()
+                               if k != "justification"},
+                    workspace=inp.workspace,
+                    allow_network=inp.allow_network,
+                    allow_shell_operators=inp.allow_shell_operators,
+                    keywords=self.keywords,
+                ),
+                summary=logic.tool_call_summary(call),  # the tool and its target
+                options=tool_activity_options(call.name).as_options(),
+            )
+        except ActivityError as err:  # one attempt only: say why it is not run again
+            raise_if_cancelled(err)
+            if TOOLS[call.name].properties.retry_safe:
+                raise
+            raise TaskFailed("activity_failed",
+                             not_run_again(call.name, describe_failure(err))) from err
+
+    def _record_call(self, call: ToolCall, result: ToolResult, iteration: int) -> None:
+        """The call's outcome in the ledger, the counters and the events."""
+        calls = self.state.calls
+        calls.ledger.append(completeness_logic.tool_record(
+            call.name, call.arguments, result.ok, result.error, result.output, result.data))
+        if result.ok and logic.is_edit(call.name, call.arguments, self.edit_tools):
+            calls.edits_ok += 1
+        stats = self.state.stats
+        self.state.stats = stats.model_copy(update={
+            "tool_calls": stats.tool_calls + 1,
+            "tool_errors": stats.tool_errors + (0 if result.ok else 1),
+        })
+        self._emit("tool_result", {
+            "iteration": iteration,
+            "id": call.id,
+            "tool": call.name,
+            "ok": result.ok,
+            "error": result.error,
+            "output": logic.truncate(result.output, 500),
+            "data": result.data,
+        })
+
+    async def _summarize(self) -> None:
+        transcript = logic.summary_transcript(self.state.events, self.state.reflection.supplements,
+                                              self.state.conversation.answer)
+        try:
+            result = await call_activity(
+                activity_calls.SUMMARIZE,
                 SummarizeInput(
                     task=self.state.input.task,
-                    transcript=f"{transcript}\nfinal answer: {self.state.answer}",
+                    transcript=transcript,
                     model=self.state.input.model,
                     endpoint=self.state.input.endpoint,
                 ),
-                result_type=SummarizeResult,
                 summary="summary",
-                **LLM_CALL.kwargs(),
             )
         except ActivityError as err:
             raise_if_cancelled(err)
@@ -500,14 +504,14 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
             self._emit("summary", {"summary": None, "error": describe_failure(err)})
             return
         self._account(result.usage)
-        self.state.summary = result.summary
+        self.state.conversation.summary = result.summary
         self._emit("summary", {"summary": result.summary})
 
     # ------------------------------------------------------------ endings
 
     def _result(self, status: str, stop_reason: str, answer: str,
                 missing: list[str] | None = None) -> TaskResult:
-        info = workflow.info()
+        info, constraints = workflow.info(), self.state.planning.constraints
         return TaskResult(
             task_id=self.state.task_id,
             workflow_id=info.workflow_id,
@@ -515,30 +519,29 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
             stop_reason=stop_reason,
             answer=answer,
             missing=missing or [],
-            summary=self.state.summary,
-            intent=self.state.intent,
-            plan=self.state.plan,
-            completed_steps=self.state.completed_steps,
+            summary=self.state.conversation.summary,
+            intent=self.state.planning.intent,
+            plan=self.state.planning.plan,
+            completed_steps=self.state.planning.completed_steps,
             events=self.state.events,
             stats=self.state.stats,
-            quality_reviews=self.state.quality_reviews,
-            supplements=self.state.supplements,
-            tool_violations=self.state.tool_violations,
-            allowed_tools_snapshot=self.state.constraints.allowed if self.state.constraints
-            else [],
+            quality_reviews=self.state.all_reviews,
+            supplements=self.state.reflection.supplements,
+            tool_violations=self.state.calls.violations,
+            allowed_tools_snapshot=constraints.allowed if constraints else [],
         )
 
     async def _finish_completed(self) -> TaskResult:
         missing = logic.missing_work(
-            self.state.plan, self.edit_tools, self.state.edits_ok,
+            self.state.planning.plan, self.edit_tools, self.state.all_edits_ok,
             logic.last_completeness_verdict(self.state.events))
         # Runs recorded before honest outcomes existed replay as they ended.
         if missing and workflow.patched("incomplete-task-status"):
             return await self._finish_incomplete(missing)
         self._stop_indexing()
         self.state.status = "completed"
-        self._emit("completed", {"answer": logic.truncate(self.state.answer, 2000)})
-        result = self._result("completed", "final_answer", self.state.answer)
+        self._emit("completed", {"answer": logic.truncate(self.state.conversation.answer, 2000)})
+        result = self._result("completed", "final_answer", self.state.conversation.answer)
         self._show(result.status)
         await self._record("completed", result=result.model_dump(mode="json"))
         return result
@@ -548,8 +551,8 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
         self._stop_indexing()
         self.state.status = "incomplete"
         self._emit("incomplete", {"missing": missing,
-                                  "answer": logic.truncate(self.state.answer, 2000)})
-        result = self._result("incomplete", "work_missing", self.state.answer, missing)
+                                  "answer": logic.truncate(self.state.conversation.answer, 2000)})
+        result = self._result("incomplete", "work_missing", self.state.conversation.answer, missing)
         self._show(result.status)
         await self._record("incomplete", result=result.model_dump(mode="json"),
                            error="incomplete: " + "; ".join(missing)[:1000])
@@ -570,7 +573,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
     # ------------------------------------------------------------ helpers
 
     def _act_summary(self, iteration: int) -> str:
-        plan = self.state.plan
+        plan = self.state.planning.plan
         return visibility.model_call_summary(
-            "act", iteration, logic.current_step(plan, self.state.completed_steps),
+            "act", iteration, logic.current_step(plan, self.state.planning.completed_steps),
             len(plan.steps) if plan else 0)

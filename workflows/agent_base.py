@@ -12,9 +12,10 @@ from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 # Models are plain data; passed through so the sandbox does not re-import pydantic.
 with workflow.unsafe.imports_passed_through():
+    from refloop import activity_calls
+    from refloop.activity_calls import ActivityCall
     from refloop.mcp_config import mcp_tool_properties
     from refloop.models import (
-        ActivityName,
         ChatMessage,
         Event,
         LLMUsageRecord,
@@ -25,7 +26,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.state import AgentState
 
 from workflows import logic
-from workflows.policies import STORE_WRITE
+from workflows.calls import call_activity
 
 STORE_WRITES_LOCAL = "store-writes-local"
 
@@ -50,12 +51,12 @@ class AgentBase:
     def _tool_properties(self, name: str) -> ToolProperties | None:
         """A tool's properties, built-in or MCP (None: no such tool); approval, review and
         the triggers read them."""
-        tool = self.state.mcp_tools.get(name)
+        tool = self.state.mcp.tools.get(name)
         return mcp_tool_properties(tool) if tool is not None else tool_properties(name)
 
     async def _record(self, status: str, **fields: Any) -> None:
         await self._store_write(
-            ActivityName.RECORD_TASK,
+            activity_calls.RECORD_TASK,
             RecordTaskInput(
                 task_id=self.state.task_id,
                 workflow_id=workflow.info().workflow_id,
@@ -67,20 +68,16 @@ class AgentBase:
             summary=f"record task: {status}",
         )
 
-    async def _store_write(self, activity_name: str, arg: BaseModel,
+    async def _store_write(self, activity: ActivityCall[Any, None], arg: BaseModel,
                            summary: str | None = None) -> None:
         """A DB write as a local activity; runs recorded before the patch replay theirs as
         scheduled activities."""
-        if workflow.patched(STORE_WRITES_LOCAL):
-            await workflow.execute_local_activity(activity_name, arg, summary=summary,
-                                                  **STORE_WRITE.local_kwargs())
-        else:
-            await workflow.execute_activity(activity_name, arg, summary=summary,
-                                            **STORE_WRITE.kwargs())
+        await call_activity(activity, arg, summary=summary,
+                            local=workflow.patched(STORE_WRITES_LOCAL))
 
     def _append(self, message: ChatMessage) -> None:
         """A turn for the next `act`, which adds it to the stored conversation and trims."""
-        self.state.pending.append(message)
+        self.state.conversation.unsent_turns.append(message)
 
     def _account(self, record: LLMUsageRecord) -> None:
         self.state.stats = logic.add_usage(self.state.stats, record)
@@ -110,13 +107,16 @@ class AgentBase:
             )
         )
 
+    def _current_step(self) -> int | None:
+        return logic.current_step(self.state.planning.plan, self.state.planning.completed_steps)
+
     def _emit_step(self) -> None:
-        step = logic.current_step(self.state.plan, self.state.completed_steps)
-        if self.state.plan is not None:
-            goal = self.state.plan.steps[step - 1].goal if step else None
+        step = self._current_step()
+        if self.state.planning.plan is not None:
+            goal = self.state.planning.plan.steps[step - 1].goal if step else None
             self._emit(
                 "step",
-                {"step": step, "goal": goal, "completed": self.state.completed_steps},
+                {"step": step, "goal": goal, "completed": self.state.planning.completed_steps},
             )
 
 

@@ -32,12 +32,16 @@ def validate_decision(pending: dict[str, ApprovalDecision | None],
 
 
 class ApprovalPhase(AgentBase):
+    def _decide(self, decision: ApprovalDecision) -> None:
+        """The `decide_approval` update: a validated decision for a waiting call."""
+        self.state.approvals.waiting[decision.call_id] = decision
+
     async def _await_approval(self, call: ToolCall, call_key: str) -> ToolResult | None:
         """None when the call may run; a denied tool result when it was rejected."""
         inp = self.state.input
         if not needs_approval(inp.approval_mode, call, self._tool_properties(call.name)):
             return None
-        pending = self.state.pending_approvals
+        pending = self.state.approvals.waiting
         pending[call_key] = None
         self._emit("approval_required",
                    {"call_id": call_key, "tool": call.name, "args": call.arguments})

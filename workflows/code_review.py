@@ -14,7 +14,8 @@ from typing import Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from activities.code_review_activities import Names
+    from refloop import activity_calls
+    from refloop.activity_calls import ActivityCall
     from refloop.code_review_models import (
         MAX_ATTEMPTS,
         AgentCallInput,
@@ -22,7 +23,6 @@ with workflow.unsafe.imports_passed_through():
         CodeReviewInput,
         CodeReviewResult,
         FormatInput,
-        FormatResult,
         LoadContentInput,
         RecordContentInput,
         RetryContext,
@@ -31,7 +31,7 @@ with workflow.unsafe.imports_passed_through():
     )
 
 from workflows import code_review_logic as logic
-from workflows.policies import LLM_CALL, STORE_WRITE, TOOL_CALL
+from workflows.calls import call_activity
 from workflows.visibility_phase import show_code_review
 
 
@@ -62,9 +62,10 @@ class CodeReviewWorkflow:
         return result
 
     async def _review(self, request: CodeReviewInput) -> CodeReviewResult:
-        content: ReviewContent = await workflow.execute_activity(
-            Names.LOAD, LoadContentInput(request=request, task_id=self.task_id),
-            result_type=ReviewContent, summary="load review content", **TOOL_CALL.kwargs())
+        content = await call_activity(
+            activity_calls.LOAD_REVIEW_CONTENT,
+            LoadContentInput(request=request, task_id=self.task_id),
+            summary="load review content")
         await self._record("content", {"files": content.files, "skipped": content.skipped})
         retry, requirements = RetryContext(), []
         review: ReviewOutput | None = None
@@ -73,7 +74,7 @@ class CodeReviewWorkflow:
             task = logic.task_json(request, self.task_id, retry, requirements)
             if review is None:
                 self.stage = "review"
-                call = await self._agent(Names.REVIEW, task, content, None)
+                call = await self._agent(activity_calls.REVIEW_AGENT, task, content, None)
                 error = logic.review_error(call.review, call.invalid)
                 if error:
                     retry = self._failed(retry, "review", error, "re-run review with context")
@@ -83,7 +84,7 @@ class CodeReviewWorkflow:
                 review = call.review.model_copy(update={"issues": kept})
                 await self._record("review", review.model_dump(mode="json"))
             self.stage = "verify"
-            call = await self._agent(Names.VERIFY, task, content, review)
+            call = await self._agent(activity_calls.VERIFY_AGENT, task, content, review)
             verdict, detail = logic.verify_verdict(call.verify, call.invalid)
             if verdict == "error":
                 retry = self._failed(retry, "verify", detail, "re-run verify with context")
@@ -113,10 +114,10 @@ class CodeReviewWorkflow:
         if fmt == "simple":
             output = logic.simple_items(issues)
         elif fmt != "detailed":
-            formatted: FormatResult = await workflow.execute_activity(
-                Names.FORMAT, FormatInput(instruction=fmt, report=report,
-                                          model=self.request.model),
-                result_type=FormatResult, summary="format output", **LLM_CALL.kwargs())
+            formatted = await call_activity(
+                activity_calls.FORMAT_REVIEW,
+                FormatInput(instruction=fmt, report=report, model=self.request.model),
+                summary="format output")
             lost = logic.lost_findings(formatted.text, issues)
             if lost:  # the user's format wins, but never at the cost of findings
                 note = f"custom format dropped findings {lost}; returning the detailed report"
@@ -128,15 +129,14 @@ class CodeReviewWorkflow:
             provenance=self.provenance, dropped_hallucinations=dropped,
             skipped_content=content.skipped, format_note=note)
 
-    async def _agent(self, name: str, task: dict[str, Any], content: ReviewContent,
+    async def _agent(self, agent: ActivityCall[AgentCallInput, AgentCallResult],
+                     task: dict[str, Any], content: ReviewContent,
                      review: ReviewOutput | None) -> AgentCallResult:
-        kind = "review" if name == Names.REVIEW else "verify"
-        result: AgentCallResult = await workflow.execute_activity(
-            name, AgentCallInput(task_json=task, content=content, review=review,
-                                 model=self.request.model),
-            result_type=AgentCallResult,
-            summary=f"{kind} agent (attempt {task['retry_context']['attempt_number']})",
-            **LLM_CALL.kwargs())
+        kind = "review" if agent == activity_calls.REVIEW_AGENT else "verify"
+        result = await call_activity(
+            agent, AgentCallInput(task_json=task, content=content, review=review,
+                                  model=self.request.model),
+            summary=f"{kind} agent (attempt {task['retry_context']['attempt_number']})")
         self.provenance.append({"agent": kind, "activity_id": result.activity_id,
                                 "activity_attempt": result.attempt,
                                 "supervisor_attempt": task["retry_context"]["attempt_number"]})
@@ -149,8 +149,8 @@ class CodeReviewWorkflow:
         return logic.next_retry(retry, error, action)
 
     async def _record(self, stage: str, payload: dict[str, Any]) -> None:
-        await workflow.execute_activity(
-            Names.RECORD, RecordContentInput(task_id=self.task_id,
-                                             review_type=self.request.review_type,
-                                             stage=stage, payload=payload),
-            summary=f"record {stage}", **STORE_WRITE.kwargs())
+        await call_activity(
+            activity_calls.RECORD_REVIEW_CONTENT,
+            RecordContentInput(task_id=self.task_id, review_type=self.request.review_type,
+                               stage=stage, payload=payload),
+            summary=f"record {stage}")

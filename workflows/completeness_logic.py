@@ -9,6 +9,7 @@ import re
 from typing import Any
 
 from refloop.models import (
+    COMPLETE_STEP,
     CompletenessVerdict,
     Event,
     HistoryItem,
@@ -16,8 +17,9 @@ from refloop.models import (
     ReviewCounts,
     Supplement,
     TaskStats,
-    TokenUsage,
+    ToolRecord,
 )
+from workflows.logic import merged_usage
 
 SUPPLEMENT_HEADER = "【需要补充的操作】"  # the judge's marker for the supplement objective
 _CLAIMED_FILE = re.compile(
@@ -48,25 +50,51 @@ def missing_steps(plan: Plan | None, completed: list[int]) -> list[str]:
             if n not in completed]
 
 
-def condensed_history(events: list[Event], limit: int = 300) -> list[HistoryItem]:
-    """Per tool call: tool, short arguments and outcome - never raw outputs."""
+def tool_record(tool: str, arguments: dict[str, Any], ok: bool, error: str | None,
+                output: str = "", data: dict[str, Any] | None = None,
+                limit: int = 300) -> ToolRecord:
+    """A tool call's compact record: short arguments and outcome, never raw outputs."""
+    args = json.dumps(arguments, ensure_ascii=False)
+    outcome = "ok" if ok else f"error: {error}"
+    if ok and output:
+        outcome += f": {output[:120]}"
+    file_path = (data or {}).get("file_path") if ok else None
+    note = arguments.get("summary") if tool == COMPLETE_STEP else None
+    return ToolRecord(
+        tool=tool,
+        arguments=args if len(args) <= limit else args[:limit] + "…",
+        ok=ok,
+        outcome=outcome[:limit],
+        file_path=file_path if isinstance(file_path, str) else None,
+        note=str(note or "")[:1000],
+    )
+
+
+def records_from_events(events: list[Event]) -> list[ToolRecord]:
+    """The records a run kept only as events (state written before the ledger existed)."""
     calls: dict[str, dict[str, Any]] = {}
-    items: list[HistoryItem] = []
+    records: list[ToolRecord] = []
     for event in events:
         if event.type == "tool_call":
             calls[event.data["id"]] = event.data
         elif event.type == "tool_result":
             call = calls.get(event.data["id"], {})
-            args = json.dumps(call.get("args", {}), ensure_ascii=False)
-            outcome = "ok" if event.data.get("ok") else f"error: {event.data.get('error')}"
-            if event.data.get("ok") and event.data.get("output"):
-                outcome += f": {event.data['output'][:120]}"
-            items.append(HistoryItem(
-                tool=event.data.get("tool", ""),
-                arguments=args if len(args) <= limit else args[:limit] + "…",
-                outcome=outcome[:limit],
-            ))
-    return items
+            records.append(tool_record(
+                event.data.get("tool", ""), call.get("args", {}), bool(event.data.get("ok")),
+                event.data.get("error"), event.data.get("output") or "",
+                event.data.get("data")))
+    return records
+
+
+def condensed_history(records: list[ToolRecord]) -> list[HistoryItem]:
+    """Per tool call: tool, short arguments and outcome - the judge's evidence."""
+    return [HistoryItem(tool=r.tool, arguments=r.arguments, outcome=r.outcome)
+            for r in records]
+
+
+def claim_texts(records: list[ToolRecord], answer: str) -> list[str]:
+    """Where the model says what it wrote: the answer and each step's summary."""
+    return [answer] + [r.note for r in records if r.tool == COMPLETE_STEP]
 
 
 def reconcile(
@@ -109,16 +137,14 @@ def drop_repeated_steps(plan: Plan, done_steps: list[tuple[str, str]]) -> Plan |
     return plan.model_copy(update={"steps": steps}) if steps else None
 
 
-def prior_context(events: list[Event], answer: str, limit: int = 4000) -> str:
+def prior_context(records: list[ToolRecord], answer: str, limit: int = 4000) -> str:
     """What a supplement child inherits: condensed results, files touched, the answer."""
     files: list[str] = []
-    for event in events:
-        path = event.data.get("data", {}).get("file_path") if event.type == "tool_result" else None
-        if path and event.data.get("ok") and path not in files:
-            files.append(path)
+    for record in records:
+        if record.file_path and record.file_path not in files:
+            files.append(record.file_path)
     lines = ["Results of the earlier run (do not redo these):"]
-    lines += [f"- {item.tool} {item.arguments} -> {item.outcome}"
-              for item in condensed_history(events)]
+    lines += [f"- {r.tool} {r.arguments} -> {r.outcome}" for r in records]
     if files:
         lines.append("Files touched: " + ", ".join(files))
     if answer:
@@ -129,12 +155,6 @@ def prior_context(events: list[Event], answer: str, limit: int = 4000) -> str:
 
 def merge_stats(parent: TaskStats, child: TaskStats) -> TaskStats:
     """Global statistics over the parent run and a supplement child."""
-    by_purpose = dict(parent.usage_by_purpose)
-    for purpose, usage in child.usage_by_purpose.items():
-        by_purpose[purpose] = by_purpose.get(purpose, TokenUsage()).add(usage)
-    by_model = dict(parent.usage_by_model)
-    for model, usage in child.usage_by_model.items():
-        by_model[model] = by_model.get(model, TokenUsage()).add(usage)
     reviews = ReviewCounts(**{
         name: getattr(parent.reviews, name) + getattr(child.reviews, name)
         for name in ReviewCounts.model_fields
@@ -147,6 +167,6 @@ def merge_stats(parent: TaskStats, child: TaskStats) -> TaskStats:
         tool_errors=parent.tool_errors + child.tool_errors,
         reviews=reviews,
         usage=parent.usage.add(child.usage),
-        usage_by_purpose=by_purpose,
-        usage_by_model=by_model,
+        usage_by_purpose=merged_usage(parent.usage_by_purpose, child.usage_by_purpose),
+        usage_by_model=merged_usage(parent.usage_by_model, child.usage_by_model),
     )

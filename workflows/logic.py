@@ -10,14 +10,15 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from refloop.conversation import TRIM_NOTE, trim_history  # noqa: F401  (re-exported)
 from refloop.models import (
+    COMPLETE_STEP,
     ChatMessage,
     Event,
     IntentLabel,
     IntentResult,
     LLMUsageRecord,
     Plan,
+    QualityReview,
     TaskStats,
     TokenUsage,
     ToolCall,
@@ -27,7 +28,6 @@ from refloop.models import (
 )
 from refloop.textguard import first_json_object
 
-COMPLETE_STEP = "complete_step"
 NO_PLANNING_INTENTS = frozenset({IntentLabel.GENERAL_CHAT, IntentLabel.CAPABILITY_QUERY})
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(\{.*?\})\s*```", re.DOTALL)
 _TOOL_TAG = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
@@ -164,16 +164,18 @@ def format_tool_result(name: str, result: ToolResult, limit: int) -> str:
     return truncate(body, limit)
 
 
-def tool_result_message(call: ToolCall, native: bool, text: str) -> ChatMessage:
-    """Native calls answer with a `tool` turn; text-parsed calls with a user turn."""
-    if native:
+def tool_result_message(call: ToolCall, structured: bool, text: str) -> ChatMessage:
+    """Structured calls (the API's `tool_calls`) answer with a `tool` turn; calls parsed
+    out of the text with a user turn."""
+    if structured:
         return ChatMessage(role="tool", tool_call_id=call.id, name=call.name, content=text)
     return ChatMessage(role="user", content=f"Tool result for {call.name}:\n{text}")
 
 
-def assistant_tool_message(content: str | None, calls: list[ToolCall], native: bool) -> ChatMessage:
+def assistant_tool_message(content: str | None, calls: list[ToolCall],
+                           structured: bool) -> ChatMessage:
     """The assistant turn that carried the calls; text calls are cleaned to their JSON."""
-    if native:
+    if structured:
         return ChatMessage(role="assistant", content=content, tool_calls=calls)
     call = calls[0]
     return ChatMessage(
@@ -366,6 +368,45 @@ def task_message(task: str, plan: Plan | None, prior_context: str | None = None)
     return f"{text}\n\nPlan ({plan.task_type.value}):\n{steps}"
 
 
+def check_constraints(constraints: ToolConstraints | None, enforce: bool, call: ToolCall,
+                      step: int | None, iteration: int, justified_tools: list[str]
+                      ) -> tuple[dict[str, Any] | None, ToolResult | None]:
+    """A forbidden tool of the task type: the violation to record, and the refusal unless
+    a justification excuses it (once per tool). (None, None): the call is not forbidden."""
+    if constraints is None or not enforce or call.name not in constraints.forbidden:
+        return None, None
+    justification = call.arguments.get("justification")
+    justified = bool(justification) and call.name not in justified_tools
+    violation = {"tool": call.name, "step": step, "iteration": iteration,
+                 "justified": justified, "justification": justification}
+    if justified:
+        return violation, None
+    allowed = ", ".join(constraints.allowed) or "any other tool"
+    return violation, ToolResult(
+        ok=False,
+        error=f"E_FORBIDDEN: '{call.name}' is not allowed for {constraints.task_type} "
+        f"tasks; use one of: {allowed}. If it is truly necessary, call it again with a "
+        "'justification' argument (allowed once).",
+    )
+
+
+SUMMARY_EVENTS = frozenset({"plan", "tool_call", "tool_result", "step", "reflection",
+                            "reflection_plan", "reflection_exec"})
+
+
+def summary_transcript(events: Iterable[Event], supplements: list[dict[str, Any]],
+                       answer: str) -> str:
+    """What the summary model reads: the run's events, its supplements and the answer,
+    each cut short."""
+    transcript = "\n".join(
+        f"{event.type}: {json.dumps(event.data, ensure_ascii=False)[:300]}"
+        for event in events if event.type in SUMMARY_EVENTS
+    )
+    for record in supplements:
+        transcript += f"\nsupplement: {json.dumps(record, ensure_ascii=False)[:500]}"
+    return f"{transcript}\nfinal answer: {answer}"
+
+
 def abnormal_output_message(reason: str) -> str:
     return (
         f"Your previous output was abnormal ({reason}) and was discarded. "
@@ -376,10 +417,13 @@ def abnormal_output_message(reason: str) -> str:
 # ---------------------------------------------------------------- accounting
 
 
-def _add_to(
-    ledger: dict[str, TokenUsage], key: str, usage: TokenUsage
-) -> dict[str, TokenUsage]:
-    return {**ledger, key: ledger[key].add(usage) if key in ledger else usage}
+def merged_usage(ledger: dict[str, TokenUsage],
+                 more: dict[str, TokenUsage]) -> dict[str, TokenUsage]:
+    """Usage per key (purpose, model) with more of it added."""
+    merged = dict(ledger)
+    for key, usage in more.items():
+        merged[key] = merged[key].add(usage) if key in merged else usage
+    return merged
 
 
 def add_usage(stats: TaskStats, record: LLMUsageRecord) -> TaskStats:
@@ -388,11 +432,21 @@ def add_usage(stats: TaskStats, record: LLMUsageRecord) -> TaskStats:
             "llm_calls": stats.llm_calls + record.usage.calls,
             "llm_failed_calls": stats.llm_failed_calls + record.usage.failed_calls,
             "usage": stats.usage.add(record.usage),
-            "usage_by_purpose": _add_to(stats.usage_by_purpose, record.purpose.value,
-                                        record.usage),
-            "usage_by_model": _add_to(stats.usage_by_model, record.model, record.usage),
+            "usage_by_purpose": merged_usage(stats.usage_by_purpose,
+                                             {record.purpose.value: record.usage}),
+            "usage_by_model": merged_usage(stats.usage_by_model, {record.model: record.usage}),
         }
     )
+
+
+def count_review(stats: TaskStats, review: QualityReview) -> TaskStats:
+    """The stats with one more review counted under its outcome."""
+    counts = stats.reviews
+    outcome = "unavailable" if review.outcome == "unavailable" else (
+        "passed" if review.passed else "failed")
+    reviews = counts.model_copy(
+        update={"total": counts.total + 1, outcome: getattr(counts, outcome) + 1})
+    return stats.model_copy(update={"reviews": reviews})
 
 
 def failed_usage(details: Any) -> LLMUsageRecord | None:

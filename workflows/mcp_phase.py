@@ -5,11 +5,12 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from refloop.mcp_config import McpCallInput, McpListInput, McpToolList, mcp_tool_properties
-    from refloop.models import ActivityName, ToolCall, ToolConstraints, ToolResult, ToolSpec
+    from refloop import activity_calls
+    from refloop.mcp_config import McpCallInput, McpListInput, mcp_tool_properties
+    from refloop.models import ToolCall, ToolConstraints, ToolResult, ToolSpec
 
 from workflows.agent_base import AgentBase
-from workflows.policies import MCP_LIST
+from workflows.calls import call_activity
 
 MCP_TOOLS_PATCH = "mcp-tool-servers"
 
@@ -31,7 +32,7 @@ class McpPhase(AgentBase):
     def _adopt_mcp_tools(self) -> None:
         """Add the listed MCP tools to what the model is offered (also after a
         continue-as-new, from the state)."""
-        specs = [tool.spec() for tool in self.state.mcp_tools.values()]
+        specs = [tool.spec() for tool in self.state.mcp.tools.values()]
         self.tools = [*self.tools, *specs]
         self.tool_names = [spec.name for spec in self.tools]
 
@@ -39,35 +40,31 @@ class McpPhase(AgentBase):
         inp = self.state.input
         if not inp.mcp_servers or not workflow.patched(MCP_TOOLS_PATCH):
             return
-        listing: McpToolList = await workflow.execute_activity(
-            ActivityName.MCP_LIST_TOOLS,
+        listing = await call_activity(
+            activity_calls.MCP_LIST_TOOLS,
             McpListInput(servers=inp.mcp_servers, workspace=inp.workspace),
-            result_type=McpToolList,
             summary=", ".join(inp.mcp_servers),
-            **MCP_LIST.kwargs(),
         )
-        self.state.mcp_tools = {tool.name: tool for tool in listing.tools}
-        self.state.mcp_tools_ref = listing.specs_ref
+        self.state.mcp.tools = {tool.name: tool for tool in listing.tools}
+        self.state.mcp.specs_ref = listing.specs_ref
         self._emit("mcp_tools", {"servers": inp.mcp_servers,
                                  "tools": [tool.name for tool in listing.tools],
                                  "dropped": listing.dropped})
         self._adopt_mcp_tools()
 
     def _mcp_read_tools(self) -> list[str]:
-        return [name for name, tool in self.state.mcp_tools.items()
+        return [name for name, tool in self.state.mcp.tools.items()
                 if mcp_tool_properties(tool).kind == "read"]
 
     async def _call_mcp(self, call: ToolCall, call_id: str, keywords: list[str]) -> ToolResult:
-        tool = self.state.mcp_tools[call.name]
-        options = mcp_tool_properties(tool).activity
-        return await workflow.execute_activity(
-            ActivityName.MCP_CALL_TOOL,
+        tool = self.state.mcp.tools[call.name]
+        return await call_activity(
+            activity_calls.MCP_CALL_TOOL,
             McpCallInput(
                 call_id=call_id, server=tool.server, tool=tool.tool,
                 arguments={k: v for k, v in call.arguments.items() if k != "justification"},
                 workspace=self.state.input.workspace, keywords=keywords,
             ),
-            result_type=ToolResult,
             summary=f"{tool.server}: {tool.tool}",
-            **options.kwargs(),
+            options=mcp_tool_properties(tool).activity.as_options(),
         )

@@ -6,19 +6,18 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from refloop import activity_calls
     from refloop.models import (
-        ActivityName,
         QualityReview,
         QualityReviewInput,
-        QualityReviewResult,
         RecordQualityReviewInput,
         ToolCall,
         ToolResult,
     )
 
-from workflows import review_logic
+from workflows import logic, review_logic
 from workflows.agent_base import AgentBase, describe_failure, raise_if_cancelled
-from workflows.policies import REVIEW_CALL
+from workflows.calls import call_activity
 
 
 class QualityReviewPhase(AgentBase):
@@ -30,12 +29,12 @@ class QualityReviewPhase(AgentBase):
         ):
             return None
         file_path = result.data.get("file_path", "")
-        if file_path in self.state.review_capped:
+        if file_path in self.state.reviews.capped:
             self._emit("quality_review_skipped", {"file_path": file_path, "reason": "cap"})
             return None
         try:
-            outcome: QualityReviewResult = await workflow.execute_activity(
-                ActivityName.QUALITY_REVIEW,
+            outcome = await call_activity(
+                activity_calls.QUALITY_REVIEW,
                 QualityReviewInput(
                     task=inp.task,
                     workspace=inp.workspace,
@@ -47,9 +46,7 @@ class QualityReviewPhase(AgentBase):
                     endpoint=inp.endpoint,
                     snippet_lines=inp.quality_review_snippet_lines,
                 ),
-                result_type=QualityReviewResult,
                 summary=f"quality review {file_path}",
-                **REVIEW_CALL.kwargs(),
             )
             review = outcome.review
             if outcome.usage is not None:
@@ -64,10 +61,10 @@ class QualityReviewPhase(AgentBase):
             )
         self._count_review(review)
         await self._store_write(
-            ActivityName.RECORD_QUALITY_REVIEW,
+            activity_calls.RECORD_QUALITY_REVIEW,
             RecordQualityReviewInput(
                 task_id=self.state.task_id,
-                review_key=f"{self.state.task_id}:{len(self.state.quality_reviews)}",
+                review_key=f"{self.state.task_id}:{len(self.state.reviews.done)}",
                 session_id=inp.session_id,
                 review=review,
             ),
@@ -76,19 +73,14 @@ class QualityReviewPhase(AgentBase):
         return review
 
     def _count_review(self, review: QualityReview) -> None:
-        self.state.quality_reviews.append(review)
+        self.state.reviews.done.append(review)
         failures, capped = review_logic.count_failure(
-            self.state.review_failures, review, self.state.input.quality_review_max_rounds
+            self.state.reviews.failures, review, self.state.input.quality_review_max_rounds
         )
-        self.state.review_failures = failures
+        self.state.reviews.failures = failures
         if capped:
-            self.state.review_capped.append(review.file_path)
-        counts = self.state.stats.reviews
-        outcome = "unavailable" if review.outcome == "unavailable" else (
-            "passed" if review.passed else "failed")
-        self.state.stats.reviews = counts.model_copy(
-            update={"total": counts.total + 1, outcome: getattr(counts, outcome) + 1}
-        )
+            self.state.reviews.capped.append(review.file_path)
+        self.state.stats = logic.count_review(self.state.stats, review)
         self._emit(
             "quality_review",
             {

@@ -1,5 +1,8 @@
 """The agent workflow's state: one pydantic model, so it crosses continue-as-new whole.
 
+Grouped by owner: each group is written by one part of the workflow (named on the group)
+and only read by the others. `stats` is shared: it is replaced, never changed in place.
+
 Plain data with no workflow code, so the worker passes this module through the sandbox
 instead of rebuilding the model's schema for every workflow run.
 """
@@ -8,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from refloop.mcp_config import McpToolInfo
 from refloop.models import (
@@ -21,8 +24,121 @@ from refloop.models import (
     TaskInput,
     TaskStats,
     ToolConstraints,
+    ToolRecord,
 )
+from workflows.completeness_logic import records_from_events
 from workflows.triggers import LoopRecord, TriggerState
+
+
+class PlanState(BaseModel):
+    """Intent, plan and progress through it (the agent loop)."""
+
+    intent: IntentResult | None = None
+    plan: Plan | None = None
+    completed_steps: list[int] = Field(default_factory=list)
+    step_started: int = 1  # iteration at which the current plan step began
+    constraints: ToolConstraints | None = None  # of the inferred task type
+    direct_answer: bool = False  # a question answered without tools after its plan failed
+
+
+class ConversationState(BaseModel):
+    """The model conversation (the agent loop). History-lean: it lives in the blob store;
+    only turns not yet sent to the model wait here."""
+
+    ref: str | None = None
+    unsent_turns: list[ChatMessage] = Field(default_factory=list)
+    answer: str = ""
+    summary: str | None = None
+
+
+class CallsState(BaseModel):
+    """What the tool calls did (the agent loop's tool step and its early reflection)."""
+
+    # One compact record per call, for the whole task: continue-as-new trims `events`
+    ledger: list[ToolRecord] = Field(default_factory=list)
+    violations: list[dict[str, Any]] = Field(default_factory=list)
+    justified_tools: list[str] = Field(default_factory=list)  # forbidden, excused once
+    edits_ok: int = 0  # successful edits, for honest outcomes
+    loop_records: list[LoopRecord] = Field(default_factory=list)
+    triggers: TriggerState = Field(default_factory=TriggerState)
+
+
+class ReviewsState(BaseModel):
+    """Quality reviews of this run's edits (QualityReviewPhase)."""
+
+    done: list[QualityReview] = Field(default_factory=list)
+    failures: dict[str, int] = Field(default_factory=dict)  # per file, for the cap
+    capped: list[str] = Field(default_factory=list)
+
+
+class ReflectionState(BaseModel):
+    """Completeness reflection's supplement children and what they did (CompletenessPhase)."""
+
+    supplements: list[dict[str, Any]] = Field(default_factory=list)
+    edits_ok: int = 0
+    reviews: list[QualityReview] = Field(default_factory=list)
+
+
+class ApprovalsState(BaseModel):
+    """Calls waiting for a human (ApprovalPhase)."""
+
+    # call key -> decision (None while waiting); the update validator reads it
+    waiting: dict[str, ApprovalDecision | None] = Field(default_factory=dict)
+
+
+class McpState(BaseModel):
+    """The chosen MCP servers' tools, listed once at task start (McpPhase)."""
+
+    tools: dict[str, McpToolInfo] = Field(default_factory=dict)  # by model-facing name
+    specs_ref: str | None = None
+
+
+class WorkspaceState(BaseModel):
+    """Environment and repo map for the system prompt (WorkspacePhase)."""
+
+    context: str | None = None
+
+
+# Where each field of the earlier flat state went: old name -> (group, new name).
+_FLAT_FIELDS: dict[str, tuple[str, str]] = {
+    "intent": ("planning", "intent"),
+    "plan": ("planning", "plan"),
+    "completed_steps": ("planning", "completed_steps"),
+    "step_started": ("planning", "step_started"),
+    "constraints": ("planning", "constraints"),
+    "direct_answer": ("planning", "direct_answer"),
+    "conversation_ref": ("conversation", "ref"),
+    "pending": ("conversation", "unsent_turns"),
+    "answer": ("conversation", "answer"),
+    "summary": ("conversation", "summary"),
+    "tool_ledger": ("calls", "ledger"),
+    "tool_violations": ("calls", "violations"),
+    "exceptions_used": ("calls", "justified_tools"),
+    "edits_ok": ("calls", "edits_ok"),
+    "loop_records": ("calls", "loop_records"),
+    "trigger_state": ("calls", "triggers"),
+    "quality_reviews": ("reviews", "done"),
+    "review_failures": ("reviews", "failures"),
+    "review_capped": ("reviews", "capped"),
+    "supplements": ("reflection", "supplements"),
+    "pending_approvals": ("approvals", "waiting"),
+    "mcp_tools": ("mcp", "tools"),
+    "mcp_tools_ref": ("mcp", "specs_ref"),
+    "workspace_context": ("workspace", "context"),
+}
+
+
+def _grouped(data: dict[str, Any]) -> dict[str, Any]:
+    """The earlier flat state in groups (children's edits and reviews stay in the run's
+    own counts, which the result adds up the same way)."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in _FLAT_FIELDS:
+            group, name = _FLAT_FIELDS[key]
+            out.setdefault(group, {})[name] = value
+        else:
+            out[key] = value
+    return out
 
 
 class AgentState(BaseModel):
@@ -30,37 +146,39 @@ class AgentState(BaseModel):
 
     input: TaskInput
     task_id: str
-    status: str = "running"
-    intent: IntentResult | None = None
-    plan: Plan | None = None
-    completed_steps: list[int] = Field(default_factory=list)
-    # History-lean: the conversation lives in the blob store; only new turns wait here.
-    conversation_ref: str | None = None
-    pending: list[ChatMessage] = Field(default_factory=list)
-    events: list[Event] = Field(default_factory=list)
+    status: str = "running"  # the run's endings
+    events: list[Event] = Field(default_factory=list)  # any part, through `_emit`
     last_seq: int = 0  # event numbering survives continue-as-new, which trims `events`
     stats: TaskStats = Field(default_factory=TaskStats)
-    answer: str = ""
-    summary: str | None = None
-    quality_reviews: list[QualityReview] = Field(default_factory=list)
-    review_failures: dict[str, int] = Field(default_factory=dict)  # per file, for the cap
-    review_capped: list[str] = Field(default_factory=list)
-    supplements: list[dict[str, Any]] = Field(default_factory=list)
-    # Constraints of the inferred task type, violations, early-reflection state
-    constraints: ToolConstraints | None = None
-    tool_violations: list[dict[str, Any]] = Field(default_factory=list)
-    exceptions_used: list[str] = Field(default_factory=list)
-    loop_records: list[LoopRecord] = Field(default_factory=list)
-    trigger_state: TriggerState = Field(default_factory=TriggerState)
-    step_started: int = 1  # iteration at which the current plan step began
-    # Environment and repo map for the system prompt
-    workspace_context: str | None = None
-    # call key -> decision (None while waiting); the update validator reads it
-    pending_approvals: dict[str, ApprovalDecision | None] = Field(default_factory=dict)
-    # The chosen MCP servers' tools, listed once at task start (by model-facing name)
-    mcp_tools: dict[str, McpToolInfo] = Field(default_factory=dict)
-    mcp_tools_ref: str | None = None
-    # Honest outcomes: successful edits (children's included); a question answered without
-    # tools after its plan failed
-    edits_ok: int = 0
-    direct_answer: bool = False
+    planning: PlanState = Field(default_factory=PlanState)
+    conversation: ConversationState = Field(default_factory=ConversationState)
+    calls: CallsState = Field(default_factory=CallsState)
+    reviews: ReviewsState = Field(default_factory=ReviewsState)
+    reflection: ReflectionState = Field(default_factory=ReflectionState)
+    approvals: ApprovalsState = Field(default_factory=ApprovalsState)
+    mcp: McpState = Field(default_factory=McpState)
+    workspace: WorkspaceState = Field(default_factory=WorkspaceState)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _accept_earlier_shapes(cls, data: Any) -> Any:
+        """State carried over by runs of earlier code: flat, and without the tool ledger
+        (its tool calls are then only in its events)."""
+        if not isinstance(data, dict):
+            return data
+        if "conversation" not in data:
+            data = _grouped(data)
+        calls = data.get("calls") or {}
+        if "ledger" not in calls and data.get("events"):
+            events = [Event.model_validate(e) for e in data["events"]]
+            data = {**data, "calls": {**calls, "ledger": records_from_events(events)}}
+        return data
+
+    @property
+    def all_edits_ok(self) -> int:
+        """Successful edits of this run and its supplement children."""
+        return self.calls.edits_ok + self.reflection.edits_ok
+
+    @property
+    def all_reviews(self) -> list[QualityReview]:
+        return self.reviews.done + self.reflection.reviews

@@ -12,12 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
-from refloop.models import ToolResult, TriggerConfig
+from refloop.models import COMPLETE_STEP, ToolResult, TriggerConfig
 
 if TYPE_CHECKING:
     from refloop.tool_properties import ToolProperties
 
-COMPLETE_STEP = "complete_step"
 EMPTY_OUTPUTS = frozenset({"", "(empty)", "(no matches)", "(empty file)"})
 ADVICE = {
     "result_anomaly": "Read the error or empty result, then fix the arguments or choose "
@@ -74,17 +73,18 @@ def anomaly_of(result: ToolResult, properties: ToolProperties | None) -> str | N
     return None
 
 
-def _work(records: list[LoopRecord]) -> list[LoopRecord]:
+def _real_calls(records: list[LoopRecord]) -> list[LoopRecord]:
+    """The calls that did work: the plan's own step marker left out."""
     return [r for r in records if r.tool != COMPLETE_STEP]
 
 
 def result_anomaly(records: list[LoopRecord], iteration: int) -> str | None:
-    bad = [r for r in _work(records) if r.iteration == iteration and r.anomaly]
+    bad = [r for r in _real_calls(records) if r.iteration == iteration and r.anomaly]
     return "; ".join(f"{r.tool}: {r.anomaly}" for r in bad) or None
 
 
 def repetition(records: list[LoopRecord], threshold: int) -> str | None:
-    calls = _work(records)
+    calls = _real_calls(records)
     if not calls:
         return None
     last = calls[-1]
@@ -103,7 +103,8 @@ def step_stuck(records: list[LoopRecord], iteration: int, step: int | None,
     if step is None:
         return None
     on_step = iteration - step_started + 1
-    executions = sum(1 for r in _work(records) if r.step == step and r.iteration >= step_started)
+    executions = sum(1 for r in _real_calls(records)
+                     if r.step == step and r.iteration >= step_started)
     if on_step >= config.stuck_iterations:
         return f"plan step {step} unchanged for {on_step} iterations"
     if executions > config.stuck_tool_executions:
@@ -119,7 +120,8 @@ def slow_progress(records: list[LoopRecord], iteration: int, window: int) -> str
     if any(r.advanced for r in recent):
         return None
     earlier = {(r.tool, r.args_key) for r in records if r.iteration <= iteration - window}
-    fresh = [r for r in _work(recent) if not r.anomaly and (r.tool, r.args_key) not in earlier]
+    fresh = [r for r in _real_calls(recent)
+             if not r.anomaly and (r.tool, r.args_key) not in earlier]
     if fresh:
         return None
     return f"no plan progress and no new result in the last {window} iterations"

@@ -22,7 +22,7 @@ class VisibilityPhase(AgentBase):
     _shown: dict[str, Any] | None = None
 
     def _visible_status(self) -> str:
-        if any(decision is None for decision in self.state.pending_approvals.values()):
+        if any(decision is None for decision in self.state.approvals.waiting.values()):
             return "waiting_approval"
         return self.state.status
 
@@ -32,8 +32,9 @@ class VisibilityPhase(AgentBase):
         `status` names a final status (the task result's), else the live one is used.
         """
         state = self.state
-        step = logic.current_step(state.plan, state.completed_steps)
-        details = visibility.plan_details(state.plan, state.completed_steps, step)
+        planning = state.planning
+        step = logic.current_step(planning.plan, planning.completed_steps)
+        details = visibility.plan_details(planning.plan, planning.completed_steps, step)
         workflow.set_current_details(details or f"iteration {state.stats.iterations}")
         if not workflow.patched(SEARCH_ATTRIBUTES_PATCH):
             return
@@ -44,8 +45,8 @@ class VisibilityPhase(AgentBase):
         }
         if state.input.session_id:
             wanted["session"] = state.input.session_id
-        if state.intent is not None:
-            wanted["intent"] = visibility.intent_label(state.intent)
+        if planning.intent is not None:
+            wanted["intent"] = visibility.intent_label(planning.intent)
         shown = self._shown or {}
         changed = {key: value for key, value in wanted.items() if shown.get(key) != value}
         # Each upsert is a visibility write on the server: the token count rides along

@@ -7,15 +7,15 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from refloop import activity_calls
     from refloop.models import (
-        ActivityName,
         IndexReport,
         WorkspaceDescription,
         WorkspaceInput,
     )
 
 from workflows.agent_base import AgentBase, describe_failure, raise_if_cancelled
-from workflows.policies import INDEX_CALL, WORKSPACE_CALL
+from workflows.calls import start_activity
 
 # Runs recorded before this phase existed replay without its activities.
 WORKSPACE_PATCH = "workspace-context"
@@ -29,12 +29,10 @@ class WorkspacePhase(AgentBase):
     def _begin_describing(self) -> None:
         """Fresh runs: describe the workspace while intent and plan are worked out."""
         if workflow.patched(WORKSPACE_PATCH):
-            self._describing = workflow.start_activity(
-                ActivityName.DESCRIBE_WORKSPACE,
+            self._describing = start_activity(
+                activity_calls.DESCRIBE_WORKSPACE,
                 WorkspaceInput(workspace=self.state.input.workspace),
-                result_type=WorkspaceDescription,
                 summary=f"describe workspace {self.state.input.workspace}",
-                **WORKSPACE_CALL.kwargs(),
             )
 
     async def _adopt_workspace_context(self, tool_names: list[str]) -> None:
@@ -50,17 +48,15 @@ class WorkspacePhase(AgentBase):
             return
         finally:
             self._describing = None
-        self.state.workspace_context = description.context
+        self.state.workspace.context = description.context
         index = (description.index_available and SEMANTIC_TOOL in tool_names
                  and not self.state.input.is_supplement)  # the parent indexes shared files
         self._emit("workspace", {"context_chars": len(description.context), "indexing": index})
         if index:
-            self._indexing = workflow.start_activity(
-                ActivityName.INDEX_WORKSPACE,
+            self._indexing = start_activity(
+                activity_calls.INDEX_WORKSPACE,
                 WorkspaceInput(workspace=self.state.input.workspace),
-                result_type=IndexReport,
                 summary=f"index workspace {self.state.input.workspace}",
-                **INDEX_CALL.kwargs(),
             )
 
     def _stop_indexing(self) -> None:

@@ -117,7 +117,7 @@ def task_input(body: TaskCreate, session: SessionRecord, settings: Settings,
     def pick(override, inherited):
         return inherited if override is None else override
 
-    return TaskInput(
+    return settings.task_input(
         task=body.task,
         workspace=session.workspace,
         task_id=task_id,
@@ -128,9 +128,7 @@ def task_input(body: TaskCreate, session: SessionRecord, settings: Settings,
         enable_quality_review=pick(body.enable_quality_review, session.enable_quality_review),
         quality_review_rules=pick(body.quality_review_rules, session.quality_review_rules),
         approval_mode=pick(body.approval_mode, session.approval_mode),
-        enable_reflection=pick(body.enable_reflection, settings.enable_reflection),
-        reflection_max_supplements=settings.reflection_max_supplements,
-        reflection_max_rounds=settings.reflection_max_rounds,
+        enable_reflection=body.enable_reflection,
         max_iterations=body.max_iterations,
         mcp_servers=known_mcp_servers(pick(body.mcp_servers, session.mcp_servers or []),
                                       settings),

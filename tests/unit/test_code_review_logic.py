@@ -1,4 +1,4 @@
-"""Seed 003 supervisor logic and content handling, without Temporal."""
+"""Code-review supervisor logic and content handling, without Temporal."""
 
 from __future__ import annotations
 

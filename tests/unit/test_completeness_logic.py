@@ -1,4 +1,5 @@
-"""Seed 004's pure pieces: claims, evidence reconciliation, objective, context, stats."""
+"""Completeness reflection's pure pieces: claims, evidence reconciliation, objective,
+context, stats."""
 
 from __future__ import annotations
 
@@ -87,10 +88,11 @@ def events() -> list[Event]:
 
 
 def test_condensed_history_and_prior_context():
-    history = cl.condensed_history(events())
+    records = cl.records_from_events(events())
+    history = cl.condensed_history(records)
     assert [(h.tool, h.outcome) for h in history] == [("read_file", "ok: value=42"),
                                                       ("write_file", "ok: wrote")]
-    context = cl.prior_context(events(), "done")
+    context = cl.prior_context(records, "done")
     assert "value=42" in context and "Files touched: o.md" in context
     assert context.endswith("Earlier final answer: done")
 
@@ -109,3 +111,16 @@ def test_merge_stats_adds_everything():
     assert merged.reviews == ReviewCounts(total=2, passed=1, failed=1)
     assert merged.usage_by_purpose["act"].calls == 2
     assert merged.usage_by_purpose["quality_review"].calls == 1
+
+
+def test_tool_record_is_short_and_keeps_claims():
+    record = cl.tool_record("write_file", {"path": "a.md", "content": "x" * 5000}, True, None,
+                            "wrote " + "y" * 500, {"file_path": "a.md"})
+    assert len(record.arguments) <= 301 and record.arguments.endswith("…")
+    assert record.outcome == "ok: wrote " + "y" * 114 and record.file_path == "a.md"
+    failed = cl.tool_record("write_file", {"path": "b.md"}, False, "E_DENIED", "",
+                            {"file_path": "b.md"})
+    assert failed.outcome == "error: E_DENIED" and failed.file_path is None
+    step = cl.tool_record("complete_step", {"step": 1, "summary": "saved out.md"}, True, None)
+    assert cl.claim_texts([record, step], "final") == ["final", "saved out.md"]
+

@@ -1,4 +1,4 @@
-"""Tool-result feedback windows long outputs around the task's keywords (seed 002 §3.4.5)."""
+"""Tool-result feedback windows long outputs around the task's keywords."""
 
 from __future__ import annotations
 

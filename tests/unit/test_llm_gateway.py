@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -12,6 +13,8 @@ from refloop.llm import (
     LLMClientError,
     LLMGateway,
     LLMTransportError,
+    retry_after,
+    should_retry,
 )
 from refloop.models import ChatMessage, IntentResult, ModelEndpoint, Plan, Purpose, ToolSpec
 from refloop.scripted_llm import load_scenario
@@ -111,6 +114,49 @@ async def test_retry_after_is_parsed(gateway, scripted_llm):
     with pytest.raises(LLMTransportError) as err:
         await gateway.chat(Purpose.act, USER, model=model)
     assert err.value.retry_after == 7
+
+
+async def test_retry_after_ms_and_should_retry_headers_are_read(gateway, scripted_llm):
+    model = unique_scenario(scripted_llm, {"act": [
+        {"status": 429, "retry_after": 7, "headers": {"retry-after-ms": "1500"}},
+        {"status": 503, "headers": {"x-should-retry": "false"}},
+        {"status": 400, "headers": {"x-should-retry": "true", "retry-after": "2"}},
+    ]})
+    with pytest.raises(LLMTransportError) as err:
+        await gateway.chat(Purpose.act, USER, model=model)
+    assert err.value.retry_after == 1.5  # milliseconds win over seconds
+    with pytest.raises(LLMClientError) as refused:
+        await gateway.chat(Purpose.act, USER, model=model)
+    assert not refused.value.retryable and refused.value.status == 503
+    with pytest.raises(LLMTransportError) as asked:
+        await gateway.chat(Purpose.act, USER, model=model)
+    assert asked.value.retryable and asked.value.retry_after == 2
+
+
+@pytest.mark.parametrize(("headers", "expected"), [
+    ({}, None),
+    ({"retry-after": "3"}, 3.0),
+    ({"retry-after": "0"}, None),
+    ({"retry-after": "soon"}, None),
+    ({"retry-after-ms": "250", "retry-after": "9"}, 0.25),
+    ({"retry-after-ms": "x", "retry-after": "9"}, 9.0),
+    ({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}, None),  # in the past: no wait
+])
+def test_retry_after_headers(headers, expected):
+    assert retry_after(headers) == expected
+
+
+def test_retry_after_as_a_future_http_date():
+    from email.utils import format_datetime
+
+    when = datetime.now(UTC) + timedelta(seconds=30)
+    assert 25 < retry_after({"retry-after": format_datetime(when, usegmt=True)}) <= 30
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    (None, None), ("true", True), ("FALSE", False), ("maybe", None)])
+def test_should_retry_header(value, expected):
+    assert should_retry({} if value is None else {"x-should-retry": value}) is expected
 
 
 async def test_connection_refused_is_retryable():

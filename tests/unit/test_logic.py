@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from refloop.conversation import TRIM_NOTE, trim_history
 from refloop.models import (
     ChatMessage,
     IntentLabel,
@@ -77,30 +78,30 @@ def conversation(turns: int) -> list[ChatMessage]:
 
 def test_trim_keeps_short_history_untouched():
     messages = conversation(3)
-    assert logic.trim_history(messages, 30) == messages
+    assert trim_history(messages, 30) == messages
 
 
 def test_trim_keeps_system_and_task_and_starts_tail_on_assistant():
-    trimmed = logic.trim_history(conversation(40), 10)
+    trimmed = trim_history(conversation(40), 10)
     assert len(trimmed) <= 10
     assert trimmed[0].content == "sys"
     assert trimmed[1].role == "user" and trimmed[1].content.startswith("the task")
-    assert logic.TRIM_NOTE in trimmed[1].content
+    assert TRIM_NOTE in trimmed[1].content
     assert trimmed[2].role == "assistant"
     assert trimmed[-1].content == "r39"  # the newest turn survives
 
 
 def test_trim_never_leaves_orphan_tool_results():
     for size in range(5, 15):
-        trimmed = logic.trim_history(conversation(20), size)
+        trimmed = trim_history(conversation(20), size)
         ids = {c.id for m in trimmed if m.tool_calls for c in m.tool_calls}
         assert all(m.tool_call_id in ids for m in trimmed if m.role == "tool")
 
 
 def test_trim_note_is_added_once():
-    once = logic.trim_history(conversation(40), 10)
-    twice = logic.trim_history([*once, *conversation(5)[2:]], 10)
-    assert twice[1].content.count(logic.TRIM_NOTE) == 1
+    once = trim_history(conversation(40), 10)
+    twice = trim_history([*once, *conversation(5)[2:]], 10)
+    assert twice[1].content.count(TRIM_NOTE) == 1
 
 
 # ---------------------------------------------------------------- tool-call parsing
@@ -124,7 +125,7 @@ def test_parse_first_object_in_prose_with_braces_in_strings():
 
 def test_parse_skips_non_tool_objects_before_the_call():
     text = 'config {"a": 1} then {"tool": "grep", "args": {"pattern": "x"}}'
-    # Only the first object is tried best-effort (seed 002): no call here.
+    # Only the first object is tried, best-effort: no call here.
     assert logic.parse_text_tool_call(text, "t") is None
 
 
@@ -155,7 +156,7 @@ def test_text_calls_are_fed_back_as_user_turns_and_native_as_tool_turns():
     call = ToolCall(id="c1", name="grep", arguments={"pattern": "x"})
     assert logic.tool_result_message(call, True, "r").role == "tool"
     assert logic.tool_result_message(call, False, "r").role == "user"
-    cleaned = logic.assistant_tool_message("prose {json}", [call], native=False)
+    cleaned = logic.assistant_tool_message("prose {json}", [call], structured=False)
     assert cleaned.content == '{"tool": "grep", "args": {"pattern": "x"}}'
 
 
@@ -219,3 +220,42 @@ def test_runs_started_before_the_other_text_forms_parse_as_they_did():
     assert logic.parse_text_tool_call(wrapped, "t", every_form=False) is None
     legacy = '{"tool": "read_file", "args": {"path": "a"}}'
     assert logic.parse_text_tool_call(legacy, "t", every_form=False).arguments == {"path": "a"}
+
+
+def test_a_forbidden_tool_is_refused_unless_justified_once():
+    from refloop.models import ToolConstraints
+
+    constraints = ToolConstraints(task_type="analysis", allowed=["read_file"],
+                                  forbidden=["write_file"])
+    plain = ToolCall(id="1", name="write_file", arguments={"path": "a"})
+    excused = ToolCall(id="2", name="write_file", arguments={"path": "a", "justification": "x"})
+    assert logic.check_constraints(constraints, True, ToolCall(id="0", name="read_file"),
+                                   1, 1, []) == (None, None)
+    assert logic.check_constraints(constraints, False, plain, 1, 1, []) == (None, None)
+    assert logic.check_constraints(None, True, plain, 1, 1, []) == (None, None)
+    violation, refusal = logic.check_constraints(constraints, True, plain, 2, 5, [])
+    assert violation == {"tool": "write_file", "step": 2, "iteration": 5, "justified": False,
+                         "justification": None}
+    assert refusal is not None and refusal.error.startswith("E_FORBIDDEN: 'write_file'")
+    assert "use one of: read_file" in refusal.error
+    violation, refusal = logic.check_constraints(constraints, True, excused, 2, 6, [])
+    assert violation["justified"] and refusal is None
+    # The one exception is spent: a second justification is refused.
+    violation, refusal = logic.check_constraints(constraints, True, excused, 2, 7,
+                                                 ["write_file"])
+    assert not violation["justified"] and refusal is not None
+
+
+def test_summary_transcript_keeps_the_run_and_cuts_it_short():
+    from refloop.models import Event
+
+    events = [Event(seq=1, type="plan", ts="t", data={"steps": ["x" * 1000]}),
+              Event(seq=2, type="quality_review", ts="t", data={"skipped": True}),
+              Event(seq=3, type="tool_call", ts="t", data={"tool": "read_file"})]
+    text = logic.summary_transcript(events, [{"status": "completed", "answer": "y" * 900}],
+                                    "done")
+    lines = text.split("\n")
+    assert [line.split(":")[0] for line in lines] == ["plan", "tool_call", "supplement",
+                                                      "final answer"]
+    assert len(lines[0]) == len("plan: ") + 300 and len(lines[2]) == len("supplement: ") + 500
+    assert lines[-1] == "final answer: done"

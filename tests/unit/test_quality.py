@@ -1,4 +1,4 @@
-"""Snippet extraction, deterministic checks and rule neutralisation (seed 000)."""
+"""Snippet extraction, deterministic checks and rule neutralisation."""
 
 from __future__ import annotations
 

@@ -16,14 +16,28 @@ def test_defaults_use_embedded_parts(monkeypatch, tmp_path):
     assert settings.uses_scripted_model
     assert settings.effective_database_url.startswith("sqlite:///")
     assert settings.refloop_task_queue == "refloop"
-    assert settings.review_model == settings.refloop_model == settings.reflection_model
+    assert settings.review_model() == settings.refloop_model == settings.reflection_model()
 
 
 def test_role_models_fall_back_and_override(monkeypatch):
     monkeypatch.setenv("REFLOOP_MODEL", "main")
     monkeypatch.setenv("REFLECTION_FC_MODEL", "judge")
     settings = load_settings()
-    assert settings.review_model == "main" and settings.reflection_model == "judge"
+    assert settings.review_model() == "main" and settings.reflection_model() == "judge"
+    assert settings.review_model("asked") == "asked"
+    assert settings.reflection_model("asked") == "judge"  # the operator's judge wins
+    monkeypatch.setenv("REFLOOP_REVIEW_MODEL", "reviewer")
+    assert load_settings().review_model("asked") == "reviewer"
+
+
+def test_tasks_start_with_the_operators_reflection_settings(monkeypatch):
+    monkeypatch.setenv("REFLECTION_MAX_ROUNDS", "4")
+    monkeypatch.setenv("ENABLE_REFLECTION", "false")
+    settings = load_settings()
+    task = settings.task_input(task="t", workspace="w", max_iterations=7)
+    assert (task.enable_reflection, task.reflection_max_rounds, task.max_iterations) == (
+        False, 4, 7)
+    assert settings.task_input(task="t", workspace="w", enable_reflection=True).enable_reflection
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""Seed 001 triggers, task rules and plan validation, including no-false-positive cases."""
+"""Early-reflection triggers, task rules and plan validation, including no-false-positive
+cases."""
 
 from __future__ import annotations
 

@@ -213,7 +213,8 @@ async def test_golden_history_recorded(client, settings, scripted_llm, workspace
 async def test_task_rows_are_written_by_local_activities(client, settings, scripted_llm,
                                                         workspace, task_queue):
     """DB writes need no task-queue round trip: markers in history, never scheduled tasks."""
-    from refloop.models import ActivityName, TaskInput
+    from refloop import activity_calls
+    from refloop.models import TaskInput
 
     model = unique_scenario(scripted_llm, {
         "intent": [CODING], "plan": [plan_of("write_file")],
@@ -226,7 +227,7 @@ async def test_task_rows_are_written_by_local_activities(client, settings, scrip
     assert row.status == "completed" and row.result["answer"] == "ok"
     scheduled = [e.activity_task_scheduled_event_attributes.activity_type.name
                  for e in history.events if e.HasField("activity_task_scheduled_event_attributes")]
-    assert ActivityName.RECORD_TASK not in scheduled and "refloop.llm.act" in scheduled
+    assert activity_calls.RECORD_TASK.name not in scheduled and "refloop.llm.act" in scheduled
     markers = [e.marker_recorded_event_attributes.marker_name for e in history.events
                if e.HasField("marker_recorded_event_attributes")]
     assert markers.count("core_local_activity") == 2  # running, completed
@@ -352,7 +353,7 @@ async def test_unsandboxed_worker_runs_the_same_task_and_its_history_replays_san
         inp = TaskInput(task="write a", workspace=str(workspace), model=model,
                         enable_reflection=False)
         async with build_worker(client, config, task_queue) as worker:
-            runners.append(type(worker.config()["workflow_runner"]))
+            runners.append(type(worker.config(active_config=True)["workflow_runner"]))
             handle = await start(client, task_queue, inp)
             results.append(await result_of(handle))
             history = await handle.fetch_history()

@@ -1,4 +1,5 @@
-"""Seed 003's supervisor on the real Temporal dev server with scripted Review/Verify agents."""
+"""The code-review supervisor on the real Temporal dev server with scripted Review/Verify
+agents."""
 
 from __future__ import annotations
 

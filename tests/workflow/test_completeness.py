@@ -1,4 +1,4 @@
-"""Seed 004 completeness reflection and supplement child workflows, on the real server."""
+"""Completeness reflection and supplement child workflows, on the real server."""
 
 from __future__ import annotations
 
@@ -85,7 +85,8 @@ async def test_incomplete_runs_a_child_that_writes_the_missing_file(
     assert execution["child_workflow_id"] == f"{result.workflow_id}-supplement-1"
     assert (execution["attempted"], execution["succeeded"], execution["success_rate"]) == (
         1, 1, 1.0)
-    # The plan request carried the seed's marker; unavailable tools were filtered out.
+    # The plan request carried the supplement objective's marker; unavailable tools were
+    # filtered out.
     plan_request = json.dumps(requests(scripted_llm, model, "supplement_plan")[0]["body"])
     assert "【需要补充的操作】" in plan_request or "\\u3010" in plan_request
     assert "send_email" not in plan_request
@@ -183,3 +184,27 @@ async def test_claimed_but_missing_file_is_caught_without_the_judge(
     assert any("summary.md" in item for item in reflection["evidence"])
     judge = json.dumps(requests(scripted_llm, model, "completeness")[0]["body"])
     assert "summary.md" in judge and "does not exist" in judge
+
+
+async def test_judge_sees_tool_calls_made_before_a_continue_as_new(
+    client, settings, scripted_llm, workspace, task_queue
+):
+    """Continue-as-new carries only the recent events; the judge still sees the first call."""
+    (workspace / "early-marker.txt").write_text("first\n")
+    fillers = [call("list_dir", path=".")] * 129
+    model = unique_scenario(scripted_llm, {
+        "intent": [CODING], "plan": [plan_of("read_file")],
+        "act": [call("read_file", path="early-marker.txt"), *fillers, final("done")],
+        "completeness": [COMPLETE], "summary": [SUMMARY],
+    })
+    result = await run(client, settings, task_queue, model, workspace, max_iterations=200,
+                       triggers={"enabled": False}, continue_as_new_after_events=200)
+    assert result.status == "completed"
+    assert "continued_as_new" in event_types(result)
+    # The first call's events were trimmed away before the judge ran ...
+    assert not any(e.data.get("args", {}).get("path") == "early-marker.txt"
+                   for e in result.events if e.type == "tool_call")
+    # ... and the judge still saw it, with every later call.
+    judge = json.dumps(requests(scripted_llm, model, "completeness")[0]["body"]["messages"])
+    assert "early-marker.txt" in judge
+    assert judge.count("list_dir") >= len(fillers)

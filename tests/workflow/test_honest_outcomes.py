@@ -13,8 +13,9 @@ from temporalio.exceptions import TimeoutError as ActivityTimeout
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from activities.llm_activities import LLMActivities
+from refloop import activity_calls
 from refloop.llm import LLMGateway
-from refloop.models import ActivityName, ClassifyIntentInput, ClassifyIntentResult
+from refloop.models import ClassifyIntentInput, ClassifyIntentResult
 from refloop.store import store_for
 from tests.llm_fixtures import unique_scenario
 from tests.workflow.helpers import CODING, SUMMARY, call, event_types, events_of, final, plan_of
@@ -185,7 +186,7 @@ class TimedOutIntentWorkflow:
     async def run(self, model: str) -> dict | None:
         try:
             await workflow.execute_activity(
-                ActivityName.CLASSIFY_INTENT, ClassifyIntentInput(task="hi", model=model),
+                activity_calls.CLASSIFY_INTENT.name, ClassifyIntentInput(task="hi", model=model),
                 result_type=ClassifyIntentResult, start_to_close_timeout=timedelta(seconds=2),
                 retry_policy=RetryPolicy(maximum_attempts=2,
                                          initial_interval=timedelta(milliseconds=100)))

@@ -1,4 +1,4 @@
-"""Seed 000's quality review loop on the real Temporal dev server with the scripted reviewer."""
+"""The quality review loop on the real Temporal dev server with the scripted reviewer."""
 
 from __future__ import annotations
 

@@ -8,6 +8,7 @@ import dataclasses
 import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from pathlib import Path
 
 from temporalio import activity, workflow
 from temporalio.api.common.v1 import Payload
@@ -23,7 +24,8 @@ from temporalio.converter import (
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-from worker.main import SANDBOX_RESTRICTIONS, build_worker
+from worker.main import build_worker
+from worker.plugin import SANDBOX_RESTRICTIONS
 from worker.runner import (
     ContextFreeSandboxedWorkflowRunner,
     ignores_serialization_context,
@@ -96,7 +98,8 @@ def test_only_a_converter_that_reads_context_keeps_the_lookups():
 
 async def test_the_agent_worker_uses_the_context_free_runner(client, settings, task_queue):
     async with build_worker(client, settings, task_queue) as worker:
-        assert type(worker.config()["workflow_runner"]) is ContextFreeSandboxedWorkflowRunner
+        runner = worker.config(active_config=True)["workflow_runner"]
+        assert type(runner) is ContextFreeSandboxedWorkflowRunner
 
 
 async def test_a_context_reading_codec_still_gets_each_activity_context(temporal_server,
@@ -137,3 +140,30 @@ async def test_the_context_free_runner_still_sandboxes_workflow_code(client, tas
             await asyncio.sleep(0.1)
         await handle.terminate()
     assert failure and "datetime.datetime.now" in failure, failure
+
+
+async def test_the_plugin_registers_every_activity_the_workflows_call(client, settings,
+                                                                     task_queue):
+    """Names live in one catalogue: each is registered once, and nothing else is."""
+    from temporalio import activity
+
+    from refloop import activity_calls
+    from refloop.tools import TOOLS
+
+    async with build_worker(client, settings, task_queue) as worker:
+        config = worker.config(active_config=True)
+        names = [activity._Definition.must_from_callable(fn).name
+                 for fn in config["activities"]]
+        assert {w.__name__ for w in config["workflows"]} == {"AgentTaskWorkflow",
+                                                             "CodeReviewWorkflow"}
+    assert len(names) == len(set(names))
+    expected = {call.name for call in activity_calls.FIXED}
+    expected |= {activity_calls.run_tool(name).name for name in TOOLS}
+    assert set(names) == expected
+
+
+def test_activities_do_not_import_workflow_code():
+    root = Path(__file__).resolve().parents[2] / "activities"
+    for source in root.glob("*.py"):
+        text = source.read_text(encoding="utf-8")
+        assert "from workflows" not in text and "import workflows" not in text, source.name

@@ -1,4 +1,5 @@
-"""Seed 001 in the running workflow: guidance reaches the next act; constraints enforced."""
+"""Early reflection in the running workflow: guidance reaches the next act; constraints
+enforced."""
 
 from __future__ import annotations
 

@@ -6,12 +6,10 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
-    from refloop import visibility
+    from refloop import activity_calls, visibility
     from refloop.models import (
-        ActivityName,
+        COMPLETE_STEP,
         CompletenessInput,
-        CompletenessResult,
-        MakePlanResult,
         Plan,
         Supplement,
         SupplementPlanInput,
@@ -20,7 +18,7 @@ with workflow.unsafe.imports_passed_through():
 
 from workflows import completeness_logic, logic
 from workflows.agent_base import AgentBase, describe_failure, raise_if_cancelled
-from workflows.policies import LLM_CALL
+from workflows.calls import call_activity
 
 
 class CompletenessPhase(AgentBase):
@@ -44,30 +42,24 @@ class CompletenessPhase(AgentBase):
 
     async def _check_completeness(self, round_number: int) -> list[Supplement]:
         inp = self.state.input
-        texts = [self.state.answer] + [
-            str(event.data.get("args", {}).get("summary", ""))
-            for event in self.state.events
-            if event.type == "tool_call" and event.data.get("tool") == "complete_step"
-        ]
+        ledger = self.state.calls.ledger
         try:
-            result: CompletenessResult = await workflow.execute_activity(
-                ActivityName.CHECK_COMPLETENESS,
+            result = await call_activity(
+                activity_calls.CHECK_COMPLETENESS,
                 CompletenessInput(
-                    task=inp.task,
-                    workspace=inp.workspace,
-                    history=completeness_logic.condensed_history(self.state.events),
-                    tool_names=[n for n in self.tool_names if n != "complete_step"],
-                    claimed_files=completeness_logic.claimed_files(texts),
+                    task=inp.task, workspace=inp.workspace,
+                    history=completeness_logic.condensed_history(ledger),
+                    tool_names=[n for n in self.tool_names if n != COMPLETE_STEP],
+                    claimed_files=completeness_logic.claimed_files(
+                        completeness_logic.claim_texts(ledger, self.state.conversation.answer)),
                     missing_steps=completeness_logic.missing_steps(
-                        self.state.plan, self.state.completed_steps),
-                    final_answer=self.state.answer,
+                        self.state.planning.plan, self.state.planning.completed_steps),
+                    final_answer=self.state.conversation.answer,
                     model=inp.model,
                     endpoint=inp.endpoint,
                     max_supplements=inp.reflection_max_supplements,
                 ),
-                result_type=CompletenessResult,
                 summary=f"completeness check {round_number}",
-                **LLM_CALL.kwargs(),
             )
         except ActivityError as err:
             raise_if_cancelled(err)
@@ -99,23 +91,21 @@ class CompletenessPhase(AgentBase):
         inp = self.state.input
         done = [
             (step.goal, step.tool) for n, step in enumerate(
-                self.state.plan.steps if self.state.plan else [], start=1)
-            if n in self.state.completed_steps
+                self.state.planning.plan.steps if self.state.planning.plan else [], start=1)
+            if n in self.state.planning.completed_steps
         ]
         try:
-            result: MakePlanResult = await workflow.execute_activity(
-                ActivityName.PLAN_SUPPLEMENT,
+            result = await call_activity(
+                activity_calls.PLAN_SUPPLEMENT,
                 SupplementPlanInput(
                     objective=completeness_logic.supplement_objective(inp.task, supplements),
-                    tool_names=[n for n in self.tool_names if n != "complete_step"],
+                    tool_names=[n for n in self.tool_names if n != COMPLETE_STEP],
                     completed_steps=[f"{goal} ({tool})" for goal, tool in done],
-                    mcp_tools_ref=self.state.mcp_tools_ref,
+                    mcp_tools_ref=self.state.mcp.specs_ref,
                     model=inp.model,
                     endpoint=inp.endpoint,
                 ),
-                result_type=MakePlanResult,
                 summary="supplement plan",
-                **LLM_CALL.kwargs(),
             )
         except ActivityError as err:
             raise_if_cancelled(err)
@@ -143,7 +133,7 @@ class CompletenessPhase(AgentBase):
             "enable_reflection": False,
             "preset_plan": plan,
             "prior_context": completeness_logic.prior_context(
-                self.state.events, self.state.answer),
+                self.state.calls.ledger, self.state.conversation.answer),
         })
         try:
             child: TaskResult = await workflow.execute_child_workflow(
@@ -165,8 +155,9 @@ class CompletenessPhase(AgentBase):
                                      "error": detail})
             return False
         self.state.stats = completeness_logic.merge_stats(self.state.stats, child.stats)
-        self.state.edits_ok += logic.successful_edits(child.events, self.edit_tools)
-        self.state.quality_reviews += child.quality_reviews
+        reflection = self.state.reflection
+        reflection.edits_ok += logic.successful_edits(child.events, self.edit_tools)
+        reflection.reviews += child.quality_reviews
         attempted = child.stats.tool_calls
         succeeded = attempted - child.stats.tool_errors
         self._emit("reflection_exec", {
@@ -179,4 +170,4 @@ class CompletenessPhase(AgentBase):
         return True
 
     def _record_supplement(self, record: dict) -> None:
-        self.state.supplements.append(record)
+        self.state.reflection.supplements.append(record)

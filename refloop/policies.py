@@ -100,13 +100,8 @@ REVIEW_CALL = ActivityOptions(
     start_to_close=timedelta(seconds=90),
     heartbeat=HEARTBEAT,
     schedule_to_close=timedelta(minutes=4),
-    retry=RetryPolicy(
-        initial_interval=timedelta(seconds=1),
-        backoff_coefficient=2.0,
-        maximum_interval=timedelta(seconds=10),
-        maximum_attempts=3,
-        non_retryable_error_types=NON_RETRYABLE_LLM_ERRORS,
-    ),
+    retry=dataclasses.replace(LLM_CALL.retry, maximum_interval=timedelta(seconds=10),
+                              maximum_attempts=3),
 )
 
 MAX_REPLANS = 2

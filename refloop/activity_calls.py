@@ -1,0 +1,115 @@
+"""Every activity the workflows call, defined once: registered name, argument and result
+types, and the timeouts and retries it runs under.
+
+Activities register under `call.name`; workflows call through `workflows.calls`, which
+reads the rest from here. A registered name never changes: workflows in flight and the
+recorded histories name their activities by it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from pydantic import BaseModel
+
+from refloop import code_review_models as review
+from refloop.mcp_config import McpCallInput, McpListInput, McpToolList
+from refloop.models import (
+    ActInput,
+    ActResult,
+    ClassifyIntentInput,
+    ClassifyIntentResult,
+    CompletenessInput,
+    CompletenessResult,
+    IndexReport,
+    MakePlanInput,
+    MakePlanResult,
+    QualityReviewInput,
+    QualityReviewResult,
+    RecordQualityReviewInput,
+    RecordTaskInput,
+    RunToolInput,
+    SummarizeInput,
+    SummarizeResult,
+    SupplementPlanInput,
+    ToolResult,
+    WorkspaceDescription,
+    WorkspaceInput,
+)
+from refloop.policies import (
+    INDEX_CALL,
+    LLM_CALL,
+    MCP_CALL,
+    MCP_LIST,
+    REVIEW_CALL,
+    STORE_WRITE,
+    TOOL_CALL,
+    WORKSPACE_CALL,
+    ActivityOptions,
+)
+
+ArgT = TypeVar("ArgT", bound=BaseModel)
+ResultT = TypeVar("ResultT")
+
+
+@dataclass(frozen=True)
+class ActivityCall(Generic[ArgT, ResultT]):
+    """One activity as its callers see it."""
+
+    name: str
+    arg_type: type[ArgT]
+    result_type: type[ResultT] | None  # None: the activity returns nothing
+    options: ActivityOptions
+    local: bool = False  # run as a local activity (short, idempotent store writes)
+
+
+CLASSIFY_INTENT = ActivityCall("refloop.llm.classify_intent", ClassifyIntentInput,
+                               ClassifyIntentResult, LLM_CALL)
+MAKE_PLAN = ActivityCall("refloop.llm.make_plan", MakePlanInput, MakePlanResult, LLM_CALL)
+ACT = ActivityCall("refloop.llm.act", ActInput, ActResult, LLM_CALL)
+SUMMARIZE = ActivityCall("refloop.llm.summarize", SummarizeInput, SummarizeResult, LLM_CALL)
+CHECK_COMPLETENESS = ActivityCall("refloop.llm.check_completeness", CompletenessInput,
+                                  CompletenessResult, LLM_CALL)
+PLAN_SUPPLEMENT = ActivityCall("refloop.llm.plan_supplement", SupplementPlanInput,
+                               MakePlanResult, LLM_CALL)
+QUALITY_REVIEW = ActivityCall("refloop.review.quality_review", QualityReviewInput,
+                              QualityReviewResult, REVIEW_CALL)
+RECORD_TASK = ActivityCall("refloop.store.record_task", RecordTaskInput, None, STORE_WRITE,
+                           local=True)
+RECORD_QUALITY_REVIEW = ActivityCall("refloop.store.record_quality_review",
+                                     RecordQualityReviewInput, None, STORE_WRITE, local=True)
+DESCRIBE_WORKSPACE = ActivityCall("refloop.workspace.describe", WorkspaceInput,
+                                  WorkspaceDescription, WORKSPACE_CALL)
+INDEX_WORKSPACE = ActivityCall("refloop.workspace.index", WorkspaceInput, IndexReport,
+                               INDEX_CALL)
+MCP_LIST_TOOLS = ActivityCall("refloop.mcp.list_tools", McpListInput, McpToolList, MCP_LIST)
+MCP_CALL_TOOL = ActivityCall("refloop.mcp.call_tool", McpCallInput, ToolResult, MCP_CALL)
+
+# The code-review supervisor's
+LOAD_REVIEW_CONTENT = ActivityCall("refloop.code_review.load_content",
+                                   review.LoadContentInput, review.ReviewContent, TOOL_CALL)
+REVIEW_AGENT = ActivityCall("refloop.code_review.review", review.AgentCallInput,
+                            review.AgentCallResult, LLM_CALL)
+VERIFY_AGENT = ActivityCall("refloop.code_review.verify", review.AgentCallInput,
+                            review.AgentCallResult, LLM_CALL)
+FORMAT_REVIEW = ActivityCall("refloop.code_review.format_output", review.FormatInput,
+                             review.FormatResult, LLM_CALL)
+# Scheduled (not local) as it always was: its recorded histories replay unchanged.
+RECORD_REVIEW_CONTENT = ActivityCall("refloop.code_review.record_content",
+                                     review.RecordContentInput, None, STORE_WRITE)
+
+TOOL_PREFIX = "refloop.tool."
+
+
+def run_tool(name: str) -> ActivityCall[RunToolInput, ToolResult]:
+    """A built-in tool's activity: one per tool, so histories and the Web UI name it."""
+    return ActivityCall(f"{TOOL_PREFIX}{name}", RunToolInput, ToolResult, TOOL_CALL)
+
+
+FIXED: tuple[ActivityCall, ...] = (
+    CLASSIFY_INTENT, MAKE_PLAN, ACT, SUMMARIZE, CHECK_COMPLETENESS, PLAN_SUPPLEMENT,
+    QUALITY_REVIEW, RECORD_TASK, RECORD_QUALITY_REVIEW, DESCRIBE_WORKSPACE, INDEX_WORKSPACE,
+    MCP_LIST_TOOLS, MCP_CALL_TOOL, LOAD_REVIEW_CONTENT, REVIEW_AGENT, VERIFY_AGENT,
+    FORMAT_REVIEW, RECORD_REVIEW_CONTENT,
+)

@@ -1,0 +1,114 @@
+"""Everything a refloop worker needs, in one plugin: activities, workflows, the data
+converter, the sandbox and its pass-through modules, and the tracing interceptor.
+
+The worker (`worker.main.build_worker`), the replayer (`worker.replay`) and the tests all
+register through `refloop_plugin`, so none of them can miss an activity or a setting.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from temporalio.client import Interceptor as ClientInterceptor
+from temporalio.contrib.opentelemetry import TracingInterceptor
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import DataConverter
+from temporalio.plugin import SimplePlugin
+from temporalio.worker import UnsandboxedWorkflowRunner, WorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxRestrictions
+
+from activities.code_review_activities import CodeReviewActivities
+from activities.llm_activities import LLMActivities
+from activities.mcp_activities import McpActivities
+from activities.reflection_activities import ReflectionActivities
+from activities.review_activities import ReviewActivities
+from activities.store_activities import StoreActivities
+from activities.tool_activities import ToolActivities
+from activities.workspace_activities import WorkspaceActivities
+from refloop.llm import LLMGateway
+from refloop.settings import Settings
+from refloop.store import store_for
+from worker.runner import sandbox_runner
+from workflows.agent import AgentTaskWorkflow
+from workflows.code_review import CodeReviewWorkflow
+
+WORKFLOWS = [AgentTaskWorkflow, CodeReviewWorkflow]
+DATA_CONVERTER: DataConverter = pydantic_data_converter
+
+# Pure, stateless decision modules (and the refloop core they import) are shared with the
+# sandbox instead of being re-imported for every workflow run; workflow classes stay
+# sandboxed.
+SANDBOX_RESTRICTIONS = SandboxRestrictions.default.with_passthrough_modules(
+    "refloop", "workflows.logic", "workflows.triggers", "workflows.review_logic",
+    "workflows.completeness_logic", "workflows.code_review_logic", "workflows.state",
+    "pydantic", "opentelemetry",
+)
+
+
+@functools.cache
+def tracing_interceptor() -> TracingInterceptor:
+    """One instance: the client and its workers share it, so a worker never adds it twice."""
+    return TracingInterceptor()
+
+
+def client_interceptors() -> list[ClientInterceptor]:
+    return [tracing_interceptor()]
+
+
+def activities_for(settings: Settings) -> tuple[list[Callable[..., Any]], Callable[[], Any]]:
+    """Every activity, built with its dependencies, and what closes them (the MCP pool)."""
+    gateway = LLMGateway(settings)
+    database = store_for(settings.effective_database_url)
+    llm = LLMActivities(gateway, database)
+    review = ReviewActivities(gateway)
+    reflection = ReflectionActivities(gateway, database)
+    tools = ToolActivities(settings, database)
+    store = StoreActivities(database)
+    code_review = CodeReviewActivities(gateway, store.store, settings.refloop_data_dir)
+    workspace = WorkspaceActivities(settings, database)
+    mcp = McpActivities(settings, database)
+    activities = [
+        llm.classify_intent, llm.make_plan, llm.act, llm.summarize,
+        review.quality_review,
+        reflection.check_completeness, reflection.plan_supplement,
+        store.record_task, store.record_quality_review,
+        code_review.load_content, code_review.review, code_review.verify,
+        code_review.format_output, code_review.record_content,
+        workspace.describe, workspace.index,
+        *tools.activities(),
+        *mcp.activities(),
+    ]
+    return activities, mcp.pool.close
+
+
+def refloop_plugin(settings: Settings | None = None,
+                   converter: DataConverter = DATA_CONVERTER) -> SimplePlugin:
+    """The worker's registrations; without `settings` (the replayer) no activities."""
+    sandboxed = settings is None or settings.refloop_workflow_sandbox
+    runner: WorkflowRunner = (sandbox_runner(converter, SANDBOX_RESTRICTIONS) if sandboxed
+                              else UnsandboxedWorkflowRunner())
+    activities: list[Callable[..., Any]] | None = None
+    close: Callable[[], Any] | None = None
+    if settings is not None:
+        activities, close = activities_for(settings)
+
+    @asynccontextmanager
+    async def closing() -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            if close is not None:
+                await close()
+
+    return SimplePlugin(
+        "refloop",
+        data_converter=converter,
+        interceptors=[tracing_interceptor()],
+        activities=activities,
+        workflows=WORKFLOWS,
+        workflow_runner=runner,
+        run_context=closing,
+    )
