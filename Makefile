@@ -64,4 +64,4 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.bench_mcp
 
 histories: $(STAMP)
-	REFLOOP_RECORD_HISTORIES=1 $(BIN)/pytest -q tests/workflow -k "golden or child_that_writes"
+	REFLOOP_RECORD_HISTORIES=1 $(BIN)/pytest -q tests/workflow -k "golden or child_that_writes or cut_off_by_a_crash"

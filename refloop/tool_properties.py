@@ -144,11 +144,11 @@ class ToolProperties:
 
 
 def not_run_again(tool: str, cause: str) -> str:
-    """Why a task stopped at a call that is neither idempotent nor journaled (its worker
-    died mid-call, or the activity failed): retrying could apply it twice."""
+    """Why a call that is neither idempotent nor journaled was not retried (its worker died
+    mid-call, or the activity failed): retrying could apply it twice."""
     return (f"{tool} did not finish ({cause}); it is not safe to repeat, so it was not run "
-            "again and the task stops here. Its effects may be partial: check the workspace "
-            "before running it again.")
+            "again. Its effects may be partial: check the workspace before running it "
+            "again.")
 
 
 # complete_step: handled by the workflow itself.

@@ -52,6 +52,9 @@ from workflows.review_phase import QualityReviewPhase
 from workflows.visibility_phase import VisibilityPhase
 from workflows.workspace_phase import WorkspacePhase
 
+# A call that may not be repeated and was cut off is a tool error the model reads (before
+# this patch it failed the task).
+INTERRUPTED_CALL_PATCH = "interrupted-call-is-a-tool-error"
 
 @workflow.defn(name="AgentTaskWorkflow")
 class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, WorkspacePhase,
@@ -458,8 +461,12 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
             raise_if_cancelled(err)
             if TOOLS[call.name].properties.retry_safe:
                 raise
-            raise TaskFailed("activity_failed",
-                             not_run_again(call.name, describe_failure(err))) from err
+            why = not_run_again(call.name, describe_failure(err))
+            if workflow.patched(INTERRUPTED_CALL_PATCH):
+                # The model reads it and decides (check the workspace, run it again or not):
+                # one lost worker must not end a task of hours.
+                return ToolResult(ok=False, error=f"E_INTERRUPTED: {why}")
+            raise TaskFailed("activity_failed", why) from err
 
     def _record_call(self, call: ToolCall, result: ToolResult, iteration: int) -> None:
         """The call's outcome in the ledger, the counters and the events."""
