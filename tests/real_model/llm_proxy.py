@@ -33,7 +33,7 @@ class LoggingProxy(ThreadedServer):
         async def chat(request: Request) -> Response:
             raw = await request.body()
             entry: dict[str, Any] = {"purpose": request.headers.get("x-refloop-purpose"),
-                                     "start": time.time()}
+                                     "start": time.time(), "status": None}
             try:
                 body = json.loads(raw)
                 fmt = body.get("response_format")
@@ -43,8 +43,11 @@ class LoggingProxy(ThreadedServer):
                              max_tokens=body.get("max_tokens"))
             except ValueError:
                 pass
+            # Logged in the order requests arrive, so one still generating when its run is
+            # read (status None) is never counted in the next run's slice of the log.
             with self.lock:
                 self.in_flight += 1
+                self.log.append(entry)
             try:
                 upstream = await client.post(
                     f"{self.upstream}/v1/chat/completions", content=raw,
@@ -53,7 +56,6 @@ class LoggingProxy(ThreadedServer):
                 entry.update(status=599, error=str(err), end=time.time())
                 with self.lock:
                     self.in_flight -= 1
-                    self.log.append(entry)
                 return Response(status_code=502, content=b'{"error": "upstream"}')
             # The client gave up on this request (its timeout, a cancelled attempt): what
             # the server generated for it never reached refloop's ledger.
@@ -71,7 +73,6 @@ class LoggingProxy(ThreadedServer):
                 entry["error"] = upstream.text[:300]
             with self.lock:
                 self.in_flight -= 1
-                self.log.append(entry)
             return Response(content=upstream.content, status_code=upstream.status_code,
                             media_type="application/json")
 
