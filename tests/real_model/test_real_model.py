@@ -26,7 +26,7 @@ from tests.workflow.helpers import run_task
 # Small caps keep every run bounded on a shared CPU; they are what an operator would set.
 LANE_MAX_TOKENS = ("intent=96,plan=256,act=384,completeness=256,supplement_plan=256,"
                    "summary=160,quality_review=256,code_review=512,code_verify=512")
-RUN_BOUND_S = float(os.environ.get("REFLOOP_REAL_MODEL_RUN_BOUND_S", "900"))
+RUN_BOUND_S = float(os.environ.get("REFLOOP_REAL_MODEL_RUN_BOUND_S", "1200"))
 REPORT = Path(os.environ.get("REFLOOP_REAL_MODEL_REPORT",
                              ".refloop-data/real-model-report.md"))
 CREATE = "Create a file hello.txt containing the word hi."
