@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
-from refloop.models import RunToolInput, ToolResult, ToolSpec
+from refloop.models import COMPLETE_STEP, RunToolInput, ToolResult, ToolSpec
 from refloop.settings import Settings
 from refloop.tool_properties import (
     CONTROL,
@@ -36,7 +36,7 @@ from refloop.tools.sandbox import workspace_root
 T = TypeVar("T")
 
 COMPLETE_STEP_SPEC = ToolSpec(
-    name="complete_step",
+    name=COMPLETE_STEP,
     description="Mark a plan step (1-based) as done, with a one-line summary.",
     parameters={
         "type": "object",
