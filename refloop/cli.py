@@ -10,6 +10,7 @@ import refloop.warm_start  # noqa: F401  (first: a worker's search model loads m
 # isort: split
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -438,6 +439,24 @@ async def run_up(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def hard_exit(code: int) -> NoReturn:
+    """End the process now (its clean-up hung), stopping the embedded Temporal server it
+    owns first: no server outlives its command."""
+    servers = sys.modules.get("worker.temporal_server")  # loaded only if one was started
+    if servers is not None:
+        with contextlib.suppress(Exception):  # exiting regardless
+            servers.stop_owned_servers()
+    os._exit(code)
+
+
+def start_watchdog(grace_s: float, signum: int) -> None:
+    """Cut a clean-up that hangs (a model call a slow local server never answers) short at
+    the grace period + 4 s."""
+    watchdog = threading.Timer(grace_s + 4, hard_exit, args=(128 + signum,))
+    watchdog.daemon = True
+    watchdog.start()
+
+
 async def until_signalled(runner: Any, settings: Settings) -> int:
     """Run a long-lived command until SIGTERM or SIGINT, then let its clean-up run (the
     worker drains in-flight activities for the grace period; the embedded server stops).
@@ -450,10 +469,7 @@ async def until_signalled(runner: Any, settings: Settings) -> int:
         if received:
             return
         received.append(signum)
-        watchdog = threading.Timer(settings.refloop_graceful_shutdown_s + 4,
-                                   os._exit, args=(128 + signum,))
-        watchdog.daemon = True
-        watchdog.start()
+        start_watchdog(settings.refloop_graceful_shutdown_s, signum)
         assert main_task is not None
         if not _UVICORN_SERVES:
             main_task.cancel()
@@ -516,9 +532,7 @@ def _terminate_within(grace_s: float) -> Callable[[int, object], NoReturn]:
     """The SIGTERM handler: raise Terminated so clean-up runs, and cut a clean-up that hangs
     (a model call a slow local server never answers) short at the grace period + 4 s."""
     def handler(signum: int, frame: object) -> NoReturn:
-        watchdog = threading.Timer(grace_s + 4, os._exit, args=(128 + signum,))
-        watchdog.daemon = True
-        watchdog.start()
+        start_watchdog(grace_s, signum)
         raise Terminated
 
     return handler

@@ -94,6 +94,18 @@ def running_server(data_dir: Path) -> ServerRecord | None:
     return None
 
 
+# Servers this process started or adopted and has not stopped: a hard exit stops them too.
+_OWNED_PIDS: set[int] = set()
+
+
+def stop_owned_servers(timeout_s: float = 3.0) -> None:
+    """Before a hard exit (a clean-up that hung): stop the servers this process owns, so
+    none outlives the command. The SQLite file keeps their workflows for the next start."""
+    for pid in list(_OWNED_PIDS):
+        stop_pid(pid, timeout_s)
+        _OWNED_PIDS.discard(pid)
+
+
 def stop_pid(pid: int, timeout_s: float = 10.0) -> None:
     """SIGTERM a server's process group, SIGKILL it after `timeout_s`."""
     for sig, wait_s in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 5.0)):
@@ -164,6 +176,7 @@ class EmbeddedTemporal:
             if orphan.address == self.address and orphan.db == self.db_path \
                     and answers(orphan.address):
                 self.owned_pid, self.ui_url = orphan.pid, orphan.ui_url
+                _OWNED_PIDS.add(orphan.pid)
                 self.kind = f"dev server left running by an earlier run (PID {orphan.pid})"
                 return self._announce("adopted")
             log.warning("stopping the dev server an earlier run left (PID %d)", orphan.pid)
@@ -202,6 +215,7 @@ class EmbeddedTemporal:
         )
         log_file.close()
         self.owned_pid = self.process.pid
+        _OWNED_PIDS.add(self.owned_pid)
         self.kind = ("dev server (SQLite " + self.db_path + ")") if self.db_path \
             else "dev server (in memory)"
         self._write_record()
@@ -266,6 +280,7 @@ class EmbeddedTemporal:
         try:
             if pid is not None:
                 stop_pid(pid)
+                _OWNED_PIDS.discard(pid)
                 with contextlib.suppress(FileNotFoundError):
                     (self.data_dir / STATE_FILE).unlink()
                 log.info("embedded Temporal stopped")

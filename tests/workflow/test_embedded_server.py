@@ -45,6 +45,16 @@ async def test_a_missing_binary_names_the_package(tmp_path: Path, monkeypatch):
         await EmbeddedTemporal(tmp_path, port=free_port(), ui_port=None).start()
 
 
+async def run_owner(script: str, data: Path, port: int) -> bytes:
+    """Run `script` as a server's owning process, which must end as a hard exit (143)."""
+    owner = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", script, str(data), str(port),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    stdout, stderr = await asyncio.wait_for(owner.communicate(), 120)
+    assert owner.returncode == 143, stderr.decode(errors="replace")[-2000:]
+    return stdout
+
+
 ORPHANING_OWNER = """
 import asyncio, os, sys
 from pathlib import Path
@@ -68,11 +78,7 @@ async def test_a_server_orphaned_by_a_hard_exit_is_adopted_with_its_workflows(tm
     from temporalio.client import Client, WorkflowExecutionStatus
 
     data, port = tmp_path / "data", free_port()
-    owner = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", ORPHANING_OWNER, str(data), str(port),
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
-    _, stderr = await asyncio.wait_for(owner.communicate(), 120)
-    assert owner.returncode == 143, stderr.decode(errors="replace")[-2000:]
+    await run_owner(ORPHANING_OWNER, data, port)
     orphan = read_record(data)
     assert orphan and is_our_server(orphan.pid, orphan.db)
     adopter = EmbeddedTemporal(data, port=port, ui_port=None)
@@ -85,3 +91,42 @@ async def test_a_server_orphaned_by_a_hard_exit_is_adopted_with_its_workflows(tm
     finally:
         adopter.stop()
     assert not is_our_server(orphan.pid, None) and not (data / STATE_FILE).exists()
+
+
+HUNG_OWNER = """
+import asyncio, sys
+from pathlib import Path
+from temporalio.client import Client
+from refloop.cli import hard_exit
+from worker.temporal_server import EmbeddedTemporal
+
+async def main():
+    server = EmbeddedTemporal(Path(sys.argv[1]), port=int(sys.argv[2]), ui_port=None)
+    client = await Client.connect(await server.start())
+    await client.start_workflow("NoWorkerYet", id="kept", task_queue="nobody")
+    print(server.owned_pid, flush=True)
+    hard_exit(143)  # the SIGTERM watchdog, once a clean-up has hung
+
+asyncio.run(main())
+"""
+
+
+async def test_the_watchdogs_hard_exit_stops_the_server_and_keeps_its_workflows(
+        tmp_path: Path):
+    """A `refloop run` whose clean-up hangs after SIGTERM exits at the grace period + 4 s;
+    its embedded server stops with it (nothing left on the Temporal port), and the next
+    start finds the workflows in the SQLite file."""
+    from temporalio.client import Client, WorkflowExecutionStatus
+
+    data, port = tmp_path / "data", free_port()
+    server_pid = int((await run_owner(HUNG_OWNER, data, port)).split()[-1])
+    assert not is_our_server(server_pid, None), "the server outlived its command"
+    assert find_running_address(data, port) is None
+    restarted = EmbeddedTemporal(data, port=port, ui_port=None)
+    try:
+        client = await Client.connect(await restarted.start())
+        assert restarted.owned_pid != server_pid
+        described = await client.get_workflow_handle("kept").describe()
+        assert described.status == WorkflowExecutionStatus.RUNNING
+    finally:
+        restarted.stop()
