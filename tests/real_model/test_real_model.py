@@ -22,6 +22,7 @@ import pytest
 from refloop.settings import Settings
 from tests.constants import TEST_DATABASE_URL
 from tests.workflow.helpers import run_task
+from worker.temporal_server import is_our_server, read_record
 
 # Small caps keep every run bounded on a shared CPU; they are what an operator would set.
 LANE_MAX_TOKENS = ("intent=96,plan=256,act=384,completeness=256,supplement_plan=256,"
@@ -164,6 +165,9 @@ def test_sigterm_during_a_model_call_exits_cleanly(real_model, tmp_path):
     text = stderr.decode(errors="replace")
     assert process.returncode == 143, text[-2000:]
     assert "Traceback" not in text, text[-2000:]
+    # The dev server `refloop run` started stops with it, even after a hard exit.
+    record = read_record(tmp_path / "data")
+    assert record is None or not is_our_server(record.pid, record.db), record
     ROWS.append({"model": model, "run": "sigterm", "outcome": f"exit {process.returncode}",
                  "server_requests": "-", "requests": "-", "failed": "-", "abandoned": "-",
                  "server_completion": "-", "overrun": "-", "completion": "-", "tokens": "-",
