@@ -42,8 +42,9 @@ from bench.code_search_eval import (
 )
 from refloop.semantic import CodeIndex, missing_extra
 
-# LanceDB's hybrid query warns on every call about its score columns.
-os.environ.setdefault("LANCE_LOG", "error")
+# LanceDB's hybrid query warns on every call about its score columns (its Rust log
+# reads LANCEDB_LOG; LANCE_LOG is the lance format's own and does not reach it).
+os.environ.setdefault("LANCEDB_LOG", "error")
 MODES = ("hybrid", "rrf", "lance-rrf", "vector", "text")
 LOAD_PROBE = """
 import sys, time

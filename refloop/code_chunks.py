@@ -1,12 +1,15 @@
 """Chunks an embedding model reads whole, each mapped back to the definition it came from.
 
-Every Python class and function is one unit, reported with its whole line range. A unit
-that fits the model's window is one chunk; a longer one becomes a summary (signature and
-docstring) plus body windows, all carrying the unit's range, so search results can be
-merged per definition. A class's own text keeps its header, docstring, attributes and the
+Every Python class and function is one unit, reported with its whole line range. A short
+unit (up to WINDOW_LINES lines) is one chunk; a longer one becomes a summary (signature
+and docstring) plus overlapping windows of WINDOW_LINES lines, all carrying the unit's
+range, so search results can be merged per definition. Small windows because the model
+mean-pools its tokens: over a whole function the part a query describes is blurred by the
+rest (on the code-search eval, windows of 6 lines beat whole definitions of up to 256
+tokens). A class's own text keeps its header, docstring, attributes and the
 signatures of its methods; each method is a unit of its own. Every chunk starts with its
 symbol path (file, class, signature). Module-level code, other languages and text files
-are cut into line windows of the same token budget.
+are cut into line windows of the same size.
 
 Pure functions (no model here): token counts come from a `TokenCounter`, the real model's
 tokenizer in the semantic index, a character estimate without it.
@@ -23,7 +26,8 @@ TokenCounter = Callable[[list[str]], list[int]]  # tokens of each text, specials
 MODEL_WINDOW = 256  # all-MiniLM-L6-v2's max_seq_length
 SPECIAL_TOKENS = 2  # [CLS] and [SEP]
 MARGIN = 4  # per-line counts can differ slightly from the joined text's
-OVERLAP_LINES = 2  # body windows share a little context
+WINDOW_LINES = 6  # the most source lines one chunk embeds (within the token window too)
+WINDOW_STEP = 3  # consecutive windows share half their lines
 MAX_SIGNATURE_CHARS = 200
 MODULE = ""  # the symbol of module-level code and text windows
 
@@ -144,10 +148,9 @@ def _unit_chunks(path: str, unit: _Unit, lines: list[str], costs: list[int], bud
     header = _header(path, unit)
     room = budget - count_tokens([header])[0]
     own = [n for n in unit.own_lines if lines[n - 1].strip()]
-    whole = "\n".join(lines[n - 1] for n in own)
-    if sum(costs[n - 1] for n in own) <= room:
-        chunks = [CodeChunk(unit.start_line, unit.end_line, unit.symbol, header, whole,
-                            "whole")]
+    if len(own) <= WINDOW_LINES and sum(costs[n - 1] for n in own) <= room:
+        chunks = [CodeChunk(unit.start_line, unit.end_line, unit.symbol, header,
+                            "\n".join(lines[n - 1] for n in own), "whole")]
         if unit.docstring:  # the prose alone, undiluted by code, matches prose queries
             summary = _fit(f"{unit.signature}\n{unit.docstring}", room, count_tokens)
             chunks.append(CodeChunk(unit.start_line, unit.end_line, unit.symbol, header,
@@ -177,15 +180,16 @@ def _windows(path: str, lines: list[str], costs: list[int], numbers: range | lis
 
 def _pack(lines: list[str], costs: list[int], numbers: list[int], room: int,
           count_tokens: TokenCounter) -> Iterator[tuple[int, int, str]]:
-    """Greedy windows of whole lines within `room` tokens, overlapping by a few lines;
-    a single line too long for a window is cut."""
+    """Windows of up to WINDOW_LINES whole lines within `room` tokens, each sharing about
+    half its lines with the next; a single line too long for a window is cut."""
     room = max(room, 16)
     i = 0
     while i < len(numbers):
         taken: list[int] = []
         used = 0
         j = i
-        while j < len(numbers) and used + costs[numbers[j] - 1] <= room:
+        while (j < len(numbers) and len(taken) < WINDOW_LINES
+               and used + costs[numbers[j] - 1] <= room):
             used += costs[numbers[j] - 1]
             taken.append(numbers[j])
             j += 1
@@ -197,7 +201,7 @@ def _pack(lines: list[str], costs: list[int], numbers: list[int], room: int,
         yield taken[0], taken[-1], "\n".join(lines[n - 1] for n in taken)
         if j >= len(numbers):
             break
-        i = max(i + 1, j - OVERLAP_LINES)
+        i += max(1, len(taken) * WINDOW_STEP // WINDOW_LINES)
 
 
 def _fit(text: str, room: int, count_tokens: TokenCounter) -> str:

@@ -1,7 +1,8 @@
 """Code search: hybrid retrieval (vectors and full text, fused) over chunks in LanceDB.
 
-Chunks come from `refloop.code_chunks`: sized to the embedding model's window, each
-mapped back to the definition it belongs to, so results are merged per definition. The
+Chunks come from `refloop.code_chunks`: windows of a few lines within the embedding
+model's window, each mapped back to the definition it belongs to, so results are merged
+per definition. The
 lexical side is LanceDB's own full-text index over identifier-split text; the vector side
 is all-MiniLM-L6-v2 (by default its int8 ONNX build run on onnxruntime, which loads in
 well under a second; the PyTorch build is the alternative). Both lists are merged per
@@ -48,8 +49,8 @@ INSTALL_HINT = "pip install 'refloop[semantic]'"
 MAX_INDEXED_FILE_BYTES = 300_000
 EMBED_BATCH_FILES = 16  # files per embedding batch and progress report
 DIMENSIONS = 384
-SCHEMA_VERSION = 2  # chunks mapped to definitions, with a full-text column
-CANDIDATES = 60  # chunks fetched from each side before fusion and merging
+SCHEMA_VERSION = 3  # chunks of at most WINDOW_LINES lines (2: token-sized chunks)
+CANDIDATES = 100  # chunks fetched from each side before fusion and merging
 RRF_K = 60  # the usual reciprocal-rank-fusion constant
 # The lexical list's say in the fusion (its normalised score, beside the cosine): a
 # tie-breaker for prose, where the vectors are the stronger side (on two third-party

@@ -3,7 +3,14 @@ and merging per definition. Pure functions: a word count stands in for the token
 
 from __future__ import annotations
 
-from refloop.code_chunks import approx_tokens, chunk_source, identifier_terms, split_identifier
+from refloop.code_chunks import (
+    WINDOW_LINES,
+    WINDOW_STEP,
+    approx_tokens,
+    chunk_source,
+    identifier_terms,
+    split_identifier,
+)
 from refloop.semantic import (
     NAME_TEXT_WEIGHT,
     TEXT_WEIGHT,
@@ -91,6 +98,26 @@ def test_a_long_function_is_a_summary_plus_body_windows_all_with_its_range():
     assert all(f"step_{n} =" in embedded for n in range(1, 80))
     first, second = chunks[1].text.splitlines(), chunks[2].text.splitlines()
     assert first[-1] in second[:3]
+
+
+def test_a_definition_longer_than_a_window_is_embedded_in_small_overlapping_windows():
+    # Short lines: the token budget never binds, the line cap does.
+    body = "".join(f"    total += item_{n}\n" for n in range(1, 15))
+    source = "def add_up(items):\n    total = 0\n" + body + "    return total\n"
+    chunks = chunk_source("sums.py", source, words)
+    summary, *windows = chunks
+    assert (summary.part, summary.text) == ("summary", "def add_up(items)")
+    assert all(c.part == "body" and (c.start_line, c.end_line) == (1, 17) for c in windows)
+    texts = [c.text.splitlines() for c in windows]
+    assert all(len(t) <= WINDOW_LINES for t in texts) and len(texts[0]) == WINDOW_LINES
+    for earlier, later in zip(texts, texts[1:], strict=False):  # each shares half its lines
+        assert earlier[-(WINDOW_LINES - WINDOW_STEP):] == later[: WINDOW_LINES - WINDOW_STEP]
+    assert texts[-1][-1] == "    return total"
+    # one line more than fits is enough to leave the single chunk
+    short = "def f(x):\n" + "".join(f"    x += {n}\n" for n in range(WINDOW_LINES - 1))
+    assert [c.part for c in chunk_source("f.py", short, words)] == ["whole"]
+    longer = short + "    return x\n"
+    assert [c.part for c in chunk_source("f.py", longer, words)][0] == "summary"
 
 
 def test_every_chunk_fits_the_window_even_an_overlong_line():
