@@ -9,7 +9,8 @@ rest (on the code-search eval, windows of 6 lines beat whole definitions of up t
 tokens). A class's own text keeps its header, docstring, attributes and the
 signatures of its methods; each method is a unit of its own. Every chunk starts with its
 symbol path (file, class, signature). Module-level code, other languages and text files
-are cut into line windows of the same size.
+are cut into line windows of the token budget (a line cap there would multiply the
+windows of data files of short lines, for no gain in finding definitions).
 
 Pure functions (no model here): token counts come from a `TokenCounter`, the real model's
 tokenizer in the semantic index, a character estimate without it.
@@ -26,8 +27,9 @@ TokenCounter = Callable[[list[str]], list[int]]  # tokens of each text, specials
 MODEL_WINDOW = 256  # all-MiniLM-L6-v2's max_seq_length
 SPECIAL_TOKENS = 2  # [CLS] and [SEP]
 MARGIN = 4  # per-line counts can differ slightly from the joined text's
-WINDOW_LINES = 6  # the most source lines one chunk embeds (within the token window too)
-WINDOW_STEP = 3  # consecutive windows share half their lines
+WINDOW_LINES = 6  # the most lines one chunk of a definition embeds (within the tokens too)
+WINDOW_STEP = 3  # consecutive windows of a definition share half their lines
+OVERLAP_LINES = 2  # other windows (token-sized) share a little context
 MAX_SIGNATURE_CHARS = 200
 MODULE = ""  # the symbol of module-level code and text windows
 
@@ -159,7 +161,7 @@ def _unit_chunks(path: str, unit: _Unit, lines: list[str], costs: list[int], bud
     summary = _fit(f"{unit.signature}\n{unit.docstring}".strip(), room, count_tokens)
     chunks = [CodeChunk(unit.start_line, unit.end_line, unit.symbol, header, summary,
                         "summary")]
-    for body in _pack(lines, costs, own, room, count_tokens):
+    for body in _pack(lines, costs, own, room, count_tokens, WINDOW_LINES):
         chunks.append(CodeChunk(unit.start_line, unit.end_line, unit.symbol, header, body[2],
                                 "body"))
     return chunks
@@ -179,16 +181,18 @@ def _windows(path: str, lines: list[str], costs: list[int], numbers: range | lis
 
 
 def _pack(lines: list[str], costs: list[int], numbers: list[int], room: int,
-          count_tokens: TokenCounter) -> Iterator[tuple[int, int, str]]:
-    """Windows of up to WINDOW_LINES whole lines within `room` tokens, each sharing about
-    half its lines with the next; a single line too long for a window is cut."""
+          count_tokens: TokenCounter, max_lines: int | None = None
+          ) -> Iterator[tuple[int, int, str]]:
+    """Windows of whole lines within `room` tokens: with `max_lines`, of up to that many
+    lines, each sharing about half its lines with the next; else as many lines as fit,
+    sharing OVERLAP_LINES. A single line too long for a window is cut."""
     room = max(room, 16)
     i = 0
     while i < len(numbers):
         taken: list[int] = []
         used = 0
         j = i
-        while (j < len(numbers) and len(taken) < WINDOW_LINES
+        while (j < len(numbers) and len(taken) < (max_lines or len(numbers))
                and used + costs[numbers[j] - 1] <= room):
             used += costs[numbers[j] - 1]
             taken.append(numbers[j])
@@ -201,7 +205,10 @@ def _pack(lines: list[str], costs: list[int], numbers: list[int], room: int,
         yield taken[0], taken[-1], "\n".join(lines[n - 1] for n in taken)
         if j >= len(numbers):
             break
-        i += max(1, len(taken) * WINDOW_STEP // WINDOW_LINES)
+        if max_lines:
+            i += max(1, len(taken) * WINDOW_STEP // max_lines)
+        else:
+            i = max(i + 1, j - OVERLAP_LINES)
 
 
 def _fit(text: str, room: int, count_tokens: TokenCounter) -> str:
