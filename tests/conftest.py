@@ -28,13 +28,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Schemathesis gives each API operation's test its function's node id; pytest-xdist
     (`make test`) schedules a file's tests by node id and would run one operation of each
     function: every item gets its own id (`test_api_on_sqlite[GET /tasks]`), and a node id
-    seen twice stops the run rather than silently losing tests."""
+    seen twice stops the run rather than silently losing tests. Slow files go first."""
     for item in items:
         if getattr(item, "operation_label", None) and item.parent is not None:
             if hasattr(item, "_id"):  # pytest >= 9
                 item._id = item.parent.id.child(item.name)
             else:
                 item._nodeid = f"{item.parent.nodeid}::{item.name}"
+    # Files holding a test marked slow first (each file's own order kept): xdist then
+    # ends on short files, not with one process alone in a long one.
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)
     seen = collections.Counter(item.nodeid for item in items)
     twice = [nodeid for nodeid, count in seen.items() if count > 1]
     if twice:

@@ -12,6 +12,8 @@ import sys
 import uuid
 from pathlib import Path
 
+import pytest
+
 from refloop.models import TaskInput
 from refloop.net import free_port
 from tests.http_wait import wait_until_healthy
@@ -101,6 +103,7 @@ def dev_servers_on(db: Path) -> list[int]:
     return pids
 
 
+@pytest.mark.slow
 async def test_kill_9_of_refloop_up_mid_task_then_restart_completes_the_task(
         scripted_llm, tmp_path: Path):
     """Crash 1 kills `refloop up` only: its dev server lives on and the restart adopts it.

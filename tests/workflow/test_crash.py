@@ -13,6 +13,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from refloop.models import TaskInput
 from tests.llm_fixtures import unique_scenario
 from tests.workflow.helpers import (
@@ -33,6 +35,8 @@ from tests.workflow.helpers import (
 )
 from worker.replay import dump_history
 from workflows.agent import AgentTaskWorkflow
+
+pytestmark = pytest.mark.slow  # each waits out heartbeat timeouts and worker starts
 
 
 def spawn_worker(temporal_server: str, settings, task_queue: str,
