@@ -21,7 +21,9 @@ from worker.temporal_server import EmbeddedTemporal
 
 def pytest_configure(config: pytest.Config) -> None:
     if TEST_DATABASE_URL != BASE_DATABASE_URL:  # an xdist worker: its own database
-        create_database(TEST_DATABASE_URL)
+        problem = create_database(TEST_DATABASE_URL)
+        if problem:  # the DB tests fail on their own; the rest still run
+            config.issue_config_time_warning(pytest.PytestWarning(problem), stacklevel=2)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -45,10 +47,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         raise pytest.UsageError(f"tests share a node id (xdist would run one): {twice[:3]}")
 
 
-def create_database(url: str) -> None:
-    """CREATE DATABASE unless it exists (through the server's `postgres` database)."""
+def create_database(url: str) -> str | None:
+    """CREATE DATABASE unless it exists (through the server's `postgres` database); what
+    went wrong, if it could not."""
     from sqlalchemy import create_engine, text
     from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import SQLAlchemyError
 
     name = make_url(url).database
     admin = create_engine(make_url(url).set(database="postgres"), isolation_level="AUTOCOMMIT")
@@ -58,8 +62,11 @@ def create_database(url: str) -> None:
                                   {"name": name}).first()
             if not exists:
                 conn.execute(text(f'CREATE DATABASE "{name}"'))
+    except SQLAlchemyError as err:
+        return f"cannot create the test database {name}: {str(err).splitlines()[0]}"
     finally:
         admin.dispose()
+    return None
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,7 @@ BASE_DATABASE_URL = os.environ.get(
 )
 
 
-def _per_worker(url: str) -> str:
+def per_worker_url(url: str) -> str:
     """Under pytest-xdist each worker process gets its own database (`<name>_gw0`, ...), made
     on demand by tests/conftest.py: tests that count rows never see another worker's."""
     worker = os.environ.get("PYTEST_XDIST_WORKER")
@@ -20,4 +20,4 @@ def _per_worker(url: str) -> str:
         hide_password=False)
 
 
-TEST_DATABASE_URL = _per_worker(BASE_DATABASE_URL)
+TEST_DATABASE_URL = per_worker_url(BASE_DATABASE_URL)
