@@ -30,9 +30,14 @@ bwrap:
 		echo "could not install bubblewrap (apt-get install bubblewrap): commands will be" \
 			"refused unless REFLOOP_SANDBOX=none"
 
+# Two pytest-xdist processes, each with its own Temporal dev server, scripted model and
+# database (REFLOOP_TEST_DATABASE_URL's name + _gw0, _gw1: made on demand); a test file's
+# tests stay in one process. TEST_WORKERS=0 runs them all in this one.
+TEST_WORKERS ?= 2
+
 test: $(STAMP) postgres bwrap
 	$(BIN)/ruff check .
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # The real-model lane: llama-cpp-python's server (built from source once, about 7 minutes;
 # pip's cache keeps the wheel) and the GGUF files two PyPI packages ship. Not in `make test`.

@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +136,9 @@ class ScriptState:
         self.scenarios: dict[str, Scenario] = {}
         self.cursors: dict[tuple[str, str], int] = {}
         self.log: list[dict[str, Any]] = []
+        # Requests received, answered or not yet (the log has only answered ones): a crash
+        # test kills a worker while the call it waits on is here.
+        self.arrived: Counter[tuple[str, str | None]] = Counter()
         self.default = "default"
 
     def load(self, scenario: Scenario, default: bool = False) -> None:
@@ -189,6 +193,8 @@ def build_app(state: ScriptState) -> FastAPI:
         body = json.loads(raw)
         purpose_name = request.headers.get("x-refloop-purpose")
         model = str(body.get("model", ""))
+        with state.lock:
+            state.arrived[(model, purpose_name)] += 1
         # The raw bytes are kept, parsed again only when read: a long run's log of parsed
         # prompts would be millions of live objects for the garbage collector to walk.
         entry_log: dict[str, Any] = {
@@ -395,6 +401,11 @@ class ScriptedLLMServer(ThreadedServer):
 
     def requests(self, model: str | None = None, purpose: str | None = None) -> list[dict]:
         return self.state.requests(model, purpose)
+
+    def arrived(self, model: str, purpose: str) -> int:
+        """Requests for `model` and `purpose` received so far, answered or still waiting."""
+        with self.state.lock:
+            return self.state.arrived[(model, purpose)]
 
     def remaining(self, name: str) -> dict[str, int]:
         with self.state.lock:

@@ -3,6 +3,7 @@ ports), scripted model and DB URL."""
 
 from __future__ import annotations
 
+import collections
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -12,10 +13,60 @@ from temporalio.client import Client
 
 from refloop.net import free_port
 from refloop.settings import Settings
-from tests.constants import TEST_DATABASE_URL
+from tests.constants import BASE_DATABASE_URL, TEST_DATABASE_URL
 from tests.llm_fixtures import scripted_llm  # noqa: F401  (session fixture)
 from worker.main import connect
 from worker.temporal_server import EmbeddedTemporal
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if TEST_DATABASE_URL != BASE_DATABASE_URL:  # an xdist worker: its own database
+        problem = create_database(TEST_DATABASE_URL)
+        if problem:  # the DB tests fail on their own; the rest still run
+            config.issue_config_time_warning(pytest.PytestWarning(problem), stacklevel=2)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Schemathesis gives each API operation's test its function's node id; pytest-xdist
+    (`make test`) schedules a file's tests by node id and would run one operation of each
+    function: every item gets its own id (`test_api_on_sqlite[GET /tasks]`), and a node id
+    seen twice stops the run rather than silently losing tests. Slow files go first."""
+    for item in items:
+        if getattr(item, "operation_label", None) and item.parent is not None:
+            if hasattr(item, "_id"):  # pytest >= 9
+                item._id = item.parent.id.child(item.name)
+            else:
+                item._nodeid = f"{item.parent.nodeid}::{item.name}"
+    # Files holding a test marked slow first (each file's own order kept): xdist then
+    # ends on short files, not with one process alone in a long one.
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)
+    seen = collections.Counter(item.nodeid for item in items)
+    twice = [nodeid for nodeid, count in seen.items() if count > 1]
+    if twice:
+        raise pytest.UsageError(f"tests share a node id (xdist would run one): {twice[:3]}")
+
+
+def create_database(url: str) -> str | None:
+    """CREATE DATABASE unless it exists (through the server's `postgres` database); what
+    went wrong, if it could not."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import SQLAlchemyError
+
+    name = make_url(url).database
+    admin = create_engine(make_url(url).set(database="postgres"), isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            exists = conn.execute(text("SELECT 1 FROM pg_database WHERE datname = :name"),
+                                  {"name": name}).first()
+            if not exists:
+                conn.execute(text(f'CREATE DATABASE "{name}"'))
+    except SQLAlchemyError as err:
+        return f"cannot create the test database {name}: {str(err).splitlines()[0]}"
+    finally:
+        admin.dispose()
+    return None
 
 
 @pytest.fixture(scope="session")

@@ -165,6 +165,7 @@ def test_sigterm_stops_refloop_api_within_its_grace_period(tmp_path: Path, tempo
     assert "Traceback" not in api.stderr.read()
 
 
+@pytest.mark.slow
 def test_run_with_mcp_servers(tmp_path: Path):
     """`refloop run --mcp git`: the git server's tools are listed for the task (the offline
     demo model does not call them); unknown names and a missing config are one line."""

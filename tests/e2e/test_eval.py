@@ -7,6 +7,7 @@ import pytest
 from refloop.eval_harness import load_suite, run_suite, summarise
 
 
+@pytest.mark.slow
 async def test_shipped_suite_meets_seed_001_goals():
     scenarios = load_suite(None)
     assert len(scenarios) >= 12

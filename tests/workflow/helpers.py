@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import os
+import time
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle, WorkflowHistory
 from temporalio.exceptions import ApplicationError
 
@@ -137,3 +142,26 @@ def activity_starts(history: WorkflowHistory, activity_type: str) -> list[tuple[
     return [(scheduled.index(e.activity_task_started_event_attributes.scheduled_event_id), e)
             for e in history.events if e.HasField("activity_task_started_event_attributes")
             and e.activity_task_started_event_attributes.scheduled_event_id in scheduled]
+
+
+async def wait_until(condition: Callable[[], bool | Awaitable[bool]], what: str,
+                     timeout_s: float = 60.0) -> None:
+    """Poll `condition` (maybe async) until it holds: a crash test kills or stops a worker
+    on the run's real state, not after a guessed sleep that a loaded machine outlasts."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        held = condition()
+        if inspect.isawaitable(held):
+            held = await held
+        if held:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{what}: not within {timeout_s:.0f} s")
+
+
+async def running(handle: WorkflowHandle, activity_type: str) -> bool:
+    """Whether a worker has started an `activity_type` of this workflow, not yet finished."""
+    pending = (await handle.describe()).raw_description.pending_activities
+    return any(a.activity_type.name == activity_type
+               and a.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+               for a in pending)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from refloop.store import store_for
 from tests.llm_fixtures import unique_scenario
 from tests.workflow.helpers import (
@@ -267,6 +269,7 @@ async def test_token_budget_stops_the_task_cleanly(client, settings, scripted_ll
     assert result.stats.usage_by_model[model].calls == result.stats.llm_calls
 
 
+@pytest.mark.slow
 async def test_long_task_continues_as_new_with_identical_results(
     client, settings, scripted_llm, workspace, task_queue
 ):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.llm_fixtures import unique_scenario
 from tests.workflow.helpers import CODING, SUMMARY, call, event_types, events_of, final, plan_of
 from tests.workflow.helpers import run_task as run_agent_task
@@ -186,6 +188,7 @@ async def test_claimed_but_missing_file_is_caught_without_the_judge(
     assert "summary.md" in judge and "does not exist" in judge
 
 
+@pytest.mark.slow
 async def test_judge_sees_tool_calls_made_before_a_continue_as_new(
     client, settings, scripted_llm, workspace, task_queue
 ):

@@ -13,6 +13,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from refloop.models import TaskInput
 from tests.llm_fixtures import unique_scenario
 from tests.workflow.helpers import (
@@ -27,10 +29,14 @@ from tests.workflow.helpers import (
     one_slow_command,
     plan_of,
     result_of,
+    running,
     start,
+    wait_until,
 )
 from worker.replay import dump_history
 from workflows.agent import AgentTaskWorkflow
+
+pytestmark = pytest.mark.slow  # each waits out heartbeat timeouts and worker starts
 
 
 def spawn_worker(temporal_server: str, settings, task_queue: str,
@@ -81,9 +87,9 @@ async def test_worker_killed_twice_mid_task_resumes_each_time(
             enable_reflection=False))
         # kill -9 during each slow model call; the edit before it has completed.
         for nth in (1, 2):
-            await wait_for_event(handle, lambda e, nth=nth: e.type == "tool_call"
-                                 and e.data["iteration"] == 2 * nth)
-            await asyncio.sleep(0.5)
+            # The slow call is the model's 3rd act request, then its 6th (the 3rd again).
+            await wait_until(lambda nth=nth: scripted_llm.arrived(model, "act") >= 3 * nth,
+                             f"slow model call {nth}")
             os.killpg(workers[-1].pid, signal.SIGKILL)
             workers[-1].wait()
             workers.append(spawn_worker(temporal_server, settings, task_queue))
@@ -121,8 +127,8 @@ async def test_a_killed_workers_call_is_retried_within_seconds(
     try:
         handle = await start(client, task_queue, TaskInput(
             task="read", workspace=str(workspace), model=model, enable_reflection=False))
-        await wait_for_event(handle, lambda e: e.type == "tool_call")
-        await asyncio.sleep(0.5)  # the read is done; the second model call waits 2 s
+        # The read is done; the second model call waits 2 s at the model.
+        await wait_until(lambda: scripted_llm.arrived(model, "act") >= 2, "the 2 s call")
         workers.append(spawn_worker(temporal_server, settings, task_queue))
         killed_at = time.time()
         os.killpg(workers[0].pid, signal.SIGKILL)
@@ -159,8 +165,7 @@ async def test_sigterm_drains_the_running_call_then_the_next_worker_finishes(
     try:
         handle = await start(client, task_queue, TaskInput(
             task="wait", workspace=str(workspace), model=model, enable_reflection=False))
-        await wait_for_event(handle, lambda e: e.type == "tool_call")
-        await asyncio.sleep(0.5)
+        await wait_until(lambda: running(handle, "refloop.tool.run_cmd"), "run_cmd")
         signalled = time.monotonic()
         first.send_signal(signal.SIGTERM)
         code = await asyncio.to_thread(first.wait, 15 + 5)
@@ -192,8 +197,7 @@ async def test_a_command_cut_off_by_a_crash_is_not_run_again(
     try:
         handle = await start(client, task_queue, TaskInput(
             task="wait", workspace=str(workspace), model=model, enable_reflection=False))
-        await wait_for_event(handle, lambda e: e.type == "tool_call")
-        await asyncio.sleep(0.5)
+        await wait_until((workspace / "runs.txt").exists, "the command's start")
         workers.append(spawn_worker(temporal_server, settings, task_queue))
         os.killpg(workers[0].pid, signal.SIGKILL)
         workers[0].wait()
