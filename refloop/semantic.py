@@ -244,8 +244,9 @@ class SourceFile:
     digest: str
 
 
-def table_name(workspace: Path, model: str = DEFAULT_MODEL) -> str:
-    key = f"{workspace.resolve()}\0{model}\0{SCHEMA_VERSION}"
+def table_name(workspace: Path, model: str = DEFAULT_MODEL, schema: int = SCHEMA_VERSION
+               ) -> str:
+    key = f"{workspace.resolve()}\0{model}\0{schema}"
     return "ws_" + hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
@@ -383,6 +384,7 @@ class CodeIndex:
         except ValueError:  # not created yet
             if not create:
                 return None
+        self._drop_older_schemas(db)
         schema = pa.schema([
             pa.field("path", pa.string()),
             pa.field("start_line", pa.int32()),
@@ -395,6 +397,15 @@ class CodeIndex:
             pa.field("vector", pa.list_(pa.float32(), DIMENSIONS)),
         ])
         return db.create_table(self.table_name, schema=schema, exist_ok=True)
+
+    def _drop_older_schemas(self, db) -> None:
+        """An index of this workspace built by an older chunker is never read again: it goes
+        (table and manifest) when the current one is made, so upgrades leave no dead
+        copies behind."""
+        for schema in range(1, SCHEMA_VERSION):
+            old = table_name(self.workspace, self.model, schema)
+            db.drop_table(old, ignore_missing=True)
+            (self.index_dir / f"{old}.manifest.json").unlink(missing_ok=True)
 
     @contextlib.contextmanager
     def _writer_lock(self) -> Iterator[None]:

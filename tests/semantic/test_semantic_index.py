@@ -79,3 +79,26 @@ async def test_the_tool_returns_hits_and_says_when_nothing_is_indexed(repo: Path
     assert "def hash_password" in result.output
     bad = await execute_tool(call.model_copy(update={"arguments": {"query": ""}}), settings)
     assert not bad.ok and bad.error.startswith("E_INVALID_ARGS")
+
+
+def test_an_index_of_an_older_chunker_is_dropped_when_the_current_one_is_made(tmp_path: Path):
+    from refloop.semantic import SCHEMA_VERSION, import_lancedb, manifest_path, table_name
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "colors.py").write_text("def hex_to_rgb(value):\n    return value\n")
+    index_dir = tmp_path / "index"
+    index_dir.mkdir()
+    db = import_lancedb().connect(str(index_dir))
+    old = table_name(workspace, schema=SCHEMA_VERSION - 1)
+    db.create_table(old, data=[{"path": "colors.py", "start_line": 1}])
+    (index_dir / f"{old}.manifest.json").write_text('{"files": {}, "chunks": 1}')
+    other_workspace = table_name(tmp_path / "elsewhere", schema=SCHEMA_VERSION - 1)
+    db.create_table(other_workspace, data=[{"path": "x.py", "start_line": 1}])
+
+    CodeIndex(index_dir, workspace).update()
+
+    names = set(db.list_tables().tables)
+    assert old not in names and not (index_dir / f"{old}.manifest.json").exists()
+    assert table_name(workspace) in names and manifest_path(index_dir, workspace).exists()
+    assert other_workspace in names  # only this workspace's old index goes
