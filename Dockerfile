@@ -12,6 +12,7 @@ COPY workflows ./workflows
 COPY activities ./activities
 COPY worker ./worker
 COPY api ./api
+COPY cli ./cli
 # EXTRAS=semantic adds search_semantic (with PIP_EXTRA_INDEX_URL set to the PyTorch CPU
 # index for a CPU-only torch); EXTRAS=otel the OTLP exporter.
 ARG EXTRAS=""

@@ -12,10 +12,9 @@ from pydantic import BaseModel, ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.errors import call_model
-from refloop import activity_calls
-from refloop.code_review_content import cap_content, split_diff
-from refloop.code_review_models import (
+from refloop.activities.model_calls import call_model
+from refloop.contract import activity_calls
+from refloop.contract.code_review import (
     AgentCallInput,
     AgentCallResult,
     FormatInput,
@@ -26,10 +25,11 @@ from refloop.code_review_models import (
     ReviewOutput,
     VerifyOutput,
 )
-from refloop.llm import LLMGateway, parse_json_answer
-from refloop.models import ChatMessage, Purpose
-from refloop.prompts import CODE_REVIEW_SYSTEM, CODE_VERIFY_SYSTEM, code_agent_messages
-from refloop.store import CodeReviewContentRecord, Store
+from refloop.contract.models import ChatMessage, Purpose
+from refloop.llm.gateway import LLMGateway, parse_json_answer
+from refloop.llm.prompts import CODE_REVIEW_SYSTEM, CODE_VERIFY_SYSTEM, code_agent_messages
+from refloop.review.content import cap_content, split_diff
+from refloop.store.db import CodeReviewContentRecord, Store
 from refloop.tools.base import ToolError
 from refloop.tools.sandbox import read_text, relative, resolve, workspace_root
 

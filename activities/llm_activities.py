@@ -7,13 +7,10 @@ import asyncio
 from pydantic import TypeAdapter
 from temporalio import activity
 
-from activities.errors import call_model
-from activities.mcp_activities import mcp_specs
-from refloop import activity_calls
-from refloop.blobs import Get, holds_large_string, offload_args
-from refloop.conversation import for_model, trim_history
-from refloop.llm import LLMGateway
-from refloop.models import (
+from refloop.activities.mcp_activities import mcp_specs
+from refloop.activities.model_calls import call_model
+from refloop.contract import activity_calls
+from refloop.contract.models import (
     ActInput,
     ActResult,
     ChatMessage,
@@ -27,11 +24,14 @@ from refloop.models import (
     SummarizeInput,
     SummarizeResult,
 )
-from refloop.policies import TOOL_RESULT_CHARS  # what the model reads of one output
-from refloop.prompts import intent_messages, plan_messages, summary_messages
-from refloop.store import BlobNotCached, Store
-from refloop.task_rules import constraints_for, infer_task_type, keyword_type, load_task_rules
-from refloop.tools import tool_specs
+from refloop.contract.policies import TOOL_RESULT_CHARS  # what the model reads of one output
+from refloop.llm.conversation import for_model, trim_history
+from refloop.llm.gateway import LLMGateway
+from refloop.llm.prompts import intent_messages, plan_messages, summary_messages
+from refloop.store.blobs import Get, holds_large_string, offload_args
+from refloop.store.db import BlobNotCached, Store
+from refloop.tools.registry import tool_specs
+from refloop.tools.task_rules import constraints_for, infer_task_type, keyword_type, load_task_rules
 
 # A stored conversation: one JSON array, parsed and written in pydantic's core.
 CONVERSATION = TypeAdapter(list[ChatMessage])

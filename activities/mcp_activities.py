@@ -17,11 +17,11 @@ from pydantic import TypeAdapter
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.errors import heartbeating
-from refloop import activity_calls
-from refloop.blobs import holds_large_string, holds_marker, offload_output, resolve_args
-from refloop.feedback import window_text
-from refloop.mcp_config import (
+from refloop.activities.model_calls import heartbeating
+from refloop.contract import activity_calls
+from refloop.contract.models import ToolResult, ToolSpec
+from refloop.contract.policies import TOOL_RESULT_CHARS
+from refloop.mcp.config import (
     McpCallInput,
     McpConfigError,
     McpListInput,
@@ -31,11 +31,11 @@ from refloop.mcp_config import (
     model_schema,
     tool_name,
 )
-from refloop.mcp_pool import Connection, McpPool, McpTransportError
-from refloop.models import ToolResult, ToolSpec
-from refloop.policies import TOOL_RESULT_CHARS
+from refloop.mcp.pool import Connection, McpPool, McpTransportError
 from refloop.settings import Settings
-from refloop.store import Store
+from refloop.store.blobs import holds_large_string, holds_marker, offload_output, resolve_args
+from refloop.store.db import Store
+from refloop.tools.output import window_text
 
 FEEDBACK_CHARS = TOOL_RESULT_CHARS - 100
 # What one task is offered at most (the chat APIs take 128 tools; the built-ins come first)

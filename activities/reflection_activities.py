@@ -6,11 +6,10 @@ import asyncio
 
 from temporalio import activity
 
-from activities.errors import call_model, model_ledger
-from activities.mcp_activities import mcp_specs
-from refloop import activity_calls
-from refloop.llm import InvalidModelOutput, LLMGateway
-from refloop.models import (
+from refloop.activities.mcp_activities import mcp_specs
+from refloop.activities.model_calls import call_model, model_ledger
+from refloop.contract import activity_calls
+from refloop.contract.models import (
     ChatMessage,
     CompletenessInput,
     CompletenessResult,
@@ -20,10 +19,11 @@ from refloop.models import (
     Purpose,
     SupplementPlanInput,
 )
-from refloop.prompts import completeness_messages, supplement_plan_messages
-from refloop.store import Store
-from refloop.tools import tool_specs
+from refloop.llm.gateway import InvalidModelOutput, LLMGateway
+from refloop.llm.prompts import completeness_messages, supplement_plan_messages
+from refloop.store.db import Store
 from refloop.tools.base import ToolError
+from refloop.tools.registry import tool_specs
 from refloop.tools.sandbox import is_file, resolve, workspace_root
 
 NO_SUPPLEMENTS_REASK = (

@@ -6,16 +6,11 @@ import asyncio
 
 from temporalio import activity
 
-from activities.errors import call_model
-from refloop import activity_calls
-from refloop.llm import LLMGateway
-from refloop.models import (
-    Purpose,
-    QualityReview,
-    QualityReviewInput,
-    QualityReviewResult,
-)
-from refloop.quality import (
+from refloop.activities.model_calls import call_model
+from refloop.contract import activity_calls
+from refloop.contract.models import Purpose, QualityReview, QualityReviewInput, QualityReviewResult
+from refloop.llm.gateway import LLMGateway
+from refloop.review.quality import (
     QualityVerdict,
     deterministic_problems,
     extract_snippet,

@@ -6,9 +6,9 @@ import asyncio
 
 from temporalio import activity
 
-from refloop import activity_calls
-from refloop.models import RecordQualityReviewInput, RecordTaskInput
-from refloop.store import Store
+from refloop.contract import activity_calls
+from refloop.contract.models import RecordQualityReviewInput, RecordTaskInput
+from refloop.store.db import Store
 
 
 class StoreActivities:

@@ -10,16 +10,17 @@ from collections.abc import Awaitable, Callable
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.errors import heartbeating
-from refloop import activity_calls
-from refloop.blobs import holds_large_string, holds_marker, offload_output, resolve_args
-from refloop.feedback import tool_feedback
-from refloop.models import RunToolInput, ToolResult
-from refloop.policies import TOOL_RESULT_CHARS
+from refloop.activities.model_calls import heartbeating
+from refloop.contract import activity_calls
+from refloop.contract.models import RunToolInput, ToolResult
+from refloop.contract.policies import TOOL_RESULT_CHARS
 from refloop.settings import Settings
-from refloop.store import Store
-from refloop.tools import TOOLS, UnknownToolError, execute_tool
+from refloop.store.blobs import holds_large_string, holds_marker, offload_output, resolve_args
+from refloop.store.db import Store
+from refloop.tools.base import TOOLS, UnknownToolError
 from refloop.tools.os_sandbox import UNSANDBOXED_WARNING, SandboxUnavailableError, sandbox_mode
+from refloop.tools.output import tool_feedback
+from refloop.tools.registry import execute_tool
 
 # What the model reads of one result, less the "[tool] ok" header the workflow adds.
 FEEDBACK_CHARS = TOOL_RESULT_CHARS - 100

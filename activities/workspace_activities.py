@@ -11,14 +11,14 @@ import sys
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.errors import heartbeating
-from refloop import activity_calls
-from refloop.blobs import offload_output
-from refloop.models import IndexReport, WorkspaceDescription, WorkspaceInput
-from refloop.repo_map import workspace_context
-from refloop.semantic import missing_extra, unchanged_report
+from refloop.activities.model_calls import heartbeating
+from refloop.contract import activity_calls
+from refloop.contract.models import IndexReport, WorkspaceDescription, WorkspaceInput
+from refloop.search.index import missing_extra, unchanged_report
+from refloop.search.repo_map import workspace_context
 from refloop.settings import Settings
-from refloop.store import Store
+from refloop.store.blobs import offload_output
+from refloop.store.db import Store
 from refloop.tools.sandbox import workspace_root
 
 
@@ -57,7 +57,7 @@ class WorkspaceActivities:
         if unchanged is not None:
             return unchanged
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "refloop.semantic", str(root), str(self.settings.index_dir),
+            sys.executable, "-m", "refloop.search.index", str(root), str(self.settings.index_dir),
             model,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )

@@ -9,7 +9,7 @@ from fastapi import Depends, HTTPException, Request, status
 from temporalio.client import Client
 
 from refloop.settings import Settings
-from refloop.store import Store
+from refloop.store.db import Store
 
 
 def get_settings(request: Request) -> Settings:

@@ -17,14 +17,14 @@ from starlette.routing import Route
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from api.deps import require_token
-from api.guards import MAX_BODY_BYTES, BoundaryGuard, http_error, short_validation_error
-from api.mcp_server import McpDeps, build_mcp_server, http_endpoint
-from api.openapi import ERROR_RESPONSES, install_docs
-from api.reconcile import reconcile_all
-from api.routes import code_reviews, health, prompts, reviews, tasks
+from refloop.api.deps import require_token
+from refloop.api.guards import MAX_BODY_BYTES, BoundaryGuard, http_error, short_validation_error
+from refloop.api.mcp_server import McpDeps, build_mcp_server, http_endpoint
+from refloop.api.openapi import ERROR_RESPONSES, install_docs
+from refloop.api.reconcile import reconcile_all
+from refloop.api.routes import code_reviews, health, prompts, reviews, tasks
 from refloop.settings import Settings
-from refloop.store import store_for
+from refloop.store.db import store_for
 
 log = logging.getLogger("refloop.api")
 __all__ = ["MAX_BODY_BYTES", "create_app"]
@@ -45,7 +45,7 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if app.state.client is None and settings.temporal_address:
-            from worker.main import connect
+            from refloop.worker.main import connect
 
             try:
                 app.state.client = await connect(settings.temporal_address,

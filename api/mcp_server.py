@@ -21,12 +21,12 @@ from mcp.server.mcpserver.exceptions import ToolError
 from starlette.types import ASGIApp, Receive, Scope, Send
 from temporalio.client import Client
 
-from api.routes import code_reviews, tasks
-from api.schemas import ApprovalBody, SessionStart, TaskCreate
-from api.sse import FINAL_EVENTS, fetch_events
-from refloop.code_review_models import CodeReviewInput
+from refloop.api.routes import code_reviews, tasks
+from refloop.api.schemas import ApprovalBody, SessionStart, TaskCreate
+from refloop.api.sse import FINAL_EVENTS, fetch_events
+from refloop.contract.code_review import CodeReviewInput
 from refloop.settings import Settings
-from refloop.store import Store
+from refloop.store.db import Store
 
 MAX_WAIT_S = 30.0
 POLL_S = 0.2
@@ -200,8 +200,8 @@ def http_endpoint(server: MCPServer, settings: Settings,
 
 async def serve_stdio(settings: Settings) -> int:
     """`refloop mcp`: against TEMPORAL_ADDRESS if set, else the embedded stack."""
-    from refloop.store import store_for
-    from worker.stack import embedded_stack
+    from refloop.store.db import store_for
+    from refloop.worker.stack import embedded_stack
 
     store = store_for(settings.effective_database_url)
     async with embedded_stack(settings, with_worker=settings.temporal_address is None) \

@@ -18,7 +18,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel
 
-from api.deps import require_token
+from refloop.api.deps import require_token
 
 
 class ValidationIssue(BaseModel):

@@ -16,9 +16,9 @@ from datetime import timedelta
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from refloop.code_review_models import CodeReviewResult
-from refloop.models import RecordTaskInput, TaskResult
-from refloop.store import TERMINAL_STATUSES, Store, TaskRecord, as_utc, utcnow
+from refloop.contract.code_review import CodeReviewResult
+from refloop.contract.models import RecordTaskInput, TaskResult
+from refloop.store.db import TERMINAL_STATUSES, Store, TaskRecord, as_utc, utcnow
 
 log = logging.getLogger("refloop.api")
 OPEN_STATUSES = ("queued", "running", "waiting_approval")

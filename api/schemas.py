@@ -7,8 +7,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict
 
-from refloop.models import TaskProgress
-from refloop.workspaces import ID_PATTERN
+from refloop.contract.models import TaskProgress
+from refloop.runtime.workspaces import ID_PATTERN
 
 ApprovalMode = Literal["auto", "confirm_writes", "confirm_all"]
 McpServerName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")]

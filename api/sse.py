@@ -14,10 +14,10 @@ from collections.abc import AsyncIterator
 
 from temporalio.client import Client
 
-from api.reconcile import OPEN_STATUSES, refresh
-from refloop.models import Event
-from refloop.store import TERMINAL_STATUSES, Store, TaskRecord
-from workflows.agent import AgentTaskWorkflow
+from refloop.api.reconcile import OPEN_STATUSES, refresh
+from refloop.contract.models import Event
+from refloop.store.db import TERMINAL_STATUSES, Store, TaskRecord
+from refloop.workflows.agent import AgentTaskWorkflow
 
 FINAL_EVENTS = frozenset({"completed", "failed", "lost", "incomplete", "cancelled"})
 POLL_S = 0.1

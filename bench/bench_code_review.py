@@ -11,8 +11,8 @@ import time
 import uuid
 
 from bench.common import bench_env
-from refloop.code_review_models import CodeReviewInput, CodeReviewResult
-from workflows.code_review import CodeReviewWorkflow
+from refloop.contract.code_review import CodeReviewInput, CodeReviewResult
+from refloop.workflows.code_review import CodeReviewWorkflow
 
 
 def diff_of(lines: int, files: int = 5) -> str:

@@ -40,7 +40,7 @@ from bench.code_search_eval import (
     resolve,
     score,
 )
-from refloop.semantic import CodeIndex, missing_extra
+from refloop.search.index import CodeIndex, missing_extra
 
 # LanceDB's hybrid query warns on every call about its score columns (its Rust log
 # reads LANCEDB_LOG; LANCE_LOG is the lance format's own and does not reach it).
@@ -50,7 +50,7 @@ LOAD_PROBE = """
 import sys, time
 from pathlib import Path
 began = time.perf_counter()
-from refloop.semantic import CodeIndex, start_warm_up
+from refloop.search.index import CodeIndex, start_warm_up
 start_warm_up(sys.argv[3]).join()
 loaded = time.perf_counter()
 CodeIndex(Path(sys.argv[2]), Path(sys.argv[1]), sys.argv[3]).search("read a setting", 5)
@@ -63,13 +63,13 @@ import sys, time
 began = time.time()
 index_dir, corpus, model = sys.argv[1:4]
 sys.argv = ["refloop", "worker"]  # what `refloop worker` runs before it connects:
-import refloop.cli  # noqa: F401  (first thing: the warm-up starts)
+import refloop.cli.main  # noqa: F401  (first thing: the warm-up starts)
 from refloop.settings import load_settings
 load_settings()
-import worker.main  # noqa: F401  (the Temporal SDK, workflows, activities)
+import refloop.worker.main  # noqa: F401  (the Temporal SDK, workflows, activities)
 ready = time.time()
 from pathlib import Path
-from refloop.semantic import CodeIndex, warm_up_finished
+from refloop.search.index import CodeIndex, warm_up_finished
 CodeIndex(Path(index_dir), Path(corpus), model).search("read a setting", 5)
 answered = time.time()
 print(began, ready, answered, warm_up_finished(model) or answered)
@@ -189,7 +189,7 @@ def main() -> None:
                     named.append(row(f"search_semantic {mode} ({model})",
                                      score(ranker, name_queries)))
             if not baselines_done:
-                from refloop.embedders import embedder
+                from refloop.search.embedders import embedder
 
                 chunks, units = corpus_units(corpus, embedder(model).count_tokens)
                 for name, ranker in (("BM25 (rank-bm25), same chunks", bm25_ranker(chunks)),

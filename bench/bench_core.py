@@ -18,11 +18,11 @@ import time
 from pathlib import Path
 
 from bench.common import bench_env
-from refloop.llm import LLMGateway
-from refloop.models import ChatMessage, IntentResult, Plan, Purpose, RunToolInput
-from refloop.prompts import intent_messages, plan_messages, summary_messages
+from refloop.contract.models import ChatMessage, IntentResult, Plan, Purpose, RunToolInput
+from refloop.llm.gateway import LLMGateway
+from refloop.llm.prompts import intent_messages, plan_messages, summary_messages
 from refloop.settings import Settings
-from refloop.tools import execute_tool, tool_specs
+from refloop.tools.registry import execute_tool, tool_specs
 
 
 def scenario(steps: int, latency_ms: int) -> dict:

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 from bench.common import bench_env
-from refloop import activity_calls
+from refloop.contract import activity_calls
 
 INTENT = {"json": {"intent": "CODING_TASK", "confidence": 1, "reason": "x"}}
 
@@ -74,7 +74,7 @@ async def main(calls: int, warm_runs: int) -> dict:
         config.write_text(json.dumps({"mcpServers": {"git": {
             "command": str(Path(sys.executable).parent / "mcp-server-git")}}}))
         env.settings = env.settings.model_copy(update={"refloop_mcp_config": str(config)})
-        from worker.main import build_worker
+        from refloop.worker.main import build_worker
 
         listings, mcp_calls, builtin_calls, totals = [], [], [], {}
         async with build_worker(env.client, env.settings, env.queue):
@@ -123,8 +123,8 @@ async def run_in(env, name: str, workspace: Path, **task: object):
     import time
     import uuid
 
-    from refloop.models import TaskInput
-    from workflows.agent import AgentTaskWorkflow
+    from refloop.contract.models import TaskInput
+    from refloop.workflows.agent import AgentTaskWorkflow
 
     started = time.perf_counter()
     handle = await env.client.start_workflow(

@@ -17,11 +17,11 @@ import uuid
 from pathlib import Path
 
 from bench.common import bench_env
-from refloop.models import RunToolInput
+from refloop.contract.models import RunToolInput
 from refloop.settings import Settings
-from refloop.tools import execute_tool
 from refloop.tools.command import run_bounded
 from refloop.tools.os_sandbox import sandboxed_command
+from refloop.tools.registry import execute_tool
 
 COMMAND = ["/bin/sh", "-c", "true"]
 GOAL_MS = 12.0

@@ -36,14 +36,14 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from bench.bare_workflow import STEPS, BareStepsWorkflow
 from bench.common import BenchEnv, bench_env
-from refloop.llm import LLMGateway
-from refloop.models import ChatMessage, Purpose, RunToolInput
-from refloop.prompts import intent_messages, plan_messages, summary_messages
-from refloop.tools import execute_tool, tool_specs
-from worker.plugin import SANDBOX_RESTRICTIONS
-from worker.replay import replay_files
-from worker.runner import sandbox_runner
-from workflows.logic import system_prompt
+from refloop.contract.models import ChatMessage, Purpose, RunToolInput
+from refloop.llm.gateway import LLMGateway
+from refloop.llm.prompts import intent_messages, plan_messages, summary_messages
+from refloop.tools.registry import execute_tool, tool_specs
+from refloop.worker.plugin import SANDBOX_RESTRICTIONS
+from refloop.worker.replay import replay_files
+from refloop.worker.runner import sandbox_runner
+from refloop.workflows.logic import system_prompt
 
 TASK = "bench task"
 
@@ -241,7 +241,7 @@ async def tokens_per_step(env: BenchEnv) -> str:
           f"step 100={sizes[99]}, max={max(sizes)}")
     history = await handle.fetch_history()
     path = env.root / "long-history.json"
-    from worker.replay import dump_history
+    from refloop.worker.replay import dump_history
 
     path.write_text(dump_history(history))
     return str(path)
@@ -250,7 +250,7 @@ async def tokens_per_step(env: BenchEnv) -> str:
 async def replay_speed(path: str) -> None:
     from pathlib import Path
 
-    from worker.replay import load_history
+    from refloop.worker.replay import load_history
 
     events = len(load_history(Path(path)).events)
     started = time.perf_counter()

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from refloop.semantic import CodeIndex, embed, missing_extra
+from refloop.search.index import CodeIndex, embed, missing_extra
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"

@@ -18,8 +18,8 @@ from datetime import datetime
 import httpx
 import uvicorn
 
-from api.main import create_app
 from bench.common import bench_env
+from refloop.api.main import create_app
 
 
 def scenario(latency_ms: int) -> dict:

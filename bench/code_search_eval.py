@@ -20,8 +20,8 @@ from pathlib import Path
 
 import yaml
 
-from refloop.code_chunks import chunk_source, identifier_terms
-from refloop.semantic import CodeIndex, merge_by_definition
+from refloop.search.chunks import chunk_source, identifier_terms
+from refloop.search.index import CodeIndex, merge_by_definition
 
 QUERIES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / \
     "code_search_queries.yaml"

@@ -19,13 +19,13 @@ from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
 
-from refloop.models import TaskInput, TaskResult
-from refloop.net import free_port
-from refloop.scripted_llm import ScriptedLLMProcess
+from refloop.contract.models import TaskInput, TaskResult
+from refloop.llm.scripted import ScriptedLLMProcess
+from refloop.runtime.net import free_port
 from refloop.settings import Settings
-from worker.main import build_worker, connect
-from worker.temporal_server import EmbeddedTemporal
-from workflows.agent import AgentTaskWorkflow
+from refloop.worker.main import build_worker, connect
+from refloop.worker.temporal_server import EmbeddedTemporal
+from refloop.workflows.agent import AgentTaskWorkflow
 
 
 @dataclass

@@ -1,3 +1,3 @@
-from refloop.cli import main
+from refloop.cli.main import main
 
 main()

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from refloop.scripted_llm import ScriptedLLMServer
+from refloop.llm.scripted import ScriptedLLMServer
 
 
 @pytest.fixture(scope="session")

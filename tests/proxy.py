@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from refloop.net import free_port
+from refloop.runtime.net import free_port
 
 
 class DatabaseProxy:

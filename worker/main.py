@@ -11,10 +11,10 @@ from temporalio.client import Client
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.worker import Worker
 
-from refloop.semantic import start_warm_up
+from refloop.runtime.telemetry import configure_tracing
+from refloop.search.index import start_warm_up
 from refloop.settings import Settings
-from refloop.telemetry import configure_tracing
-from worker.plugin import DATA_CONVERTER, client_interceptors, refloop_plugin
+from refloop.worker.plugin import DATA_CONVERTER, client_interceptors, refloop_plugin
 
 log = logging.getLogger("refloop.worker")
 
@@ -57,7 +57,7 @@ async def run_worker(settings: Settings) -> None:
     if not settings.temporal_address:
         raise SystemExit("refloop worker needs a Temporal server: set TEMPORAL_ADDRESS or "
                          "start `refloop up`")
-    from worker.stack import model_endpoint
+    from refloop.worker.stack import model_endpoint
 
     if settings.refloop_semantic_index:  # loads while we connect
         start_warm_up(settings.refloop_embedding_model)

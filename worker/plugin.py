@@ -20,20 +20,20 @@ from temporalio.plugin import SimplePlugin
 from temporalio.worker import UnsandboxedWorkflowRunner, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxRestrictions
 
-from activities.code_review_activities import CodeReviewActivities
-from activities.llm_activities import LLMActivities
-from activities.mcp_activities import McpActivities
-from activities.reflection_activities import ReflectionActivities
-from activities.review_activities import ReviewActivities
-from activities.store_activities import StoreActivities
-from activities.tool_activities import ToolActivities
-from activities.workspace_activities import WorkspaceActivities
-from refloop.llm import LLMGateway
+from refloop.activities.code_review_activities import CodeReviewActivities
+from refloop.activities.llm_activities import LLMActivities
+from refloop.activities.mcp_activities import McpActivities
+from refloop.activities.reflection_activities import ReflectionActivities
+from refloop.activities.review_activities import ReviewActivities
+from refloop.activities.store_activities import StoreActivities
+from refloop.activities.tool_activities import ToolActivities
+from refloop.activities.workspace_activities import WorkspaceActivities
+from refloop.llm.gateway import LLMGateway
 from refloop.settings import Settings
-from refloop.store import store_for
-from worker.runner import sandbox_runner
-from workflows.agent import AgentTaskWorkflow
-from workflows.code_review import CodeReviewWorkflow
+from refloop.store.db import store_for
+from refloop.worker.runner import sandbox_runner
+from refloop.workflows.agent import AgentTaskWorkflow
+from refloop.workflows.code_review import CodeReviewWorkflow
 
 WORKFLOWS = [AgentTaskWorkflow, CodeReviewWorkflow]
 DATA_CONVERTER: DataConverter = pydantic_data_converter
@@ -42,8 +42,9 @@ DATA_CONVERTER: DataConverter = pydantic_data_converter
 # sandbox instead of being re-imported for every workflow run; workflow classes stay
 # sandboxed.
 SANDBOX_RESTRICTIONS = SandboxRestrictions.default.with_passthrough_modules(
-    "refloop", "workflows.logic", "workflows.triggers", "workflows.review_logic",
-    "workflows.completeness_logic", "workflows.code_review_logic", "workflows.state",
+    "refloop", "refloop.workflows.logic", "refloop.workflows.triggers",
+    "refloop.workflows.review_logic", "refloop.workflows.completeness_logic",
+    "refloop.workflows.code_review_logic", "refloop.workflows.state",
     "pydantic", "opentelemetry",
 )
 

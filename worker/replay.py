@@ -8,7 +8,7 @@ from pathlib import Path
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
-from worker.plugin import refloop_plugin
+from refloop.worker.plugin import refloop_plugin
 
 
 def dump_history(history: WorkflowHistory) -> str:

@@ -11,10 +11,10 @@ from importlib import resources
 
 from temporalio.client import Client
 
-from refloop.scripted_llm import ScriptedLLMServer
+from refloop.llm.scripted import ScriptedLLMServer
 from refloop.settings import Settings
-from worker.main import build_worker, connect
-from worker.temporal_server import EmbeddedTemporal
+from refloop.worker.main import build_worker, connect
+from refloop.worker.temporal_server import EmbeddedTemporal
 
 log = logging.getLogger("refloop.stack")
 

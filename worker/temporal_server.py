@@ -26,7 +26,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from refloop.visibility import SEARCH_ATTRIBUTES
+from refloop.contract.visibility import SEARCH_ATTRIBUTES
 
 log = logging.getLogger("refloop.temporal")
 

@@ -14,9 +14,8 @@ from temporalio.exceptions import ActivityError, ApplicationError
 # Models and the static tool registry are plain data; passed through so the sandbox
 # does not re-import pydantic for every workflow run.
 with workflow.unsafe.imports_passed_through():
-    from refloop import activity_calls, visibility
-    from refloop.feedback import task_keywords
-    from refloop.models import (
+    from refloop.contract import activity_calls, visibility
+    from refloop.contract.models import (
         ActInput,
         ActResult,
         ApprovalDecision,
@@ -33,24 +32,22 @@ with workflow.unsafe.imports_passed_through():
         ToolCall,
         ToolResult,
     )
-    from refloop.tool_properties import not_run_again
-    from refloop.tools import TOOLS, tool_activity_options, tool_specs
-    from workflows.state import AgentState
+    from refloop.contract.tool_properties import not_run_again
+    from refloop.tools.base import TOOLS
+    from refloop.tools.output import task_keywords
+    from refloop.tools.registry import tool_activity_options, tool_specs
+    from refloop.workflows.state import AgentState
 
-from refloop.policies import (
-    CARRIED_EVENTS,
-    MAX_REPLANS,
-    TOOL_RESULT_CHARS,
-)
-from workflows import completeness_logic, logic, review_logic, triggers
-from workflows.agent_base import TaskFailed, describe_failure, raise_if_cancelled
-from workflows.approval_phase import ApprovalPhase, validate_decision
-from workflows.calls import call_activity
-from workflows.completeness_phase import CompletenessPhase
-from workflows.mcp_phase import McpPhase, with_mcp_reads
-from workflows.review_phase import QualityReviewPhase
-from workflows.visibility_phase import VisibilityPhase
-from workflows.workspace_phase import WorkspacePhase
+from refloop.contract.policies import CARRIED_EVENTS, MAX_REPLANS, TOOL_RESULT_CHARS
+from refloop.workflows import completeness_logic, logic, review_logic, triggers
+from refloop.workflows.agent_base import TaskFailed, describe_failure, raise_if_cancelled
+from refloop.workflows.approval_phase import ApprovalPhase, validate_decision
+from refloop.workflows.calls import call_activity
+from refloop.workflows.completeness_phase import CompletenessPhase
+from refloop.workflows.mcp_phase import McpPhase, with_mcp_reads
+from refloop.workflows.review_phase import QualityReviewPhase
+from refloop.workflows.visibility_phase import VisibilityPhase
+from refloop.workflows.workspace_phase import WorkspacePhase
 
 # A call that may not be repeated and was cut off is a tool error the model reads (before
 # this patch it failed the task).

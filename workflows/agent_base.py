@@ -12,21 +12,16 @@ from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 # Models are plain data; passed through so the sandbox does not re-import pydantic.
 with workflow.unsafe.imports_passed_through():
-    from refloop import activity_calls
-    from refloop.activity_calls import ActivityCall
-    from refloop.mcp_config import mcp_tool_properties
-    from refloop.models import (
-        ChatMessage,
-        Event,
-        LLMUsageRecord,
-        RecordTaskInput,
-    )
-    from refloop.tool_properties import ToolProperties
-    from refloop.tools import tool_properties
-    from workflows.state import AgentState
+    from refloop.contract import activity_calls
+    from refloop.contract.activity_calls import ActivityCall
+    from refloop.contract.models import ChatMessage, Event, LLMUsageRecord, RecordTaskInput
+    from refloop.contract.tool_properties import ToolProperties
+    from refloop.mcp.config import mcp_tool_properties
+    from refloop.tools.registry import tool_properties
+    from refloop.workflows.state import AgentState
 
-from workflows import logic
-from workflows.calls import call_activity
+from refloop.workflows import logic
+from refloop.workflows.calls import call_activity
 
 STORE_WRITES_LOCAL = "store-writes-local"
 

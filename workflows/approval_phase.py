@@ -7,10 +7,10 @@ from datetime import timedelta
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from refloop.models import ApprovalDecision, ToolCall, ToolResult
-    from refloop.tool_properties import ToolProperties
+    from refloop.contract.models import ApprovalDecision, ToolCall, ToolResult
+    from refloop.contract.tool_properties import ToolProperties
 
-from workflows.agent_base import AgentBase
+from refloop.workflows.agent_base import AgentBase
 
 
 def needs_approval(mode: str, call: ToolCall, properties: ToolProperties | None) -> bool:

@@ -9,8 +9,8 @@ from pydantic import BaseModel
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from refloop.activity_calls import ActivityCall
-    from refloop.policies import ActivityOptions
+    from refloop.contract.activity_calls import ActivityCall
+    from refloop.contract.policies import ActivityOptions
 
 ArgT = TypeVar("ArgT", bound=BaseModel)
 ResultT = TypeVar("ResultT")

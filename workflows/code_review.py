@@ -14,9 +14,9 @@ from typing import Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from refloop import activity_calls
-    from refloop.activity_calls import ActivityCall
-    from refloop.code_review_models import (
+    from refloop.contract import activity_calls
+    from refloop.contract.activity_calls import ActivityCall
+    from refloop.contract.code_review import (
         MAX_ATTEMPTS,
         AgentCallInput,
         AgentCallResult,
@@ -30,9 +30,9 @@ with workflow.unsafe.imports_passed_through():
         ReviewOutput,
     )
 
-from workflows import code_review_logic as logic
-from workflows.calls import call_activity
-from workflows.visibility_phase import show_code_review
+from refloop.workflows import code_review_logic as logic
+from refloop.workflows.calls import call_activity
+from refloop.workflows.visibility_phase import show_code_review
 
 
 @workflow.defn(name="CodeReviewWorkflow")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from refloop.code_review_models import (
+from refloop.contract.code_review import (
     QUALITY_THRESHOLD,
     CodeReviewInput,
     RetryContext,

@@ -8,7 +8,7 @@ import json
 import re
 from typing import Any
 
-from refloop.models import (
+from refloop.contract.models import (
     COMPLETE_STEP,
     CompletenessVerdict,
     Event,
@@ -19,7 +19,7 @@ from refloop.models import (
     TaskStats,
     ToolRecord,
 )
-from workflows.logic import merged_usage
+from refloop.workflows.logic import merged_usage
 
 SUPPLEMENT_HEADER = "【需要补充的操作】"  # the judge's marker for the supplement objective
 _CLAIMED_FILE = re.compile(

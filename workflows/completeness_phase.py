@@ -6,8 +6,8 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
-    from refloop import activity_calls, visibility
-    from refloop.models import (
+    from refloop.contract import activity_calls, visibility
+    from refloop.contract.models import (
         COMPLETE_STEP,
         CompletenessInput,
         Plan,
@@ -16,9 +16,9 @@ with workflow.unsafe.imports_passed_through():
         TaskResult,
     )
 
-from workflows import completeness_logic, logic
-from workflows.agent_base import AgentBase, describe_failure, raise_if_cancelled
-from workflows.calls import call_activity
+from refloop.workflows import completeness_logic, logic
+from refloop.workflows.agent_base import AgentBase, describe_failure, raise_if_cancelled
+from refloop.workflows.calls import call_activity
 
 
 class CompletenessPhase(AgentBase):

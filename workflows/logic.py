@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from refloop.models import (
+from refloop.contract.models import (
     COMPLETE_STEP,
     ChatMessage,
     Event,
@@ -26,7 +26,7 @@ from refloop.models import (
     ToolResult,
     ToolSpec,
 )
-from refloop.textguard import first_json_object
+from refloop.contract.text import first_json_object
 
 NO_PLANNING_INTENTS = frozenset({IntentLabel.GENERAL_CHAT, IntentLabel.CAPABILITY_QUERY})
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(\{.*?\})\s*```", re.DOTALL)

@@ -5,12 +5,12 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from refloop import activity_calls
-    from refloop.mcp_config import McpCallInput, McpListInput, mcp_tool_properties
-    from refloop.models import ToolCall, ToolConstraints, ToolResult, ToolSpec
+    from refloop.contract import activity_calls
+    from refloop.contract.models import ToolCall, ToolConstraints, ToolResult, ToolSpec
+    from refloop.mcp.config import McpCallInput, McpListInput, mcp_tool_properties
 
-from workflows.agent_base import AgentBase
-from workflows.calls import call_activity
+from refloop.workflows.agent_base import AgentBase
+from refloop.workflows.calls import call_activity
 
 MCP_TOOLS_PATCH = "mcp-tool-servers"
 

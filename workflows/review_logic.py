@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from refloop.models import QualityReview, ToolCall, ToolResult
+from refloop.contract.models import QualityReview, ToolCall, ToolResult
 
 if TYPE_CHECKING:
-    from refloop.tool_properties import ToolProperties
+    from refloop.contract.tool_properties import ToolProperties
 
 DEFAULT_RULES = (
     "The edit must do what the task asks, be correct and complete, and keep the document "

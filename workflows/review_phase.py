@@ -6,8 +6,8 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from refloop import activity_calls
-    from refloop.models import (
+    from refloop.contract import activity_calls
+    from refloop.contract.models import (
         QualityReview,
         QualityReviewInput,
         RecordQualityReviewInput,
@@ -15,9 +15,9 @@ with workflow.unsafe.imports_passed_through():
         ToolResult,
     )
 
-from workflows import logic, review_logic
-from workflows.agent_base import AgentBase, describe_failure, raise_if_cancelled
-from workflows.calls import call_activity
+from refloop.workflows import logic, review_logic
+from refloop.workflows.agent_base import AgentBase, describe_failure, raise_if_cancelled
+from refloop.workflows.calls import call_activity
 
 
 class QualityReviewPhase(AgentBase):

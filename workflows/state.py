@@ -13,8 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, model_validator
 
-from refloop.mcp_config import McpToolInfo
-from refloop.models import (
+from refloop.contract.models import (
     ApprovalDecision,
     ChatMessage,
     Event,
@@ -26,8 +25,9 @@ from refloop.models import (
     ToolConstraints,
     ToolRecord,
 )
-from workflows.completeness_logic import records_from_events
-from workflows.triggers import LoopRecord, TriggerState
+from refloop.mcp.config import McpToolInfo
+from refloop.workflows.completeness_logic import records_from_events
+from refloop.workflows.triggers import LoopRecord, TriggerState
 
 
 class PlanState(BaseModel):

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
-from refloop.models import COMPLETE_STEP, ToolResult, TriggerConfig
+from refloop.contract.models import COMPLETE_STEP, ToolResult, TriggerConfig
 
 if TYPE_CHECKING:
-    from refloop.tool_properties import ToolProperties
+    from refloop.contract.tool_properties import ToolProperties
 
 EMPTY_OUTPUTS = frozenset({"", "(empty)", "(no matches)", "(empty file)"})
 ADVICE = {

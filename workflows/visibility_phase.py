@@ -9,10 +9,10 @@ from typing import Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from refloop import visibility
+    from refloop.contract import visibility
 
-from workflows import logic
-from workflows.agent_base import AgentBase
+from refloop.workflows import logic
+from refloop.workflows.agent_base import AgentBase
 
 # Runs recorded before refloop upserted search attributes replay without the upserts.
 SEARCH_ATTRIBUTES_PATCH = "refloop-search-attributes"

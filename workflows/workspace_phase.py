@@ -7,15 +7,11 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from refloop import activity_calls
-    from refloop.models import (
-        IndexReport,
-        WorkspaceDescription,
-        WorkspaceInput,
-    )
+    from refloop.contract import activity_calls
+    from refloop.contract.models import IndexReport, WorkspaceDescription, WorkspaceInput
 
-from workflows.agent_base import AgentBase, describe_failure, raise_if_cancelled
-from workflows.calls import start_activity
+from refloop.workflows.agent_base import AgentBase, describe_failure, raise_if_cancelled
+from refloop.workflows.calls import start_activity
 
 # Runs recorded before this phase existed replay without its activities.
 WORKSPACE_PATCH = "workspace-context"

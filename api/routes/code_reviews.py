@@ -18,16 +18,16 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
-from api.deps import ClientDep, SettingsDep, StoreDep
-from api.reconcile import is_not_found, mark_lost, refresh
-from api.routes.tasks import task_row
-from api.schemas import JsonInt
-from refloop.code_review_models import CodeReviewInput, CodeReviewResult
-from refloop.models import RecordTaskInput
-from refloop.store import TERMINAL_STATUSES, CodeReviewContentRecord
-from refloop.visibility import start_metadata
-from refloop.workspaces import ID_PATTERN, WorkspaceError, resolve_workspace
-from workflows.code_review import CodeReviewWorkflow
+from refloop.api.deps import ClientDep, SettingsDep, StoreDep
+from refloop.api.reconcile import is_not_found, mark_lost, refresh
+from refloop.api.routes.tasks import task_row
+from refloop.api.schemas import JsonInt
+from refloop.contract.code_review import CodeReviewInput, CodeReviewResult
+from refloop.contract.models import RecordTaskInput
+from refloop.contract.visibility import start_metadata
+from refloop.runtime.workspaces import ID_PATTERN, WorkspaceError, resolve_workspace
+from refloop.store.db import TERMINAL_STATUSES, CodeReviewContentRecord
+from refloop.workflows.code_review import CodeReviewWorkflow
 
 router = APIRouter(prefix="/code-reviews", tags=["code-reviews"])
 ReviewId = Annotated[str, PathParam(pattern=ID_PATTERN)]

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 
-from api.schemas import Health
+from refloop.api.schemas import Health
 
 router = APIRouter(tags=["health"])
 

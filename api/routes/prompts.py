@@ -9,8 +9,8 @@ from fastapi import Path as PathParam
 from pydantic import BaseModel
 from sqlmodel import SQLModel
 
-from api.deps import StoreDep
-from api.schemas import (
+from refloop.api.deps import StoreDep
+from refloop.api.schemas import (
     DB_ID_MAX,
     ModelConfigCreate,
     ModelConfigPublic,
@@ -19,7 +19,7 @@ from api.schemas import (
     PromptPublic,
     PromptUpdate,
 )
-from refloop.store import ModelConfigRecord, PromptRecord
+from refloop.store.db import ModelConfigRecord, PromptRecord
 
 # Out of the column's range: 422 at the boundary, never a database error.
 Key = Annotated[int, PathParam(ge=1, le=DB_ID_MAX)]

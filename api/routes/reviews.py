@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from api.deps import StoreDep
-from api.schemas import QualityReviewPublic
+from refloop.api.deps import StoreDep
+from refloop.api.schemas import QualityReviewPublic
 
 router = APIRouter(prefix="/quality-reviews", tags=["quality-reviews"])
 

@@ -13,9 +13,9 @@ from opentelemetry import propagate
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
-from api.deps import ClientDep, SettingsDep, StoreDep
-from api.reconcile import is_not_found, mark_lost, refresh
-from api.schemas import (
+from refloop.api.deps import ClientDep, SettingsDep, StoreDep
+from refloop.api.reconcile import is_not_found, mark_lost, refresh
+from refloop.api.schemas import (
     ApprovalBody,
     ApprovalOutcome,
     SessionStart,
@@ -24,10 +24,18 @@ from api.schemas import (
     TaskCreate,
     TaskState,
 )
-from api.sse import event_stream
-from refloop.models import ApprovalDecision, ModelEndpoint, RecordTaskInput, TaskInput
+from refloop.api.sse import event_stream
+from refloop.contract.models import ApprovalDecision, ModelEndpoint, RecordTaskInput, TaskInput
+from refloop.contract.visibility import start_metadata
+from refloop.runtime.telemetry import tracer
+from refloop.runtime.workspaces import (
+    ID_PATTERN,
+    WorkspaceError,
+    fresh_workspace,
+    resolve_workspace,
+)
 from refloop.settings import Settings
-from refloop.store import (
+from refloop.store.db import (
     TERMINAL_STATUSES,
     ModelConfigRecord,
     PromptRecord,
@@ -35,10 +43,7 @@ from refloop.store import (
     Store,
     TaskRecord,
 )
-from refloop.telemetry import tracer
-from refloop.visibility import start_metadata
-from refloop.workspaces import ID_PATTERN, WorkspaceError, fresh_workspace, resolve_workspace
-from workflows.agent import AgentTaskWorkflow
+from refloop.workflows.agent import AgentTaskWorkflow
 
 interactive = APIRouter(prefix="/agent/interactive", tags=["interactive"])
 tasks = APIRouter(prefix="/tasks", tags=["tasks"])
@@ -92,7 +97,7 @@ def start_session(body: SessionStart, store: StoreDep, settings: SettingsDep) ->
 
 def known_mcp_servers(names: list[str], settings: Settings) -> list[str]:
     """Names the MCP configuration knows, or 422 naming the unknown ones."""
-    from refloop.mcp_config import McpConfigError, choose, load_config
+    from refloop.mcp.config import McpConfigError, choose, load_config
 
     if not names:
         return []

@@ -14,9 +14,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from refloop.models import ToolResult, ToolSpec
+from refloop.contract.models import ToolResult, ToolSpec
+from refloop.contract.tool_properties import ToolKind, ToolProperties
 from refloop.settings import Settings
-from refloop.tool_properties import ToolKind, ToolProperties
 
 
 class ToolError(Exception):

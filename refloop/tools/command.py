@@ -19,7 +19,7 @@ import subprocess
 
 from pydantic import BaseModel, Field
 
-from refloop.models import ToolResult
+from refloop.contract.models import ToolResult
 from refloop.tools.base import ToolContext, ToolError, tool
 from refloop.tools.os_sandbox import SandboxUnavailableError, sandboxed_command
 

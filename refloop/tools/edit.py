@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from refloop.models import ToolResult
+from refloop.contract.models import ToolResult
 from refloop.tools.base import ToolContext, ToolError, tool
 from refloop.tools.journal import Journal
 from refloop.tools.sandbox import (

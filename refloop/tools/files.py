@@ -8,7 +8,7 @@ import time
 import regex
 from pydantic import BaseModel, Field
 
-from refloop.models import ToolResult
+from refloop.contract.models import ToolResult
 from refloop.tools.base import ToolContext, ToolError, tool
 from refloop.tools.sandbox import (
     SKIPPED_DIRS,

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from refloop.models import ToolResult
+from refloop.contract.models import ToolResult
 from refloop.tools import sandbox
 from refloop.tools.base import ToolContext, ToolError
 

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from refloop.models import ToolResult
+from refloop.contract.models import ToolResult
 from refloop.tools.base import ToolContext, ToolError, tool
 from refloop.tools.sandbox import line_count, read_text, relative, resolve, write_text
 

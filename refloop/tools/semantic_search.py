@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from refloop.models import ToolResult
-from refloop.semantic import CodeIndex, SemanticUnavailable
+from refloop.contract.models import ToolResult
+from refloop.search.index import CodeIndex, SemanticUnavailable
 from refloop.tools.base import ToolContext, ToolError, tool
 
 HIT_DATA_CHARS = 300  # the model reads whole chunks in the output; history keeps a preview

@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from api.main import create_app
-from worker.main import build_worker
+from refloop.api.main import create_app
+from refloop.worker.main import build_worker
 
 
 @pytest.fixture

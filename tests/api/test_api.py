@@ -8,10 +8,10 @@ import json
 
 import httpx
 
-from api.main import create_app
+from refloop.api.main import create_app
+from refloop.workflows.agent import AgentTaskWorkflow
 from tests.llm_fixtures import unique_scenario
 from tests.workflow.helpers import CODING, SUMMARY, call, final, plan_of
-from workflows.agent import AgentTaskWorkflow
 
 REVIEW_FAIL = {"json": {"pass": False, "reasons": ["no summary"], "suggestions": "add one",
                         "summary": "bad"}}

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from activities.code_review_activities import mirror_file
-from api.bind import console_url, is_loopback, secure_bind
-from api.main import create_app
-from api.reconcile import reconcile_all
-from refloop.models import RecordTaskInput
-from refloop.store import TaskRecord, utcnow
-from refloop.workspaces import WorkspaceError, check_user_workspace, resolve_workspace
+from refloop.activities.code_review_activities import mirror_file
+from refloop.api.bind import console_url, is_loopback, secure_bind
+from refloop.api.main import create_app
+from refloop.api.reconcile import reconcile_all
+from refloop.contract.models import RecordTaskInput
+from refloop.runtime.workspaces import WorkspaceError, check_user_workspace, resolve_workspace
+from refloop.store.db import TaskRecord, utcnow
 from tests.api.test_api import parse_sse
 from tests.llm_fixtures import unique_scenario
 
@@ -80,7 +80,7 @@ async def test_data_dir_is_never_a_workspace(api):
 
 async def test_omitted_workspace_gets_a_fresh_directory(api):
     session_id = (await api.post("/agent/interactive/start", json={})).json()["session_id"]
-    from refloop.store import SessionRecord
+    from refloop.store.db import SessionRecord
 
     session = api.app.state.store.get(SessionRecord, session_id)
     root = api.app.state.settings.refloop_data_dir.resolve() / "workspaces"
@@ -273,8 +273,8 @@ def test_openapi_declares_errors_and_security_only_with_a_token(client, settings
 
 
 def test_openapi_examples_validate(client, settings):
-    from api import schemas
-    from api.routes import code_reviews
+    from refloop.api import schemas
+    from refloop.api.routes import code_reviews
 
     spec = create_app(settings, client=client).openapi()
     checked = 0
@@ -299,9 +299,9 @@ async def test_patch_with_null_for_a_required_field_is_422(api):
 
 async def test_demo_model_serves_any_number_of_tasks_with_real_reviews(api, scripted_llm,
                                                                         workspace):
-    from refloop.scripted_llm import load_scenario
+    from refloop.llm.scripted import load_scenario
+    from refloop.worker.stack import demo_scenario_path
     from tests.api.test_api import new_session, wait_done
-    from worker.stack import demo_scenario_path
 
     scenario = load_scenario(demo_scenario_path()).model_dump(mode="json", by_alias=True)
     name = scenario["name"] = f"demo-{uuid.uuid4().hex[:8]}"
@@ -345,9 +345,9 @@ def api_settings(api_settings):
 
 async def test_model_config_is_honoured_and_its_key_never_enters_the_history(
         api, workspace, monkeypatch):
-    from refloop.scripted_llm import ScriptedLLMServer
+    from refloop.llm.scripted import ScriptedLLMServer
+    from refloop.worker.replay import dump_history
     from tests.workflow.helpers import CODING, SUMMARY, call, final, plan_of
-    from worker.replay import dump_history
 
     secret = f"sk-only-on-the-worker-{uuid.uuid4().hex}"
     monkeypatch.setenv("REFLOOP_I17_CONFIG_KEY", secret)
@@ -405,7 +405,7 @@ async def test_events_of_a_task_in_any_closed_status_end(api):
 
 
 async def test_a_stored_session_outside_the_roots_starts_no_task(api):
-    from refloop.store import SessionRecord
+    from refloop.store.db import SessionRecord
 
     session = api.app.state.store.add(SessionRecord(session_id=f"sess-{uuid.uuid4().hex[:8]}",
                                                     workspace="/"))  # from before the roots

@@ -18,11 +18,11 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from api.main import create_app
-from refloop.net import free_port, wait_for_port
+from refloop.api.main import create_app
+from refloop.runtime.net import free_port, wait_for_port
+from refloop.worker.main import build_worker
 from tests.llm_fixtures import unique_scenario
 from tests.workflow.helpers import CODING, SUMMARY, call, final, plan_of
-from worker.main import build_worker
 
 TOOLS = {"start_task", "get_task", "task_events", "approve", "cancel_task",
          "start_code_review", "get_code_review"}
@@ -157,7 +157,7 @@ async def test_mcp_over_http_without_a_token_serves_localhost(client, mcp_settin
 
 async def test_api_tasks_choose_mcp_servers_with_a_session_default(
         client, mcp_settings, workspace, task_queue, tmp_path):
-    from refloop.store import store_for
+    from refloop.store.db import store_for
 
     config = tmp_path / "mcp.json"
     config.write_text(json.dumps({"mcpServers": {"time": {

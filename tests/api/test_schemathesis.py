@@ -30,7 +30,7 @@ from hypothesis import settings as hypothesis_settings
 from schemathesis.checks import CHECKS, load_all_checks
 from schemathesis.config import SchemathesisConfig
 
-from api.main import create_app
+from refloop.api.main import create_app
 from refloop.settings import Settings
 from tests.constants import TEST_DATABASE_URL
 

@@ -10,10 +10,10 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RetryConfig
 
-from api.main import create_app
-from refloop.net import free_port
-from refloop.store import TaskRecord
-from worker.temporal_server import EmbeddedTemporal
+from refloop.api.main import create_app
+from refloop.runtime.net import free_port
+from refloop.store.db import TaskRecord
+from refloop.worker.temporal_server import EmbeddedTemporal
 
 REVIEW_BODY = {"review_type": "snippet", "content": "eval(x)", "output_format": "simple"}
 

@@ -8,11 +8,11 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.llm_activities import LLMActivities
-from refloop.llm import LLMGateway
-from refloop.models import ActInput, ChatMessage
+from refloop.activities.llm_activities import LLMActivities
+from refloop.contract.models import ActInput, ChatMessage
+from refloop.llm.gateway import LLMGateway
 from refloop.settings import Settings
-from refloop.store import Store
+from refloop.store.db import Store
 from tests.constants import TEST_DATABASE_URL
 from tests.llm_fixtures import unique_scenario
 

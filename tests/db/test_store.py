@@ -7,8 +7,8 @@ import uuid
 import pytest
 from sqlalchemy.exc import OperationalError
 
-from refloop.models import RecordTaskInput
-from refloop.store import Store, store_for
+from refloop.contract.models import RecordTaskInput
+from refloop.store.db import Store, store_for
 from tests.constants import TEST_DATABASE_URL
 
 
@@ -62,7 +62,7 @@ def test_unreachable_database_raises_a_clear_error():
 
 
 def test_quality_review_rows_are_written_once_per_key(store: Store):
-    from refloop.models import QualityReview, RecordQualityReviewInput
+    from refloop.contract.models import QualityReview, RecordQualityReviewInput
 
     task_id = uuid.uuid4().hex
     review = QualityReview(file_path="r.md", passed=False, outcome="failed",
@@ -106,7 +106,7 @@ def same_blob_from_two_workers(url: str) -> int:
     """Two stores with empty caches (two worker processes) store one text: one row."""
     from sqlalchemy import func, select
 
-    from refloop.store import BlobRecord
+    from refloop.store.db import BlobRecord
 
     text = f"tool output {uuid.uuid4().hex} " * 40
     first, second = Store(url), Store(url)
@@ -130,7 +130,7 @@ def test_embedded_sqlite_store_uses_wal_and_dedups_blobs(tmp_path):
 
 
 def test_blob_cache_is_bounded_and_keeps_recent_entries():
-    from refloop.store import BlobCache
+    from refloop.store.db import BlobCache
 
     cache = BlobCache(max_chars=100)
     for n in range(10):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from refloop.store import SessionRecord, Store
+from refloop.store.db import SessionRecord, Store
 
 
 def test_missing_nullable_columns_are_added(tmp_path):

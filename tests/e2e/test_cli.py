@@ -11,8 +11,8 @@ from pathlib import Path
 import openai
 import pytest
 
-from refloop.net import free_port
-from refloop.scripted_llm import ScriptedLLMProcess
+from refloop.llm.scripted import ScriptedLLMProcess
+from refloop.runtime.net import free_port
 
 HISTORIES = Path(__file__).parent.parent / "histories"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from refloop.eval_harness import load_suite, run_suite, summarise
+from refloop.cli.eval_harness import load_suite, run_suite, summarise
 
 
 @pytest.mark.slow

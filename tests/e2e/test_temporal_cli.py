@@ -10,10 +10,10 @@ import subprocess
 import uuid
 from pathlib import Path
 
+from refloop.worker.main import build_worker
+from refloop.worker.temporal_server import temporal_cli
 from tests.llm_fixtures import unique_scenario
 from tests.workflow.helpers import CODING, SUMMARY, call, final, plan_of
-from worker.main import build_worker
-from worker.temporal_server import temporal_cli
 
 
 def temporal(address: str, *args: str) -> str:
@@ -104,7 +104,7 @@ async def test_the_temporal_cli_drives_a_task_end_to_end(
 
 
 async def _client(address: str):
-    from worker.main import connect
+    from refloop.worker.main import connect
 
     return await connect(address, "default")
 

@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from refloop.models import TaskInput
-from refloop.net import free_port
+from refloop.contract.models import TaskInput
+from refloop.runtime.net import free_port
+from refloop.worker.main import connect
+from refloop.worker.temporal_server import STATE_FILE, is_our_server
+from refloop.workflows.agent import AgentTaskWorkflow
 from tests.http_wait import wait_until_healthy
 from tests.llm_fixtures import unique_scenario
 from tests.workflow.helpers import edit_and_wait_twice, result_of, wait_until
-from worker.main import connect
-from worker.temporal_server import STATE_FILE, is_our_server
-from workflows.agent import AgentTaskWorkflow
 
 
 class Up:

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import uvicorn
 
-from api.main import create_app
-from refloop import mcp_pool
-from refloop.mcp_pool import McpPool, McpTransportError
-from refloop.net import free_port, wait_for_port
+from refloop.api.main import create_app
+from refloop.mcp import pool as mcp_pool
+from refloop.mcp.pool import McpPool, McpTransportError
+from refloop.runtime.net import free_port, wait_for_port
 from tests.workflow.test_mcp import server_pids
 
 TIME = str(Path(sys.executable).parent / "mcp-server-time")

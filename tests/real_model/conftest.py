@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from refloop.net import free_port, wait_for_port
+from refloop.runtime.net import free_port, wait_for_port
 from tests.real_model.llm_proxy import LoggingProxy
 
 ENABLED = os.environ.get("REFLOOP_REAL_MODEL") == "1"

@@ -12,7 +12,7 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from refloop.scripted_llm import ThreadedServer
+from refloop.llm.scripted import ThreadedServer
 
 
 class LoggingProxy(ThreadedServer):

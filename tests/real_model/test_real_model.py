@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from refloop.settings import Settings
+from refloop.worker.temporal_server import is_our_server, read_record
 from tests.constants import TEST_DATABASE_URL
 from tests.workflow.helpers import run_task
-from worker.temporal_server import is_our_server, read_record
 
 # Small caps keep every run bounded on a shared CPU; they are what an operator would set.
 LANE_MAX_TOKENS = ("intent=96,plan=256,act=384,completeness=256,supplement_plan=256,"

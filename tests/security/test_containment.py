@@ -24,11 +24,11 @@ from pathlib import Path
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from activities.tool_activities import ToolActivities
-from refloop.models import RunToolInput, ToolResult
-from refloop.net import free_port
+from refloop.activities.tool_activities import ToolActivities
+from refloop.contract.models import RunToolInput, ToolResult
+from refloop.runtime.net import free_port
 from refloop.settings import Settings
-from refloop.store import store_for
+from refloop.store.db import store_for
 
 TIMEOUT_S = 3.0
 SECRET = "sk-leak-" + uuid.uuid4().hex
@@ -490,7 +490,7 @@ async def test_unsandboxed_only_when_chosen_and_then_marked(tmp_path: Path):
 
 
 async def test_repo_map_and_index_skip_linked_files(box: Box):
-    from refloop.code_symbols import read_source
+    from refloop.search.symbols import read_source
 
     (box.outside / "secret.py").write_text("API_KEY = 'outside'\n")
     os.link(box.outside / "secret.py", box.ws / "hard.py")

@@ -26,10 +26,12 @@ from bench.code_search_eval import (
     resolve,
     score,
 )
-from refloop import code_chunks, embedders, semantic
-from refloop.code_chunks import MODEL_WINDOW
-from refloop.embedders import WINDOW, embedder
-from refloop.semantic import CodeIndex, early_warm_up_model, start_warm_up
+from refloop.search import chunks as code_chunks
+from refloop.search import embedders
+from refloop.search import index as semantic
+from refloop.search.chunks import MODEL_WINDOW
+from refloop.search.embedders import WINDOW, embedder
+from refloop.search.index import CodeIndex, early_warm_up_model, start_warm_up
 
 
 def _index_key(package: str, files: list[str]) -> str:
@@ -114,13 +116,13 @@ import json, sys, time
 began = time.monotonic()
 corpus, index_dir = sys.argv[1:3]
 sys.argv = ["refloop", "worker"]  # as `refloop worker` starts, before it connects:
-import refloop.cli  # noqa: F401  (its first import starts the warm-up)
-from refloop.semantic import _WARMING, warm_up_finished
+import refloop.cli.main  # noqa: F401  (its first import starts the warm-up)
+from refloop.search.index import _WARMING, warm_up_finished
 started = "minilm-int8" in _WARMING
-import worker.main  # noqa: F401  (the Temporal SDK, the workflows and activities)
+import refloop.worker.main  # noqa: F401  (the Temporal SDK, the workflows and activities)
 ready = time.monotonic()
 from pathlib import Path
-from refloop.semantic import CodeIndex
+from refloop.search.index import CodeIndex
 hits = CodeIndex(Path(index_dir), Path(corpus)).search(
     "answer a cross-origin preflight request", 3)
 print(json.dumps({"worker_ready_s": ready - began, "answered_s": time.monotonic() - began,
@@ -171,7 +173,7 @@ def test_lancedb_imports_without_the_namespace_rest_client():
     when something reads it; a local index never does, and reading it still works."""
     done = subprocess.run([sys.executable, "-c", (
         "import sys\n"
-        "from refloop.semantic import import_lancedb\n"
+        "from refloop.search.index import import_lancedb\n"
         "import_lancedb()\n"
         "print('lance_namespace_urllib3_client.api' in sys.modules)\n"
         "import lance_namespace_urllib3_client as c\n"

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from refloop.models import RunToolInput
-from refloop.semantic import CodeIndex, unchanged_report
+from refloop.contract.models import RunToolInput
+from refloop.search.index import CodeIndex, unchanged_report
 from refloop.settings import Settings
-from refloop.tools import execute_tool
+from refloop.tools.registry import execute_tool
 from tests.semantic.conftest import QUERIES
 
 
@@ -82,7 +82,7 @@ async def test_the_tool_returns_hits_and_says_when_nothing_is_indexed(repo: Path
 
 
 def test_an_index_of_an_older_chunker_is_dropped_when_the_current_one_is_made(tmp_path: Path):
-    from refloop.semantic import SCHEMA_VERSION, import_lancedb, manifest_path, table_name
+    from refloop.search.index import SCHEMA_VERSION, import_lancedb, manifest_path, table_name
 
     workspace = tmp_path / "ws"
     workspace.mkdir()

@@ -6,11 +6,11 @@ from pathlib import Path
 
 from temporalio.testing import ActivityEnvironment
 
-from activities.workspace_activities import WorkspaceActivities
-from refloop.blobs import MARKER
-from refloop.models import WorkspaceInput
-from refloop.semantic import CodeIndex
-from refloop.store import store_for
+from refloop.activities.workspace_activities import WorkspaceActivities
+from refloop.contract.models import WorkspaceInput
+from refloop.search.index import CodeIndex
+from refloop.store.blobs import MARKER
+from refloop.store.db import store_for
 from tests.llm_fixtures import unique_scenario
 from tests.workflow.helpers import CODING, SUMMARY, call, events_of, final, plan_of, run_task
 

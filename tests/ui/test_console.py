@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from refloop.net import free_port
-from refloop.scripted_llm import ScriptedLLMServer
+from refloop.llm.scripted import ScriptedLLMServer
+from refloop.runtime.net import free_port
 from tests.http_wait import wait_until_healthy
 
 TOKEN = "ui-s3cret-token"
@@ -216,8 +216,8 @@ def test_token_protected_console_signs_in_and_approves_in_a_new_tab(secured_cons
         expect(tab.locator("#status")).to_have_text("completed", timeout=20_000)
         tab.screenshot(path=str(ARTIFACTS / "task-signed-in.png"), full_page=True)
         # A review no reviewer answered is UNAVAILABLE and grey, never a green PASS.
-        from refloop.models import QualityReview, RecordQualityReviewInput
-        from refloop.store import Store
+        from refloop.contract.models import QualityReview, RecordQualityReviewInput
+        from refloop.store.db import Store
 
         db = (tmp_path / "data" / "refloop.db").resolve()
         Store(f"sqlite:///{db}").record_quality_review(RecordQualityReviewInput(

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from refloop import blobs
-from refloop.conversation import for_model
-from refloop.models import ChatMessage, ToolCall
+from refloop.contract.models import ChatMessage, ToolCall
+from refloop.llm.conversation import for_model
+from refloop.store import blobs
 
 STORE: dict[str, str] = {}
 
@@ -51,7 +51,7 @@ def test_model_rendering_expands_messages_and_tool_arguments():
 
 
 def test_marker_and_size_checks_decide_which_values_need_the_store():
-    from refloop.blobs import holds_large_string, holds_marker
+    from refloop.store.blobs import holds_large_string, holds_marker
 
     key = "a" * 64
     assert holds_marker({"args": [{"content": f"head[[blob:{key}:10:4]]"}]})

@@ -3,7 +3,7 @@ and merging per definition. Pure functions: a word count stands in for the token
 
 from __future__ import annotations
 
-from refloop.code_chunks import (
+from refloop.search.chunks import (
     WINDOW_LINES,
     WINDOW_STEP,
     approx_tokens,
@@ -11,7 +11,7 @@ from refloop.code_chunks import (
     identifier_terms,
     split_identifier,
 )
-from refloop.semantic import (
+from refloop.search.index import (
     NAME_TEXT_WEIGHT,
     TEXT_WEIGHT,
     fuse_by_definition,

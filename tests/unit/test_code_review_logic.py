@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from refloop.code_review_content import cap_content, split_diff
-from refloop.code_review_models import (
+from refloop.contract.code_review import (
     CodeReviewInput,
     RetryContext,
     ReviewContent,
@@ -11,7 +10,8 @@ from refloop.code_review_models import (
     ReviewOutput,
     VerifyOutput,
 )
-from workflows import code_review_logic as logic
+from refloop.review.content import cap_content, split_diff
+from refloop.workflows import code_review_logic as logic
 
 DIFF = """diff --git a/a.py b/a.py
 --- a/a.py

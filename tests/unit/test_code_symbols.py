@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from refloop import code_symbols
-from refloop.code_symbols import definitions
+from refloop.search import symbols as code_symbols
+from refloop.search.symbols import definitions
 
 SOURCE = '''"""Module doc."""
 import os

@@ -3,7 +3,7 @@ context, stats."""
 
 from __future__ import annotations
 
-from refloop.models import (
+from refloop.contract.models import (
     CompletenessVerdict,
     Event,
     Plan,
@@ -13,7 +13,7 @@ from refloop.models import (
     TaskStats,
     TokenUsage,
 )
-from workflows import completeness_logic as cl
+from refloop.workflows import completeness_logic as cl
 
 TOOLS = ["read_file", "write_file"]
 

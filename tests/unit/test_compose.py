@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from refloop.visibility import SEARCH_ATTRIBUTES
+from refloop.contract.visibility import SEARCH_ATTRIBUTES
 
 ROOT = Path(__file__).parents[2]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from refloop.feedback import task_keywords, window_text
+from refloop.tools.output import task_keywords, window_text
 
 
 def test_keywords_skip_stopwords_and_keep_order():

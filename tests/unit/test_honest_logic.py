@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from refloop.models import Event, Plan, PlanStep, ToolSpec
-from workflows import logic
+from refloop.contract.models import Event, Plan, PlanStep, ToolSpec
+from refloop.workflows import logic
 
 EDITS = {"write_file", "apply_patch", "str_replace_based_edit_tool"}
 
@@ -95,8 +95,8 @@ def test_failed_usage_from_details_or_heartbeat():
 
 
 def test_empty_review_or_verify_answers_are_invalid_and_reasked():
-    from activities.code_review_activities import parse_agent
-    from refloop.code_review_models import ReviewOutput, VerifyOutput
+    from refloop.activities.code_review_activities import parse_agent
+    from refloop.contract.code_review import ReviewOutput, VerifyOutput
 
     for schema in (ReviewOutput, VerifyOutput):
         parsed, invalid = parse_agent("{}", schema)
@@ -122,7 +122,7 @@ def test_empty_review_or_verify_answers_are_invalid_and_reasked():
     ("Create hello.txt", "UNCERTAIN", ["write_file"], False),
 ])
 def test_a_question_planned_as_edits_is_answered_directly(task, intent, tools, set_aside):
-    from refloop.models import IntentResult
+    from refloop.contract.models import IntentResult
 
     label = IntentResult(intent=intent, confidence=0.5, reason="r") if intent else None
     reason = logic.question_planned_as_edits(task, label, Plan(steps=[step(t) for t in tools]),

@@ -8,7 +8,16 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from refloop.llm import (
+from refloop.contract.models import (
+    ChatMessage,
+    IntentResult,
+    ModelEndpoint,
+    Plan,
+    Purpose,
+    ToolSpec,
+)
+from refloop.contract.text import detect_abnormal_output
+from refloop.llm.gateway import (
     InvalidModelOutput,
     LLMClientError,
     LLMGateway,
@@ -16,10 +25,8 @@ from refloop.llm import (
     retry_after,
     should_retry,
 )
-from refloop.models import ChatMessage, IntentResult, ModelEndpoint, Plan, Purpose, ToolSpec
-from refloop.scripted_llm import load_scenario
+from refloop.llm.scripted import load_scenario
 from refloop.settings import Settings
-from refloop.textguard import detect_abnormal_output
 from tests.llm_fixtures import unique_scenario
 
 USER = [ChatMessage(role="user", content="hello")]
@@ -224,7 +231,7 @@ def test_scripted_answers_say_so_and_bad_scenarios_are_rejected(scripted_llm, tm
 
 
 def test_demo_scenario_is_valid():
-    from worker.stack import demo_scenario_path
+    from refloop.worker.stack import demo_scenario_path
 
     scenario = load_scenario(demo_scenario_path())
     assert {p.value for p in scenario.responses} == {

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from refloop.llm import InvalidModelOutput, LLMError, LLMGateway, LLMTransportError
-from refloop.llm_endpoint import CallLedger, current_ledger, parse_max_tokens
-from refloop.models import ChatMessage, IntentResult, Purpose, ToolSpec
+from refloop.contract.models import ChatMessage, IntentResult, Purpose, ToolSpec
+from refloop.llm.endpoint import CallLedger, current_ledger, parse_max_tokens
+from refloop.llm.gateway import InvalidModelOutput, LLMError, LLMGateway, LLMTransportError
 from refloop.settings import Settings
 from tests.llm_fixtures import unique_scenario
 
@@ -277,7 +277,7 @@ async def test_a_request_in_flight_is_heartbeated_as_abandoned(scripted_llm):
 
 
 async def test_tool_call_turns_never_send_null_content(scripted_llm):
-    from refloop.models import ToolCall
+    from refloop.contract.models import ToolCall
 
     gateway = gateway_for(scripted_llm)
     model = scenario(scripted_llm, {"act": [{"content": "done"}]}, reject_null_content=True)
@@ -290,7 +290,7 @@ async def test_tool_call_turns_never_send_null_content(scripted_llm):
 
 
 async def test_a_500_validation_error_is_not_retried(scripted_llm):
-    from refloop.llm import LLMClientError
+    from refloop.llm.gateway import LLMClientError
 
     gateway = gateway_for(scripted_llm)
     body = {"error": {"message": "1 validation error: messages.2.content: Input should be "

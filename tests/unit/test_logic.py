@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from refloop.conversation import TRIM_NOTE, trim_history
-from refloop.models import (
+from refloop.contract.models import (
     ChatMessage,
     IntentLabel,
     IntentResult,
@@ -16,7 +15,8 @@ from refloop.models import (
     ToolCall,
     ToolResult,
 )
-from workflows import logic
+from refloop.llm.conversation import TRIM_NOTE, trim_history
+from refloop.workflows import logic
 
 
 def intent(label: IntentLabel) -> IntentResult:
@@ -223,7 +223,7 @@ def test_runs_started_before_the_other_text_forms_parse_as_they_did():
 
 
 def test_a_forbidden_tool_is_refused_unless_justified_once():
-    from refloop.models import ToolConstraints
+    from refloop.contract.models import ToolConstraints
 
     constraints = ToolConstraints(task_type="analysis", allowed=["read_file"],
                                   forbidden=["write_file"])
@@ -247,7 +247,7 @@ def test_a_forbidden_tool_is_refused_unless_justified_once():
 
 
 def test_summary_transcript_keeps_the_run_and_cuts_it_short():
-    from refloop.models import Event
+    from refloop.contract.models import Event
 
     events = [Event(seq=1, type="plan", ts="t", data={"steps": ["x" * 1000]}),
               Event(seq=2, type="quality_review", ts="t", data={"skipped": True}),

@@ -8,7 +8,8 @@ import re
 
 import pytest
 
-from refloop.mcp_config import (
+from refloop.contract.models import ToolCall, ToolConstraints, ToolResult
+from refloop.mcp.config import (
     McpConfigError,
     McpToolInfo,
     choose,
@@ -20,10 +21,9 @@ from refloop.mcp_config import (
     resolved_headers,
     tool_name,
 )
-from refloop.models import ToolCall, ToolConstraints, ToolResult
-from workflows.approval_phase import needs_approval
-from workflows.mcp_phase import with_mcp_reads
-from workflows.triggers import anomaly_of
+from refloop.workflows.approval_phase import needs_approval
+from refloop.workflows.mcp_phase import with_mcp_reads
+from refloop.workflows.triggers import anomaly_of
 
 FUNCTION_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -152,8 +152,8 @@ def test_properties_drive_approval_triggers_and_constraints():
 
 
 def test_stdio_launch_is_sandboxed_with_network_only_when_allowed(tmp_path, monkeypatch):
-    from refloop.mcp_config import McpServerConfig
-    from refloop.mcp_pool import launch_spec
+    from refloop.mcp.config import McpServerConfig
+    from refloop.mcp.pool import launch_spec
     from refloop.settings import Settings
     from refloop.tools.os_sandbox import sandbox_mode
 

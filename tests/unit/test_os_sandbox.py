@@ -106,8 +106,8 @@ def test_limits_without_prlimit_come_from_preexec(tmp_path: Path, monkeypatch):
 
 
 def test_refloop_run_shows_unsandboxed_results():
-    from refloop.cli import describe_event
-    from refloop.models import Event
+    from refloop.cli.main import describe_event
+    from refloop.contract.models import Event
 
     def line(output: str) -> str:
         return describe_event(Event(seq=1, type="tool_result", ts="t", data={
@@ -118,8 +118,8 @@ def test_refloop_run_shows_unsandboxed_results():
 
 
 def test_worker_refuses_to_start_without_its_sandbox(tmp_path: Path, monkeypatch, caplog):
-    from activities.tool_activities import ToolActivities
-    from refloop.store import store_for
+    from refloop.activities.tool_activities import ToolActivities
+    from refloop.store.db import store_for
 
     store = store_for(f"sqlite:///{tmp_path / 'db.sqlite'}")
     with caplog.at_level("WARNING", logger="refloop"):

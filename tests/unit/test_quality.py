@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from refloop import quality
+from refloop.review import quality
 
 FILE = "\n".join(f"line {n}" for n in range(1, 41)) + "\n"
 

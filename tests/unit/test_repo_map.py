@@ -5,7 +5,7 @@ from __future__ import annotations
 import platform
 from pathlib import Path
 
-from refloop.repo_map import (
+from refloop.search.repo_map import (
     build_repo_map,
     estimate_tokens,
     rank_symbols,

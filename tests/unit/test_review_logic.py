@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from refloop.models import QualityReview, ToolCall, ToolResult
-from refloop.tools import tool_properties
-from workflows import review_logic
+from refloop.contract.models import QualityReview, ToolCall, ToolResult
+from refloop.tools.registry import tool_properties
+from refloop.workflows import review_logic
 
 OK = ToolResult(ok=True, output="", data={"file_path": "a.md"})
 

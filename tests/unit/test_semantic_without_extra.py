@@ -22,12 +22,12 @@ class NoExtra(importlib.abc.MetaPathFinder):
         return None
 
 sys.meta_path.insert(0, NoExtra())
-from activities.workspace_activities import WorkspaceActivities
-from refloop.models import RunToolInput, WorkspaceInput
-from refloop.repo_map import workspace_context
+from refloop.activities.workspace_activities import WorkspaceActivities
+from refloop.contract.models import RunToolInput, WorkspaceInput
+from refloop.search.repo_map import workspace_context
 from refloop.settings import Settings
-from refloop.store import store_for
-from refloop.tools import execute_tool
+from refloop.store.db import store_for
+from refloop.tools.registry import execute_tool
 
 workspace, data = sys.argv[1], sys.argv[2]
 settings = Settings(refloop_data_dir=data)

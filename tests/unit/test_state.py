@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from refloop.models import Event, TaskInput
-from workflows.state import AgentState
+from refloop.contract.models import Event, TaskInput
+from refloop.workflows.state import AgentState
 
 
 def tool_events() -> list[dict]:

@@ -11,8 +11,8 @@ from types import SimpleNamespace
 import httpx
 import pytest
 
-from refloop.net import free_port
-from refloop.scripted_llm import ScriptedLLMServer
+from refloop.llm.scripted import ScriptedLLMServer
+from refloop.runtime.net import free_port
 from tests.conftest import create_database, pytest_collection_modifyitems
 from tests.constants import TEST_DATABASE_URL, per_worker_url
 from tests.llm_fixtures import unique_scenario

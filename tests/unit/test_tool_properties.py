@@ -8,13 +8,19 @@ from datetime import timedelta
 
 import pytest
 
-from refloop.feedback import tool_feedback
-from refloop.mcp_config import McpToolInfo, mcp_tool_properties
-from refloop.models import ToolCall
-from refloop.task_rules import TaskRules, constraints_for, load_task_rules
-from refloop.tool_properties import CONTROL, TOOL_ACTIVITY, ToolActivityOptions, ToolProperties
-from refloop.tools import TOOLS, tool_activity_options, tool_properties
-from workflows.approval_phase import needs_approval
+from refloop.contract.models import ToolCall
+from refloop.contract.tool_properties import (
+    CONTROL,
+    TOOL_ACTIVITY,
+    ToolActivityOptions,
+    ToolProperties,
+)
+from refloop.mcp.config import McpToolInfo, mcp_tool_properties
+from refloop.tools.base import TOOLS
+from refloop.tools.output import tool_feedback
+from refloop.tools.registry import tool_activity_options, tool_properties
+from refloop.tools.task_rules import TaskRules, constraints_for, load_task_rules
+from refloop.workflows.approval_phase import needs_approval
 
 READS = {"list_dir", "read_file", "glob_file_search", "grep", "search_semantic"}
 WRITES = {"write_file", "apply_patch", "undo_patch", "str_replace_based_edit_tool",

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from refloop.models import RunToolInput
+from refloop.contract.models import RunToolInput
 from refloop.settings import Settings
-from refloop.tools import UnknownToolError, execute_tool, tool_specs
+from refloop.tools.base import UnknownToolError
 from refloop.tools.command import evaluate_command
 from refloop.tools.journal import Journal
+from refloop.tools.registry import execute_tool, tool_specs
 
 
 @pytest.fixture

@@ -5,16 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from refloop.models import Plan, PlanStep, ToolConstraints, ToolResult, TriggerConfig
-from refloop.task_rules import (
-    constraints_for,
-    infer_task_type,
-    keyword_type,
-    load_task_rules,
-)
-from refloop.tools import tool_properties
-from workflows import triggers as t
-from workflows.logic import validate_plan
+from refloop.contract.models import Plan, PlanStep, ToolConstraints, ToolResult, TriggerConfig
+from refloop.tools.registry import tool_properties
+from refloop.tools.task_rules import constraints_for, infer_task_type, keyword_type, load_task_rules
+from refloop.workflows import triggers as t
+from refloop.workflows.logic import validate_plan
 
 CONFIG = TriggerConfig()
 

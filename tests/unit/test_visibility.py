@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from refloop import visibility
-from refloop.models import Plan
+from refloop.contract import visibility
+from refloop.contract.models import Plan
 
 
 def plan() -> Plan:

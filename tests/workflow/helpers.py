@@ -15,11 +15,11 @@ from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle, WorkflowHistory
 from temporalio.exceptions import ApplicationError
 
-from refloop.models import TaskInput, TaskResult
+from refloop.contract.models import TaskInput, TaskResult
 from refloop.settings import Settings
-from worker.main import build_worker
-from worker.replay import dump_history
-from workflows.agent import AgentTaskWorkflow
+from refloop.worker.main import build_worker
+from refloop.worker.replay import dump_history
+from refloop.workflows.agent import AgentTaskWorkflow
 
 HISTORIES = Path(__file__).parent.parent / "histories"
 CODING = {"json": {"intent": "CODING_TASK", "confidence": 0.9, "reason": "edit"}}

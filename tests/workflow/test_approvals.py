@@ -8,8 +8,11 @@ import pytest
 from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
-from refloop.models import ApprovalDecision, TaskInput
-from refloop.store import store_for
+from refloop.contract.models import ApprovalDecision, TaskInput
+from refloop.store.db import store_for
+from refloop.worker.main import build_worker
+from refloop.workflows.agent import AgentTaskWorkflow
+from refloop.workflows.approval_phase import needs_approval
 from tests.llm_fixtures import unique_scenario
 from tests.workflow.helpers import (
     CODING,
@@ -21,9 +24,6 @@ from tests.workflow.helpers import (
     result_of,
     start,
 )
-from worker.main import build_worker
-from workflows.agent import AgentTaskWorkflow
-from workflows.approval_phase import needs_approval
 
 
 def scenario() -> dict:
@@ -115,8 +115,8 @@ async def test_cancel_records_the_run_as_cancelled(client, settings, scripted_ll
 
 
 def test_approval_modes():
-    from refloop.models import ToolCall
-    from refloop.tools import tool_properties
+    from refloop.contract.models import ToolCall
+    from refloop.tools.registry import tool_properties
 
     def needs(mode, name, **args):
         return needs_approval(mode, ToolCall(id="x", name=name, arguments=args),

@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import uuid
 
-from activities.code_review_activities import mirror_file
-from refloop import visibility
-from refloop.code_review_models import CodeReviewInput, CodeReviewResult
-from refloop.store import CodeReviewContentRecord, store_for
+from refloop.activities.code_review_activities import mirror_file
+from refloop.contract import visibility
+from refloop.contract.code_review import CodeReviewInput, CodeReviewResult
+from refloop.store.db import CodeReviewContentRecord, store_for
+from refloop.worker.main import build_worker
+from refloop.workflows.code_review import CodeReviewWorkflow
 from tests.llm_fixtures import unique_scenario
-from worker.main import build_worker
-from workflows.code_review import CodeReviewWorkflow
 
 DIFF = """diff --git a/src/app.py b/src/app.py
 --- a/src/app.py

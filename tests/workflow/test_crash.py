@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from refloop.models import TaskInput
+from refloop.contract.models import TaskInput
+from refloop.worker.replay import dump_history
+from refloop.workflows.agent import AgentTaskWorkflow
 from tests.llm_fixtures import unique_scenario
 from tests.workflow.helpers import (
     CODING,
@@ -33,8 +35,6 @@ from tests.workflow.helpers import (
     start,
     wait_until,
 )
-from worker.replay import dump_history
-from workflows.agent import AgentTaskWorkflow
 
 pytestmark = pytest.mark.slow  # each waits out heartbeat timeouts and worker starts
 

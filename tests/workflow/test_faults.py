@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import random
 
+from refloop.worker.main import build_worker
 from tests.llm_fixtures import unique_scenario
 from tests.workflow.helpers import CODING, SUMMARY, plan_of, result_of, start
-from worker.main import build_worker
 
 FAULTS = [
     {"status": 429, "retry_after": 0.2, "body": {"error": {"message": "slow down"}}},
@@ -32,7 +32,7 @@ def flaky(entries: list[dict], rng: random.Random, rate: float = 0.2) -> list[di
 async def test_tasks_complete_through_429_500_timeouts_and_garbage(
     client, settings, scripted_llm, tmp_path, task_queue
 ):
-    from refloop.models import TaskInput
+    from refloop.contract.models import TaskInput
 
     rng = random.Random(7)
     settings = settings.model_copy(update={"refloop_llm_timeout_s": 1.0})

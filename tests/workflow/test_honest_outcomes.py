@@ -12,15 +12,15 @@ from temporalio.exceptions import ActivityError
 from temporalio.exceptions import TimeoutError as ActivityTimeout
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from activities.llm_activities import LLMActivities
-from refloop import activity_calls
-from refloop.llm import LLMGateway
-from refloop.models import ClassifyIntentInput, ClassifyIntentResult
-from refloop.store import store_for
+from refloop.activities.llm_activities import LLMActivities
+from refloop.contract import activity_calls
+from refloop.contract.models import ClassifyIntentInput, ClassifyIntentResult
+from refloop.llm.gateway import LLMGateway
+from refloop.store.db import store_for
+from refloop.workflows import logic
 from tests.llm_fixtures import unique_scenario
 from tests.workflow.helpers import CODING, SUMMARY, call, event_types, events_of, final, plan_of
 from tests.workflow.helpers import run_task as run_agent_task
-from workflows import logic
 
 UNCERTAIN = {"json": {"intent": "UNCERTAIN", "confidence": 0.3, "reason": "?"}}
 BAD_PLAN = {"json": {"task_type": "other", "steps": [{"goal": "think", "tool": "calculator"}]}}

@@ -17,8 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from refloop.mcp_config import tool_name
-from refloop.models import TaskInput
+from refloop.contract.models import TaskInput
+from refloop.mcp.config import tool_name
+from refloop.worker.main import build_worker
+from refloop.worker.replay import dump_history
 from tests.llm_fixtures import unique_scenario
 from tests.workflow.helpers import (
     CODING,
@@ -32,8 +34,6 @@ from tests.workflow.helpers import (
     start,
 )
 from tests.workflow.test_crash import spawn_worker, wait_for_event
-from worker.main import build_worker
-from worker.replay import dump_history
 
 BIN = Path(sys.executable).parent
 SECRET = "s3cr3t-mcp-value-7d1f"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from refloop.store import store_for
+from refloop.store.db import store_for
 from tests.llm_fixtures import unique_scenario
 from tests.proxy import DatabaseProxy
 from tests.workflow.helpers import CODING, SUMMARY, call, event_types, events_of, final, plan_of

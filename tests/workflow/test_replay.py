@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.replay import replay_files
+from refloop.worker.replay import replay_files
 
 HISTORIES = sorted((Path(__file__).parent.parent / "histories").glob("*.json"))
 

@@ -24,9 +24,9 @@ from temporalio.converter import (
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-from worker.main import build_worker
-from worker.plugin import SANDBOX_RESTRICTIONS
-from worker.runner import (
+from refloop.worker.main import build_worker
+from refloop.worker.plugin import SANDBOX_RESTRICTIONS
+from refloop.worker.runner import (
     ContextFreeSandboxedWorkflowRunner,
     ignores_serialization_context,
     sandbox_runner,
@@ -147,8 +147,8 @@ async def test_the_plugin_registers_every_activity_the_workflows_call(client, se
     """Names live in one catalogue: each is registered once, and nothing else is."""
     from temporalio import activity
 
-    from refloop import activity_calls
-    from refloop.tools import TOOLS
+    from refloop.contract import activity_calls
+    from refloop.tools.base import TOOLS
 
     async with build_worker(client, settings, task_queue) as worker:
         config = worker.config(active_config=True)

@@ -49,8 +49,8 @@ async def test_api_continues_the_callers_trace(client, settings, scripted_llm, w
                                                task_queue):
     import httpx
 
-    from api.main import create_app
-    from worker.main import build_worker
+    from refloop.api.main import create_app
+    from refloop.worker.main import build_worker
 
     install_provider()
     EXPORTER.clear()

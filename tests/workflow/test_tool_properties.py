@@ -8,14 +8,15 @@ import json
 
 import pytest
 
-from refloop.models import ApprovalDecision, TaskInput
-from refloop.tools import TOOLS, tool_properties, tool_specs
+from refloop.contract.models import ApprovalDecision, TaskInput
+from refloop.tools.base import TOOLS
+from refloop.tools.registry import tool_properties, tool_specs
+from refloop.worker.main import build_worker
+from refloop.workflows.agent import AgentTaskWorkflow
 from tests.llm_fixtures import unique_scenario
 from tests.workflow.helpers import CODING, SUMMARY, call, events_of, final, plan_of, result_of
 from tests.workflow.helpers import start as start_workflow
 from tests.workflow.test_approvals import wait_for
-from worker.main import build_worker
-from workflows.agent import AgentTaskWorkflow
 
 PASS = {"json": {"pass": True, "reasons": [], "suggestions": "", "summary": "looks good"}}
 

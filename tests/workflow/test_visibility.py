@@ -10,12 +10,12 @@ import uuid
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from refloop import visibility
-from refloop.models import ApprovalDecision, TaskInput
+from refloop.contract import visibility
+from refloop.contract.models import ApprovalDecision, TaskInput
+from refloop.worker.main import build_worker
+from refloop.workflows.agent import AgentTaskWorkflow
 from tests.llm_fixtures import unique_scenario
 from tests.workflow.helpers import CODING, SUMMARY, call, final, plan_of, result_of
-from worker.main import build_worker
-from workflows.agent import AgentTaskWorkflow
 
 
 def summaries(history) -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from refloop.tool_properties import ToolProperties
+from refloop.contract.tool_properties import ToolProperties
 
 CONTEXT_LINES = 3
 MAX_KEYWORDS = 12

@@ -23,16 +23,7 @@ import httpx
 import openai
 from pydantic import BaseModel, ValidationError
 
-from refloop.llm_endpoint import (
-    Endpoints,
-    current_ledger,
-    in_flight,
-    parse_max_tokens,
-    rejects_mode,
-    rejects_tools,
-    settled,
-)
-from refloop.models import (
+from refloop.contract.models import (
     ChatMessage,
     LLMUsageRecord,
     ModelEndpoint,
@@ -41,9 +32,18 @@ from refloop.models import (
     ToolCall,
     ToolSpec,
 )
+from refloop.contract.text import detect_abnormal_output, first_json_object
+from refloop.llm.endpoint import (
+    Endpoints,
+    current_ledger,
+    in_flight,
+    parse_max_tokens,
+    rejects_mode,
+    rejects_tools,
+    settled,
+)
+from refloop.runtime.telemetry import tracer
 from refloop.settings import Settings
-from refloop.telemetry import tracer
-from refloop.textguard import detect_abnormal_output, first_json_object
 
 T = TypeVar("T", bound=BaseModel)
 RETRYABLE_STATUSES = frozenset({408, 409, 429})

@@ -26,8 +26,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from refloop.models import Purpose
-from refloop.net import free_port, wait_for_port
+from refloop.contract.models import Purpose
+from refloop.runtime.net import free_port, wait_for_port
 
 SCRIPTED_MARKER = "refloop-scripted"
 

@@ -13,9 +13,8 @@ from typing import Generic, TypeVar
 
 from pydantic import BaseModel
 
-from refloop import code_review_models as review
-from refloop.mcp_config import McpCallInput, McpListInput, McpToolList
-from refloop.models import (
+from refloop.contract import code_review as review
+from refloop.contract.models import (
     ActInput,
     ActResult,
     ClassifyIntentInput,
@@ -37,7 +36,7 @@ from refloop.models import (
     WorkspaceDescription,
     WorkspaceInput,
 )
-from refloop.policies import (
+from refloop.contract.policies import (
     INDEX_CALL,
     LLM_CALL,
     MCP_CALL,
@@ -48,6 +47,7 @@ from refloop.policies import (
     WORKSPACE_CALL,
     ActivityOptions,
 )
+from refloop.mcp.config import McpCallInput, McpListInput, McpToolList
 
 ArgT = TypeVar("ArgT", bound=BaseModel)
 ResultT = TypeVar("ResultT")

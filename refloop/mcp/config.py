@@ -19,8 +19,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from refloop.models import ToolSpec
-from refloop.tool_properties import APPROVAL_MODES, ToolActivityOptions, ToolProperties
+from refloop.contract.models import ToolSpec
+from refloop.contract.tool_properties import APPROVAL_MODES, ToolActivityOptions, ToolProperties
 
 SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")
 # The OpenAI function-name rule: what every chat-completions server accepts.

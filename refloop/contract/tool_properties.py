@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from temporalio.common import RetryPolicy
 
-from refloop.policies import ActivityOptions
+from refloop.contract.policies import ActivityOptions
 
 # read: looks only; write: changes files; execute: runs a program (any effect);
 # control: steers the agent loop (complete_step), never an activity.

@@ -19,10 +19,10 @@ from temporalio import activity
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
 
-from refloop import activity_calls
-from refloop.llm import LLMError
-from refloop.llm_endpoint import CallLedger, current_ledger
-from refloop.policies import LLM_CALL, REVIEW_CALL
+from refloop.contract import activity_calls
+from refloop.contract.policies import LLM_CALL, REVIEW_CALL
+from refloop.llm.endpoint import CallLedger, current_ledger
+from refloop.llm.gateway import LLMError
 
 attempt_log = logging.getLogger("refloop.attempts")
 LEDGER_KEY = "refloop_ledger"

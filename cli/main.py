@@ -5,7 +5,7 @@ Progress goes to stderr, results to stdout, so `--json` output pipes cleanly.
 
 from __future__ import annotations
 
-import refloop.warm_start  # noqa: F401  (first: a worker's search model loads meanwhile)
+import refloop.search.warm_start  # noqa: F401  (first: a worker's search model loads meanwhile)
 
 # isort: split
 import argparse
@@ -24,7 +24,7 @@ from typing import Any, NoReturn
 
 from rich.console import Console
 
-from refloop.models import Event, TaskResult, TokenUsage
+from refloop.contract.models import Event, TaskResult, TokenUsage
 from refloop.settings import Settings, SettingsError, load_settings
 
 err_console = Console(stderr=True, highlight=False)
@@ -86,7 +86,7 @@ def print_event(event: Event) -> None:
 
 async def follow_events(handle: Any, done: asyncio.Event) -> None:
     """Print events as they appear, by polling the workflow's query."""
-    from workflows.agent import AgentTaskWorkflow
+    from refloop.workflows.agent import AgentTaskWorkflow
 
     seen = 0
     while True:
@@ -105,7 +105,7 @@ async def follow_events(handle: Any, done: asyncio.Event) -> None:
 
 def chosen_mcp_servers(value: str | None, settings: Settings) -> list[str]:
     """`--mcp git,time`: names REFLOOP_MCP_CONFIG must know."""
-    from refloop.mcp_config import McpConfigError, choose, load_config, parse_server_list
+    from refloop.mcp.config import McpConfigError, choose, load_config, parse_server_list
 
     names = parse_server_list(value)
     if not names:
@@ -122,11 +122,11 @@ async def run_task(args: argparse.Namespace, settings: Settings) -> int:
     from temporalio.client import WorkflowFailureError
     from temporalio.exceptions import ApplicationError
 
-    from refloop.visibility import start_metadata
-    from refloop.workspaces import WorkspaceError, check_user_workspace
-    from worker.replay import dump_history
-    from worker.stack import embedded_stack
-    from workflows.agent import AgentTaskWorkflow
+    from refloop.contract.visibility import start_metadata
+    from refloop.runtime.workspaces import WorkspaceError, check_user_workspace
+    from refloop.worker.replay import dump_history
+    from refloop.worker.stack import embedded_stack
+    from refloop.workflows.agent import AgentTaskWorkflow
 
     try:  # any directory of the user's, but never `/` or a system directory
         workspace = check_user_workspace(args.workspace)
@@ -227,8 +227,8 @@ def failed_calls_note(usage: TokenUsage) -> str:
 
 
 async def export_history(args: argparse.Namespace, settings: Settings) -> int:
-    from worker.main import connect
-    from worker.replay import dump_history
+    from refloop.worker.main import connect
+    from refloop.worker.replay import dump_history
 
     address = settings.temporal_address
     if not address:
@@ -244,7 +244,7 @@ async def export_history(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def replay_histories(args: argparse.Namespace) -> int:
-    from worker.replay import replay_files
+    from refloop.worker.replay import replay_files
 
     failures = await replay_files([Path(p) for p in args.files])
     for path, error in failures.items():
@@ -258,7 +258,7 @@ def review_request(args: argparse.Namespace) -> Any:
     """The code-review supervisor's unified task JSON from the command line."""
     import subprocess
 
-    from refloop.code_review_models import CodeReviewInput
+    from refloop.contract.code_review import CodeReviewInput
 
     workdir = Path(args.workdir).resolve()
     if not workdir.is_dir():
@@ -288,10 +288,10 @@ def review_request(args: argparse.Namespace) -> Any:
 
 
 async def run_review(args: argparse.Namespace, settings: Settings) -> int:
-    from refloop.code_review_models import CodeReviewResult
-    from refloop.visibility import start_metadata
-    from worker.stack import embedded_stack
-    from workflows.code_review import CodeReviewWorkflow
+    from refloop.contract.code_review import CodeReviewResult
+    from refloop.contract.visibility import start_metadata
+    from refloop.worker.stack import embedded_stack
+    from refloop.workflows.code_review import CodeReviewWorkflow
 
     request = review_request(args)
     workflow_id = f"review-{uuid.uuid4().hex[:12]}"
@@ -319,7 +319,7 @@ async def run_review(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def run_eval(args: argparse.Namespace) -> int:
-    from refloop.eval_harness import load_suite, render, run_suite, summarise
+    from refloop.cli.eval_harness import load_suite, render, run_suite, summarise
 
     try:
         scenarios = load_suite(args.suite)
@@ -410,8 +410,8 @@ _UVICORN_SERVES: list[bool] = []
 async def serve_api(settings: Settings, client: Any, host: str, port: int) -> None:
     import uvicorn
 
-    from api.bind import console_url, secure_bind
-    from api.main import create_app
+    from refloop.api.bind import console_url, secure_bind
+    from refloop.api.main import create_app
 
     settings, generated = secure_bind(settings, host)
     if generated:  # off loopback, nothing is served without a token
@@ -427,7 +427,7 @@ async def serve_api(settings: Settings, client: Any, host: str, port: int) -> No
 
 
 async def run_up(args: argparse.Namespace, settings: Settings) -> int:
-    from worker.stack import embedded_stack
+    from refloop.worker.stack import embedded_stack
 
     async with embedded_stack(settings) as stack:
         where = stack.temporal.address if stack.temporal else settings.temporal_address
@@ -442,7 +442,7 @@ async def run_up(args: argparse.Namespace, settings: Settings) -> int:
 def hard_exit(code: int) -> NoReturn:
     """End the process now (its clean-up hung), stopping the embedded Temporal server it
     owns first: no server outlives its command."""
-    servers = sys.modules.get("worker.temporal_server")  # loaded only if one was started
+    servers = sys.modules.get("refloop.worker.temporal_server")  # loaded only if one was started
     if servers is not None:
         with contextlib.suppress(Exception):  # exiting regardless
             servers.stop_owned_servers()
@@ -501,7 +501,7 @@ class OneLineFailures(logging.Filter):
         if getattr(record, "__temporal_error_identifier", None) != "ActivityFailure":
             return True
         err = record.exc_info[1] if record.exc_info else None
-        from refloop.llm import LLMError
+        from refloop.llm.gateway import LLMError
 
         if err is not None and isinstance(err.__cause__, LLMError):
             return False
@@ -557,30 +557,30 @@ def main(argv: list[str] | None = None) -> None:
                  "refloop_ui_port": getattr(args, "ui_port", None)}
         settings = settings.model_copy(update={k: v for k, v in ports.items() if v})
     if args.command in ("worker", "api", "history") and not settings.temporal_address:
-        from worker.temporal_server import find_running_address
+        from refloop.worker.temporal_server import find_running_address
 
         # The server a running `refloop up` (or anything on the Temporal port) serves.
         found = find_running_address(settings.refloop_data_dir, settings.refloop_temporal_port)
         settings = settings.model_copy(update={"temporal_address": found})
     if args.command == "scripted-llm":
-        from refloop.scripted_llm import serve
+        from refloop.llm.scripted import serve
 
         serve(args.scenario, args.host, args.port)
         return
     if args.command in ("worker", "up") and settings.refloop_semantic_index:
         # Long-lived workers load LanceDB and the model while we import; one-shot commands
         # (run, review) do not pay for a load their task may never use.
-        from refloop.semantic import start_warm_up
+        from refloop.search.index import start_warm_up
 
         start_warm_up(settings.refloop_embedding_model)
     if args.command == "worker":
-        from worker.main import run_worker
+        from refloop.worker.main import run_worker
 
         runner = until_signalled(run_worker(settings), settings)
     elif args.command == "run":
         runner = run_task(args, settings)
     elif args.command == "mcp":
-        from api.mcp_server import serve_stdio
+        from refloop.api.mcp_server import serve_stdio
 
         runner = serve_stdio(settings)
     elif args.command == "up":

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from refloop.blobs import Get, expand_args, expand_for_model
-from refloop.models import ChatMessage
+from refloop.contract.models import ChatMessage
+from refloop.store.blobs import Get, expand_args, expand_for_model
 
 TRIM_NOTE = "[earlier turns were trimmed to keep the context small]"
 ARG_CHARS = 2_000  # how much of an offloaded tool argument the model re-reads

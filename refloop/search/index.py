@@ -33,11 +33,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from refloop.code_chunks import chunk_source, identifier_terms
-from refloop.code_symbols import CODE_SUFFIXES, TEXT_SUFFIXES, iter_sources, read_source
+from refloop.search.chunks import chunk_source, identifier_terms
+from refloop.search.symbols import CODE_SUFFIXES, TEXT_SUFFIXES, iter_sources, read_source
 
 if TYPE_CHECKING:  # imported where used: a warm-up started first thing need not wait for them
-    from refloop.models import IndexReport, SemanticHit
+    from refloop.contract.models import IndexReport, SemanticHit
 
 DEFAULT_MODEL = "minilm-int8"
 MODEL_MODULES = {
@@ -91,7 +91,7 @@ def _importable(name: str) -> bool:
 
 def embed(texts: list[str], model: str = DEFAULT_MODEL) -> list[list[float]]:
     """Unit-length vectors (cosine = dot product); one model per process, used serially."""
-    from refloop.embedders import embedder
+    from refloop.search.embedders import embedder
 
     return embedder(model).embed(texts)
 
@@ -276,7 +276,7 @@ def unchanged_report(index_dir: Path, workspace: Path,
                      model: str = DEFAULT_MODEL) -> IndexReport | None:
     """A report without loading anything heavy when the last pass saw exactly these files
     (the manifest is a cache; the table stays the truth)."""
-    from refloop.models import IndexReport
+    from refloop.contract.models import IndexReport
 
     indexed = read_manifest(index_dir, workspace, model)
     if not indexed:
@@ -429,7 +429,7 @@ class CodeIndex:
 
     def update(self, progress: Progress | None = None) -> IndexReport:
         """Embed new and changed files, drop deleted ones; heartbeat-friendly progress."""
-        from refloop.models import IndexReport
+        from refloop.contract.models import IndexReport
 
         began = time.monotonic()
         with self._writer_lock():
@@ -484,7 +484,7 @@ class CodeIndex:
                                    remove_stop_words=True, with_position=False)
 
     def _rows(self, batch: list[SourceFile]) -> list[dict]:
-        from refloop.embedders import embedder
+        from refloop.search.embedders import embedder
 
         count_tokens = embedder(self.model).count_tokens
         rows = []
@@ -512,7 +512,7 @@ class CodeIndex:
         """The best definitions (or text windows) for `query`, one hit each with its whole
         line range, among what is indexed so far and still in the workspace. `mode`
         "vector" or "text" uses one side only (for evaluation)."""
-        from refloop.models import SemanticHit
+        from refloop.contract.models import SemanticHit
 
         table = self._table(create=False)
         if table is None or table.count_rows() == 0:
@@ -606,7 +606,7 @@ def _path_filter(paths: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m refloop.semantic WORKSPACE INDEX_DIR [MODEL]`: one indexing pass in its
+    """`python -m refloop.search.index WORKSPACE INDEX_DIR [MODEL]`: one indexing pass in its
     own process (the worker stays responsive); progress and the report as JSON lines."""
     args = argv if argv is not None else sys.argv[1:]
     workspace, index_dir = args[:2]

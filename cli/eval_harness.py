@@ -16,8 +16,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, Field
 
-from refloop.models import COMPLETE_STEP, TaskInput, TaskResult, TriggerConfig
-from refloop.scripted_llm import ScriptedLLMServer, load_scenario
+from refloop.contract.models import COMPLETE_STEP, TaskInput, TaskResult, TriggerConfig
+from refloop.llm.scripted import ScriptedLLMServer, load_scenario
 from refloop.settings import Settings
 
 READ_ONLY = frozenset({"list_dir", "read_file", "glob_file_search", "grep"})
@@ -94,8 +94,8 @@ def measure(scenario: EvalScenario, mode: str, result: TaskResult, workspace: Pa
 async def run_suite(scenarios: list[EvalScenario]) -> list[RunOutcome]:
     from temporalio.client import WorkflowFailureError
 
-    from worker.stack import embedded_stack
-    from workflows.agent import AgentTaskWorkflow
+    from refloop.worker.stack import embedded_stack
+    from refloop.workflows.agent import AgentTaskWorkflow
 
     outcomes = []
     with tempfile.TemporaryDirectory() as tmp, ScriptedLLMServer() as llm:

@@ -10,8 +10,8 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, Field, ValidationError
 
-from refloop.models import ToolConstraints
-from refloop.tools import TOOLS
+from refloop.contract.models import ToolConstraints
+from refloop.tools.base import TOOLS
 
 
 class TaskTypeRule(BaseModel):

@@ -3,7 +3,7 @@ models they validate into."""
 
 from __future__ import annotations
 
-from refloop.models import ChatMessage, ToolConstraints, ToolSpec
+from refloop.contract.models import ChatMessage, ToolConstraints, ToolSpec
 
 INTENT_SYSTEM = (
     "Classify the user's request. Answer only JSON: "

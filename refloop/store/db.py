@@ -20,7 +20,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Field, Session, SQLModel, create_engine, select
 
-from refloop.models import RecordQualityReviewInput, RecordTaskInput
+from refloop.contract.models import RecordQualityReviewInput, RecordTaskInput
 
 # `lost`: the row's workflow no longer exists in Temporal (api/reconcile.py).
 TERMINAL_STATUSES = frozenset({"completed", "incomplete", "failed", "cancelled", "lost"})
@@ -382,7 +382,7 @@ class Store:
 
     def put_blob(self, text: str) -> str:
         """Store once per content; the key is the text's sha256."""
-        from refloop.blobs import digest
+        from refloop.store.blobs import digest
 
         key = digest(text)
         if self.blobs.get(key) is not None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from refloop.mcp_config import (
+from refloop.mcp.config import (
     McpConfig,
     McpConfigError,
     McpServerConfig,

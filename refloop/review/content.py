@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from refloop.code_review_models import ReviewContent
+from refloop.contract.code_review import ReviewContent
 
 _DIFF_FILE = re.compile(r"^\+\+\+ (?:b/)?(.+)$")
 _HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,\d+)? @@")

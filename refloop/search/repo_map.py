@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from refloop.code_symbols import CODE_SUFFIXES, definitions, iter_sources, read_source
+from refloop.search.symbols import CODE_SUFFIXES, definitions, iter_sources, read_source
 
 _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 MAX_MAP_FILE_BYTES = 500_000

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from refloop.models import LLMUsageRecord, Purpose, TokenUsage
+from refloop.contract.models import LLMUsageRecord, Purpose, TokenUsage
 
 log = logging.getLogger("refloop.llm")
 
