@@ -25,12 +25,12 @@ from refloop.contract.code_review import (
     ReviewOutput,
     VerifyOutput,
 )
-from refloop.contract.models import ChatMessage, Purpose
+from refloop.contract.errors import BadReviewInput, ToolError
+from refloop.contract.messages import ChatMessage, Purpose
 from refloop.llm.gateway import LLMGateway, parse_json_answer
 from refloop.llm.prompts import CODE_REVIEW_SYSTEM, CODE_VERIFY_SYSTEM, code_agent_messages
 from refloop.review.content import cap_content, split_diff
 from refloop.store.db import CodeReviewContentRecord, Store
-from refloop.tools.base import ToolError
 from refloop.tools.sandbox import read_text, relative, resolve, workspace_root
 
 
@@ -83,7 +83,8 @@ class CodeReviewActivities:
         try:
             return await asyncio.to_thread(load, inp)
         except (ToolError, ValueError) as err:
-            raise ApplicationError(str(err), type="BadReviewInput", non_retryable=True) from err
+            raise ApplicationError(str(err), type=BadReviewInput.__name__,
+                                   non_retryable=True) from err
 
     async def _agent(self, purpose: Purpose, system: str, inp: AgentCallInput,
                      schema: type[BaseModel]) -> AgentCallResult:

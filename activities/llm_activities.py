@@ -10,27 +10,24 @@ from temporalio import activity
 from refloop.activities.mcp_activities import mcp_specs
 from refloop.activities.model_calls import call_model
 from refloop.contract import activity_calls
-from refloop.contract.models import (
+from refloop.contract.activity_io import (
     ActInput,
     ActResult,
-    ChatMessage,
     ClassifyIntentInput,
     ClassifyIntentResult,
-    IntentResult,
     MakePlanInput,
     MakePlanResult,
-    Plan,
-    Purpose,
     SummarizeInput,
     SummarizeResult,
 )
+from refloop.contract.messages import ChatMessage, IntentResult, Plan, Purpose
 from refloop.contract.policies import TOOL_RESULT_CHARS  # what the model reads of one output
+from refloop.contract.tool_catalog import tool_specs
 from refloop.llm.conversation import for_model, trim_history
 from refloop.llm.gateway import LLMGateway
 from refloop.llm.prompts import intent_messages, plan_messages, summary_messages
 from refloop.store.blobs import Get, holds_large_string, offload_args
 from refloop.store.db import BlobNotCached, Store
-from refloop.tools.registry import tool_specs
 from refloop.tools.task_rules import constraints_for, infer_task_type, keyword_type, load_task_rules
 
 # A stored conversation: one JSON array, parsed and written in pydantic's core.

@@ -17,27 +17,18 @@ from pydantic import TypeAdapter
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from refloop.activities.model_calls import heartbeating
+from refloop.activities.heartbeat import heartbeating
 from refloop.contract import activity_calls
-from refloop.contract.models import ToolResult, ToolSpec
-from refloop.contract.policies import TOOL_RESULT_CHARS
-from refloop.mcp.config import (
-    McpCallInput,
-    McpConfigError,
-    McpListInput,
-    McpToolInfo,
-    McpToolList,
-    choose,
-    model_schema,
-    tool_name,
-)
+from refloop.contract.activity_io import ToolResult
+from refloop.contract.errors import McpConfigError, ToolError
+from refloop.contract.mcp import McpCallInput, McpListInput, McpToolInfo, McpToolList
+from refloop.contract.messages import ToolSpec
+from refloop.mcp.config import choose, model_schema, tool_name
 from refloop.mcp.pool import Connection, McpPool, McpTransportError
 from refloop.settings import Settings
-from refloop.store.blobs import holds_large_string, holds_marker, offload_output, resolve_args
 from refloop.store.db import Store
-from refloop.tools.output import window_text
+from refloop.tools.output import output_for_model, whole_arguments
 
-FEEDBACK_CHARS = TOOL_RESULT_CHARS - 100
 # What one task is offered at most (the chat APIs take 128 tools; the built-ins come first)
 MAX_MCP_TOOLS = 96
 MAX_DESCRIPTION_CHARS = 2000
@@ -108,18 +99,20 @@ class McpActivities:
         try:
             return await self.pool.connection(server, workspace)
         except McpConfigError as err:
-            raise ApplicationError(str(err), type="McpConfigError", non_retryable=True) from None
+            raise ApplicationError(str(err), type=McpConfigError.__name__,
+                                   non_retryable=True) from None
 
     @activity.defn(name=activity_calls.MCP_LIST_TOOLS.name)
     async def list_tools(self, inp: McpListInput) -> McpToolList:
         try:
             chosen = choose(self.pool.config(), inp.servers)
         except McpConfigError as err:
-            raise ApplicationError(str(err), type="McpConfigError", non_retryable=True) from None
+            raise ApplicationError(str(err), type=McpConfigError.__name__,
+                                   non_retryable=True) from None
         tools: list[McpToolInfo] = []
         dropped: list[str] = []
         taken: set[str] = set()
-        async with heartbeating(2.0):
+        async with heartbeating():
             for server, config in chosen.items():
                 connection = await self._connect(server, inp.workspace)
                 allowed = set(config.tools) if config.tools is not None else None
@@ -149,10 +142,11 @@ class McpActivities:
         if config.tools is not None and inp.tool not in config.tools:
             return ToolResult(ok=False, error=f"E_POLICY: {inp.server} tool {inp.tool!r} is "
                                               "not in the server's allow list")
-        arguments = inp.arguments
-        if holds_marker(arguments):  # large arguments the act activity offloaded
-            arguments = await asyncio.to_thread(resolve_args, arguments, self.store.get_blob)
-        async with heartbeating(2.0):
+        try:
+            arguments = await whole_arguments(inp.arguments, self.store.get_blob)
+        except ToolError as err:
+            return ToolResult(ok=False, error=str(err))
+        async with heartbeating():
             connection = await self._connect(inp.server, inp.workspace)
             listed = next((t for t in connection.tools if t.name == inp.tool), None)
             if listed is None:
@@ -175,11 +169,10 @@ class McpActivities:
         text = result_text(result)
         if result.is_error:
             return ToolResult(ok=False, error=f"E_TOOL: {text or 'the tool reported an error'}")
-        output = window_text(text, inp.keywords, FEEDBACK_CHARS)
-        threshold = self.settings.refloop_blob_threshold_bytes
-        if holds_large_string(output, threshold):
-            output = await asyncio.to_thread(offload_output, output, threshold,
-                                             self.store.put_blob)
+        # Every MCP tool's output is windowed (`mcp_tool_properties`).
+        output = await output_for_model(text, True, inp.keywords,
+                                        self.settings.refloop_blob_threshold_bytes,
+                                        self.store.put_blob)
         return ToolResult(ok=True, output=output,
                           data={"server": inp.server, "tool": inp.tool})
 
@@ -187,7 +180,8 @@ class McpActivities:
         try:
             return self.pool.server_config(server)
         except McpConfigError as err:
-            raise ApplicationError(str(err), type="McpConfigError", non_retryable=True) from None
+            raise ApplicationError(str(err), type=McpConfigError.__name__,
+                                   non_retryable=True) from None
 
     def activities(self) -> list[Any]:
         return [self.list_tools, self.call_tool]

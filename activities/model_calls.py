@@ -1,6 +1,7 @@
-"""Turn core errors into Temporal failures: retryable or non-retryable, with retry hints.
+"""Model calls in activities: core errors become Temporal failures (retryable or
+non-retryable, with retry hints).
 
-Every model call of an activity runs under a ledger (`refloop.llm_endpoint.CallLedger`):
+Every model call of an activity runs under a ledger (`refloop.llm_endpoint.RequestLedger`):
 each HTTP request is counted as it goes out, heartbeated, carried into the next attempt
 through the heartbeat details, and reported with the failure when the activity gives up,
 so the workflow's stats count every request, answered or not.
@@ -8,10 +9,9 @@ so the workflow's stats count every request, answered or not.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -19,10 +19,11 @@ from temporalio import activity
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
 
+from refloop.activities.heartbeat import heartbeating
 from refloop.contract import activity_calls
+from refloop.contract.errors import LLMError
 from refloop.contract.policies import LLM_CALL, REVIEW_CALL
-from refloop.llm.endpoint import CallLedger, current_ledger
-from refloop.llm.gateway import LLMError
+from refloop.llm.ledger import RequestLedger, current_ledger
 
 attempt_log = logging.getLogger("refloop.attempts")
 LEDGER_KEY = "refloop_ledger"
@@ -30,7 +31,7 @@ LEDGER_KEY = "refloop_ledger"
 T = TypeVar("T")
 
 
-def to_application_error(err: LLMError, ledger: CallLedger | None = None) -> ApplicationError:
+def to_application_error(err: LLMError, ledger: RequestLedger | None = None) -> ApplicationError:
     """Keep the class name as the failure type so retry policies can match on it; the
     details carry the usage of every request this activity made (all attempts)."""
     delay = timedelta(seconds=err.retry_after) if err.retry_after else None
@@ -47,20 +48,18 @@ def to_application_error(err: LLMError, ledger: CallLedger | None = None) -> App
     )
 
 
-# A third of the calls' heartbeat timeout (refloop/policies.py): two beats may be lost.
-HEARTBEAT_INTERVAL_S = 2.0
 
 
-def _carried_ledger() -> CallLedger:
+def _carried_ledger() -> RequestLedger:
     """The ledger earlier attempts of this activity left in their heartbeat details."""
     details = activity.info().heartbeat_details
     for item in details or ():
         if isinstance(item, dict) and LEDGER_KEY in item:
-            return CallLedger.load(item[LEDGER_KEY])
-    return CallLedger()
+            return RequestLedger.load(item[LEDGER_KEY])
+    return RequestLedger()
 
 
-def _beat(ledger: CallLedger) -> None:
+def _beat(ledger: RequestLedger) -> None:
     activity.heartbeat({LEDGER_KEY: ledger.dump()})
 
 
@@ -102,31 +101,7 @@ def log_failed_attempt(err: LLMError) -> None:
 
 
 @contextlib.asynccontextmanager
-async def heartbeating(interval_s: float = HEARTBEAT_INTERVAL_S,
-                       details: Callable[[], Any] | None = None) -> AsyncIterator[None]:
-    """Heartbeat in the background so a dead worker is noticed by the heartbeat timeout.
-    A timer callback, not a task: most calls end before the first beat, and a busy
-    worker runs thousands of them."""
-    loop = asyncio.get_running_loop()
-    timer: asyncio.TimerHandle | None = None
-
-    def beat() -> None:
-        nonlocal timer
-        if details is None:
-            activity.heartbeat()
-        else:
-            activity.heartbeat(details())
-        timer = loop.call_later(interval_s, beat)
-
-    timer = loop.call_later(interval_s, beat)  # runs in this activity's context
-    try:
-        yield
-    finally:
-        timer.cancel()
-
-
-@contextlib.asynccontextmanager
-async def model_ledger() -> AsyncIterator[CallLedger]:
+async def model_ledger() -> AsyncIterator[RequestLedger]:
     """Heartbeating, with every model request of the block in a ledger carried across
     attempts; a failure is logged in one line and reported with the ledger's usage."""
     ledger = _carried_ledger()

@@ -9,21 +9,19 @@ from temporalio import activity
 from refloop.activities.mcp_activities import mcp_specs
 from refloop.activities.model_calls import call_model, model_ledger
 from refloop.contract import activity_calls
-from refloop.contract.models import (
-    ChatMessage,
+from refloop.contract.activity_io import (
     CompletenessInput,
     CompletenessResult,
     CompletenessVerdict,
     MakePlanResult,
-    Plan,
-    Purpose,
     SupplementPlanInput,
 )
-from refloop.llm.gateway import InvalidModelOutput, LLMGateway
+from refloop.contract.errors import InvalidModelOutput, ToolError
+from refloop.contract.messages import ChatMessage, Plan, Purpose
+from refloop.contract.tool_catalog import tool_specs
+from refloop.llm.gateway import LLMGateway
 from refloop.llm.prompts import completeness_messages, supplement_plan_messages
 from refloop.store.db import Store
-from refloop.tools.base import ToolError
-from refloop.tools.registry import tool_specs
 from refloop.tools.sandbox import is_file, resolve, workspace_root
 
 NO_SUPPLEMENTS_REASK = (

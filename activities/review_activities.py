@@ -8,7 +8,9 @@ from temporalio import activity
 
 from refloop.activities.model_calls import call_model
 from refloop.contract import activity_calls
-from refloop.contract.models import Purpose, QualityReview, QualityReviewInput, QualityReviewResult
+from refloop.contract.activity_io import QualityReview, QualityReviewInput, QualityReviewResult
+from refloop.contract.errors import ToolError
+from refloop.contract.messages import Purpose
 from refloop.llm.gateway import LLMGateway
 from refloop.review.quality import (
     QualityVerdict,
@@ -17,7 +19,6 @@ from refloop.review.quality import (
     json_edit_snippet,
     review_messages,
 )
-from refloop.tools.base import ToolError
 from refloop.tools.sandbox import is_file, read_text, resolve, workspace_root
 
 

@@ -7,7 +7,8 @@ import asyncio
 from temporalio import activity
 
 from refloop.contract import activity_calls
-from refloop.contract.models import RecordQualityReviewInput, RecordTaskInput
+from refloop.contract.activity_io import RecordQualityReviewInput
+from refloop.contract.task import RecordTaskInput
 from refloop.store.db import Store
 
 

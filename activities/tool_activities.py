@@ -3,27 +3,22 @@ shows what ran; each looks the tool up in the one registry."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from refloop.activities.model_calls import heartbeating
+from refloop.activities.heartbeat import heartbeating
 from refloop.contract import activity_calls
-from refloop.contract.models import RunToolInput, ToolResult
-from refloop.contract.policies import TOOL_RESULT_CHARS
+from refloop.contract.activity_io import RunToolInput, ToolResult
+from refloop.contract.errors import ToolError, UnknownToolError
+from refloop.contract.tool_catalog import TOOLS
 from refloop.settings import Settings
-from refloop.store.blobs import holds_large_string, holds_marker, offload_output, resolve_args
 from refloop.store.db import Store
-from refloop.tools.base import TOOLS, UnknownToolError
 from refloop.tools.os_sandbox import UNSANDBOXED_WARNING, SandboxUnavailableError, sandbox_mode
-from refloop.tools.output import tool_feedback
+from refloop.tools.output import output_for_model, whole_arguments
 from refloop.tools.registry import execute_tool
-
-# What the model reads of one result, less the "[tool] ok" header the workflow adds.
-FEEDBACK_CHARS = TOOL_RESULT_CHARS - 100
 
 ToolActivity = Callable[[RunToolInput], Awaitable[ToolResult]]
 
@@ -43,29 +38,21 @@ class ToolActivities:
 
     async def run(self, inp: RunToolInput) -> ToolResult:
         activity.logger.info("tool %s (%s)", inp.name, inp.call_id)
-        # Offloaded arguments come back whole; a large output goes out as a marker. Only
-        # those hop to a thread for the store: a busy worker pays for every thread hop.
-        arguments = inp.arguments
         try:
-            marked = holds_marker(arguments)
-        except RecursionError:  # hostile nesting: a tool error the model reads, not a retry
-            return ToolResult(ok=False, error="E_INVALID_ARGS: the arguments nest too deeply")
-        if marked:
-            arguments = await asyncio.to_thread(resolve_args, arguments, self.store.get_blob)
+            arguments = await whole_arguments(inp.arguments, self.store.get_blob)
+        except ToolError as err:
+            return ToolResult(ok=False, error=str(err))
         async with heartbeating():
             try:
                 result = await execute_tool(inp.model_copy(update={"arguments": arguments}),
                                             self.settings)
             except UnknownToolError as err:
                 raise ApplicationError(
-                    str(err), type="UnknownToolError", non_retryable=True
+                    str(err), type=UnknownToolError.__name__, non_retryable=True
                 ) from err
-        output = tool_feedback(result.output, TOOLS[inp.name].properties, inp.keywords,
-                               FEEDBACK_CHARS)
-        threshold = self.settings.refloop_blob_threshold_bytes
-        if holds_large_string(output, threshold):
-            output = await asyncio.to_thread(offload_output, output, threshold,
-                                             self.store.put_blob)
+        output = await output_for_model(
+            result.output, TOOLS[inp.name].properties.windowed, inp.keywords,
+            self.settings.refloop_blob_threshold_bytes, self.store.put_blob)
         return result.model_copy(update={"output": output})
 
     def activities(self) -> list[ToolActivity]:

@@ -11,9 +11,9 @@ import sys
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from refloop.activities.model_calls import heartbeating
+from refloop.activities.heartbeat import heartbeating
 from refloop.contract import activity_calls
-from refloop.contract.models import IndexReport, WorkspaceDescription, WorkspaceInput
+from refloop.contract.task import IndexReport, WorkspaceDescription, WorkspaceInput
 from refloop.search.index import missing_extra, unchanged_report
 from refloop.search.repo_map import workspace_context
 from refloop.settings import Settings

@@ -17,7 +17,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from refloop.contract.code_review import CodeReviewResult
-from refloop.contract.models import RecordTaskInput, TaskResult
+from refloop.contract.task import RecordTaskInput, TaskResult
 from refloop.store.db import TERMINAL_STATUSES, Store, TaskRecord, as_utc, utcnow
 
 log = logging.getLogger("refloop.api")

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict
 
-from refloop.contract.models import TaskProgress
+from refloop.contract.task import TaskProgress
 from refloop.runtime.workspaces import ID_PATTERN
 
 ApprovalMode = Literal["auto", "confirm_writes", "confirm_all"]

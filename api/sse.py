@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from temporalio.client import Client
 
 from refloop.api.reconcile import OPEN_STATUSES, refresh
-from refloop.contract.models import Event
+from refloop.contract.task import Event
 from refloop.store.db import TERMINAL_STATUSES, Store, TaskRecord
 from refloop.workflows.agent import AgentTaskWorkflow
 

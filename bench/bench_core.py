@@ -18,11 +18,13 @@ import time
 from pathlib import Path
 
 from bench.common import bench_env
-from refloop.contract.models import ChatMessage, IntentResult, Plan, Purpose, RunToolInput
+from refloop.contract.activity_io import RunToolInput
+from refloop.contract.messages import ChatMessage, IntentResult, Plan, Purpose
+from refloop.contract.tool_catalog import tool_specs
 from refloop.llm.gateway import LLMGateway
 from refloop.llm.prompts import intent_messages, plan_messages, summary_messages
 from refloop.settings import Settings
-from refloop.tools.registry import execute_tool, tool_specs
+from refloop.tools.registry import execute_tool
 
 
 def scenario(steps: int, latency_ms: int) -> dict:

@@ -123,7 +123,7 @@ async def run_in(env, name: str, workspace: Path, **task: object):
     import time
     import uuid
 
-    from refloop.contract.models import TaskInput
+    from refloop.contract.task import TaskInput
     from refloop.workflows.agent import AgentTaskWorkflow
 
     started = time.perf_counter()

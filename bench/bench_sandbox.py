@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 
 from bench.common import bench_env
-from refloop.contract.models import RunToolInput
+from refloop.contract.activity_io import RunToolInput
 from refloop.settings import Settings
 from refloop.tools.command import run_bounded
 from refloop.tools.os_sandbox import sandboxed_command

@@ -36,10 +36,12 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from bench.bare_workflow import STEPS, BareStepsWorkflow
 from bench.common import BenchEnv, bench_env
-from refloop.contract.models import ChatMessage, Purpose, RunToolInput
+from refloop.contract.activity_io import RunToolInput
+from refloop.contract.messages import ChatMessage, Purpose
+from refloop.contract.tool_catalog import tool_specs
 from refloop.llm.gateway import LLMGateway
 from refloop.llm.prompts import intent_messages, plan_messages, summary_messages
-from refloop.tools.registry import execute_tool, tool_specs
+from refloop.tools.registry import execute_tool
 from refloop.worker.plugin import SANDBOX_RESTRICTIONS
 from refloop.worker.replay import replay_files
 from refloop.worker.runner import sandbox_runner

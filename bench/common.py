@@ -19,7 +19,7 @@ from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
 
-from refloop.contract.models import TaskInput, TaskResult
+from refloop.contract.task import TaskInput, TaskResult
 from refloop.llm.scripted import ScriptedLLMProcess
 from refloop.runtime.net import free_port
 from refloop.settings import Settings

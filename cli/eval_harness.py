@@ -16,7 +16,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, Field
 
-from refloop.contract.models import COMPLETE_STEP, TaskInput, TaskResult, TriggerConfig
+from refloop.contract.messages import COMPLETE_STEP
+from refloop.contract.task import TaskInput, TaskResult, TriggerConfig
 from refloop.llm.scripted import ScriptedLLMServer, load_scenario
 from refloop.settings import Settings
 

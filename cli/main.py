@@ -24,7 +24,8 @@ from typing import Any, NoReturn
 
 from rich.console import Console
 
-from refloop.contract.models import Event, TaskResult, TokenUsage
+from refloop.contract.messages import TokenUsage
+from refloop.contract.task import Event, TaskResult
 from refloop.settings import Settings, SettingsError, load_settings
 
 err_console = Console(stderr=True, highlight=False)
@@ -105,7 +106,8 @@ async def follow_events(handle: Any, done: asyncio.Event) -> None:
 
 def chosen_mcp_servers(value: str | None, settings: Settings) -> list[str]:
     """`--mcp git,time`: names REFLOOP_MCP_CONFIG must know."""
-    from refloop.mcp.config import McpConfigError, choose, load_config, parse_server_list
+    from refloop.contract.errors import McpConfigError
+    from refloop.mcp.config import choose, load_config, parse_server_list
 
     names = parse_server_list(value)
     if not names:
@@ -501,7 +503,7 @@ class OneLineFailures(logging.Filter):
         if getattr(record, "__temporal_error_identifier", None) != "ActivityFailure":
             return True
         err = record.exc_info[1] if record.exc_info else None
-        from refloop.llm.gateway import LLMError
+        from refloop.contract.errors import LLMError
 
         if err is not None and isinstance(err.__cause__, LLMError):
             return False

@@ -10,7 +10,7 @@ from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 if TYPE_CHECKING:
-    from refloop.contract.models import TaskInput
+    from refloop.contract.task import TaskInput
 
 
 class SettingsError(SystemExit):
@@ -170,7 +170,7 @@ class Settings(BaseSettings):
                    **fields: Any) -> TaskInput:
         """A task as the CLI and the API start it: the operator's reflection settings
         under what the caller chose (`enable_reflection` None: the operator's default)."""
-        from refloop.contract.models import TaskInput
+        from refloop.contract.task import TaskInput
 
         return TaskInput(
             enable_reflection=self.enable_reflection if enable_reflection is None

@@ -15,27 +15,21 @@ from temporalio.exceptions import ActivityError, ApplicationError
 # does not re-import pydantic for every workflow run.
 with workflow.unsafe.imports_passed_through():
     from refloop.contract import activity_calls, visibility
-    from refloop.contract.models import (
+    from refloop.contract.activity_io import (
         ActInput,
         ActResult,
         ApprovalDecision,
-        ChatMessage,
         ClassifyIntentInput,
-        Event,
         MakePlanInput,
-        Plan,
         RunToolInput,
         SummarizeInput,
-        TaskInput,
-        TaskProgress,
-        TaskResult,
-        ToolCall,
         ToolResult,
     )
+    from refloop.contract.messages import ChatMessage, Plan, ToolCall
+    from refloop.contract.task import Event, TaskInput, TaskProgress, TaskResult
+    from refloop.contract.text import task_keywords
+    from refloop.contract.tool_catalog import TOOLS, tool_specs
     from refloop.contract.tool_properties import not_run_again
-    from refloop.tools.base import TOOLS
-    from refloop.tools.output import task_keywords
-    from refloop.tools.registry import tool_activity_options, tool_specs
     from refloop.workflows.state import AgentState
 
 from refloop.contract.policies import CARRIED_EVENTS, MAX_REPLANS, TOOL_RESULT_CHARS
@@ -65,7 +59,8 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
                                     task_id=inp.task_id or workflow.info().workflow_id)
         self.tools = tool_specs()
         self.tool_names = [spec.name for spec in self.tools]
-        self.edit_tools = {name for name, definition in TOOLS.items() if definition.edits}
+        self.edit_tools = {name for name, declaration in TOOLS.items()
+                           if declaration.properties.journaled}
         self.keywords = task_keywords(inp.task)
         if self.state.mcp.tools:  # continued-as-new: listed by an earlier run
             self._adopt_mcp_tools()
@@ -452,7 +447,6 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
                     keywords=self.keywords,
                 ),
                 summary=logic.tool_call_summary(call),  # the tool and its target
-                options=tool_activity_options(call.name).as_options(),
             )
         except ActivityError as err:  # one attempt only: say why it is not run again
             raise_if_cancelled(err)

@@ -14,10 +14,12 @@ from temporalio.exceptions import TimeoutError as ActivityTimeout
 with workflow.unsafe.imports_passed_through():
     from refloop.contract import activity_calls
     from refloop.contract.activity_calls import ActivityCall
-    from refloop.contract.models import ChatMessage, Event, LLMUsageRecord, RecordTaskInput
+    from refloop.contract.activity_io import LLMUsageRecord
+    from refloop.contract.mcp import mcp_tool_properties
+    from refloop.contract.messages import ChatMessage
+    from refloop.contract.task import Event, RecordTaskInput
+    from refloop.contract.tool_catalog import tool_properties
     from refloop.contract.tool_properties import ToolProperties
-    from refloop.mcp.config import mcp_tool_properties
-    from refloop.tools.registry import tool_properties
     from refloop.workflows.state import AgentState
 
 from refloop.workflows import logic

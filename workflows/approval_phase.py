@@ -7,7 +7,8 @@ from datetime import timedelta
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from refloop.contract.models import ApprovalDecision, ToolCall, ToolResult
+    from refloop.contract.activity_io import ApprovalDecision, ToolResult
+    from refloop.contract.messages import ToolCall
     from refloop.contract.tool_properties import ToolProperties
 
 from refloop.workflows.agent_base import AgentBase

@@ -7,14 +7,9 @@ from temporalio.exceptions import ActivityError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
     from refloop.contract import activity_calls, visibility
-    from refloop.contract.models import (
-        COMPLETE_STEP,
-        CompletenessInput,
-        Plan,
-        Supplement,
-        SupplementPlanInput,
-        TaskResult,
-    )
+    from refloop.contract.activity_io import CompletenessInput, Supplement, SupplementPlanInput
+    from refloop.contract.messages import COMPLETE_STEP, Plan
+    from refloop.contract.task import TaskResult
 
 from refloop.workflows import completeness_logic, logic
 from refloop.workflows.agent_base import AgentBase, describe_failure, raise_if_cancelled

@@ -10,22 +10,19 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from refloop.contract.models import (
+from refloop.contract import tool_catalog
+from refloop.contract.activity_io import LLMUsageRecord, QualityReview, ToolConstraints, ToolResult
+from refloop.contract.messages import (
     COMPLETE_STEP,
     ChatMessage,
-    Event,
     IntentLabel,
     IntentResult,
-    LLMUsageRecord,
     Plan,
-    QualityReview,
-    TaskStats,
     TokenUsage,
     ToolCall,
-    ToolConstraints,
-    ToolResult,
     ToolSpec,
 )
+from refloop.contract.task import Event, TaskStats
 from refloop.contract.text import first_json_object
 
 NO_PLANNING_INTENTS = frozenset({IntentLabel.GENERAL_CHAT, IntentLabel.CAPABILITY_QUERY})
@@ -310,13 +307,10 @@ def question_planned_as_edits(task: str, intent: IntentResult | None, plan: Plan
     return f"the task is a question, but the plan edits the workspace ({', '.join(edits)})"
 
 
-_READ_ONLY_COMMANDS = frozenset({"view", "get", "read"})
-
-
 def is_edit(tool: str, arguments: dict[str, Any], edit_tools: set[str]) -> bool:
-    """A call of an edit tool (the registry's `edits=True`) that is not a view command."""
-    mode = arguments.get("command", arguments.get("operation", arguments.get("op")))
-    return tool in edit_tools and mode not in _READ_ONLY_COMMANDS
+    """A call of one of `edit_tools` that edits: not a read-only sub-command, as the tool's
+    properties name them."""
+    return tool in edit_tools and tool_catalog.is_edit(tool, arguments)
 
 
 def successful_edits(events: Iterable[Event], edit_tools: set[str]) -> int:

@@ -6,8 +6,9 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from refloop.contract import activity_calls
-    from refloop.contract.models import ToolCall, ToolConstraints, ToolResult, ToolSpec
-    from refloop.mcp.config import McpCallInput, McpListInput, mcp_tool_properties
+    from refloop.contract.activity_io import ToolConstraints, ToolResult
+    from refloop.contract.mcp import McpCallInput, McpListInput, mcp_tool_properties
+    from refloop.contract.messages import ToolCall, ToolSpec
 
 from refloop.workflows.agent_base import AgentBase
 from refloop.workflows.calls import call_activity

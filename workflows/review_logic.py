@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from refloop.contract.models import QualityReview, ToolCall, ToolResult
+from refloop.contract.activity_io import QualityReview, ToolResult
+from refloop.contract.messages import ToolCall
 
 if TYPE_CHECKING:
     from refloop.contract.tool_properties import ToolProperties

@@ -7,13 +7,13 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from refloop.contract import activity_calls
-    from refloop.contract.models import (
+    from refloop.contract.activity_io import (
         QualityReview,
         QualityReviewInput,
         RecordQualityReviewInput,
-        ToolCall,
         ToolResult,
     )
+    from refloop.contract.messages import ToolCall
 
 from refloop.workflows import logic, review_logic
 from refloop.workflows.agent_base import AgentBase, describe_failure, raise_if_cancelled

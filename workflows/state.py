@@ -13,19 +13,15 @@ from typing import Any
 
 from pydantic import BaseModel, Field, model_validator
 
-from refloop.contract.models import (
+from refloop.contract.activity_io import (
     ApprovalDecision,
-    ChatMessage,
-    Event,
-    IntentResult,
-    Plan,
     QualityReview,
-    TaskInput,
-    TaskStats,
     ToolConstraints,
     ToolRecord,
 )
-from refloop.mcp.config import McpToolInfo
+from refloop.contract.mcp import McpToolInfo
+from refloop.contract.messages import ChatMessage, IntentResult, Plan
+from refloop.contract.task import Event, TaskInput, TaskStats
 from refloop.workflows.completeness_logic import records_from_events
 from refloop.workflows.triggers import LoopRecord, TriggerState
 

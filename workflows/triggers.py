@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
-from refloop.contract.models import COMPLETE_STEP, ToolResult, TriggerConfig
+from refloop.contract.activity_io import ToolResult
+from refloop.contract.messages import COMPLETE_STEP
+from refloop.contract.task import TriggerConfig
 
 if TYPE_CHECKING:
     from refloop.contract.tool_properties import ToolProperties

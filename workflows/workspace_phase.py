@@ -8,7 +8,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from refloop.contract import activity_calls
-    from refloop.contract.models import IndexReport, WorkspaceDescription, WorkspaceInput
+    from refloop.contract.task import IndexReport, WorkspaceDescription, WorkspaceInput
 
 from refloop.workflows.agent_base import AgentBase, describe_failure, raise_if_cancelled
 from refloop.workflows.calls import start_activity

@@ -23,7 +23,7 @@ from refloop.api.reconcile import is_not_found, mark_lost, refresh
 from refloop.api.routes.tasks import task_row
 from refloop.api.schemas import JsonInt
 from refloop.contract.code_review import CodeReviewInput, CodeReviewResult
-from refloop.contract.models import RecordTaskInput
+from refloop.contract.task import RecordTaskInput
 from refloop.contract.visibility import start_metadata
 from refloop.runtime.workspaces import ID_PATTERN, WorkspaceError, resolve_workspace
 from refloop.store.db import TERMINAL_STATUSES, CodeReviewContentRecord

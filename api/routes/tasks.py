@@ -25,7 +25,8 @@ from refloop.api.schemas import (
     TaskState,
 )
 from refloop.api.sse import event_stream
-from refloop.contract.models import ApprovalDecision, ModelEndpoint, RecordTaskInput, TaskInput
+from refloop.contract.activity_io import ApprovalDecision, ModelEndpoint
+from refloop.contract.task import RecordTaskInput, TaskInput
 from refloop.contract.visibility import start_metadata
 from refloop.runtime.telemetry import tracer
 from refloop.runtime.workspaces import (
@@ -97,7 +98,8 @@ def start_session(body: SessionStart, store: StoreDep, settings: SettingsDep) ->
 
 def known_mcp_servers(names: list[str], settings: Settings) -> list[str]:
     """Names the MCP configuration knows, or 422 naming the unknown ones."""
-    from refloop.mcp.config import McpConfigError, choose, load_config
+    from refloop.contract.errors import McpConfigError
+    from refloop.mcp.config import choose, load_config
 
     if not names:
         return []

@@ -14,40 +14,38 @@ from typing import Generic, TypeVar
 from pydantic import BaseModel
 
 from refloop.contract import code_review as review
-from refloop.contract.models import (
+from refloop.contract.activity_io import (
     ActInput,
     ActResult,
     ClassifyIntentInput,
     ClassifyIntentResult,
     CompletenessInput,
     CompletenessResult,
-    IndexReport,
     MakePlanInput,
     MakePlanResult,
     QualityReviewInput,
     QualityReviewResult,
     RecordQualityReviewInput,
-    RecordTaskInput,
     RunToolInput,
     SummarizeInput,
     SummarizeResult,
     SupplementPlanInput,
     ToolResult,
-    WorkspaceDescription,
-    WorkspaceInput,
 )
+from refloop.contract.mcp import McpCallInput, McpListInput, McpToolList
 from refloop.contract.policies import (
     INDEX_CALL,
     LLM_CALL,
     MCP_CALL,
     MCP_LIST,
     REVIEW_CALL,
+    REVIEW_CONTENT_READ,
     STORE_WRITE,
-    TOOL_CALL,
     WORKSPACE_CALL,
     ActivityOptions,
 )
-from refloop.mcp.config import McpCallInput, McpListInput, McpToolList
+from refloop.contract.task import IndexReport, RecordTaskInput, WorkspaceDescription, WorkspaceInput
+from refloop.contract.tool_catalog import tool_activity_options
 
 ArgT = TypeVar("ArgT", bound=BaseModel)
 ResultT = TypeVar("ResultT")
@@ -87,8 +85,8 @@ MCP_LIST_TOOLS = ActivityCall("refloop.mcp.list_tools", McpListInput, McpToolLis
 MCP_CALL_TOOL = ActivityCall("refloop.mcp.call_tool", McpCallInput, ToolResult, MCP_CALL)
 
 # The code-review supervisor's
-LOAD_REVIEW_CONTENT = ActivityCall("refloop.code_review.load_content",
-                                   review.LoadContentInput, review.ReviewContent, TOOL_CALL)
+LOAD_REVIEW_CONTENT = ActivityCall("refloop.code_review.load_content", review.LoadContentInput,
+                                   review.ReviewContent, REVIEW_CONTENT_READ)
 REVIEW_AGENT = ActivityCall("refloop.code_review.review", review.AgentCallInput,
                             review.AgentCallResult, LLM_CALL)
 VERIFY_AGENT = ActivityCall("refloop.code_review.verify", review.AgentCallInput,
@@ -103,8 +101,11 @@ TOOL_PREFIX = "refloop.tool."
 
 
 def run_tool(name: str) -> ActivityCall[RunToolInput, ToolResult]:
-    """A built-in tool's activity: one per tool, so histories and the Web UI name it."""
-    return ActivityCall(f"{TOOL_PREFIX}{name}", RunToolInput, ToolResult, TOOL_CALL)
+    """A tool's activity: one per tool, so histories and the Web UI name it. Its timeouts
+    and retries are the tool's properties (one attempt for a tool that is not safe to
+    repeat)."""
+    return ActivityCall(f"{TOOL_PREFIX}{name}", RunToolInput, ToolResult,
+                        tool_activity_options(name).as_options())
 
 
 FIXED: tuple[ActivityCall, ...] = (

@@ -9,7 +9,16 @@ from typing import Any
 
 from temporalio.common import RetryPolicy
 
-NON_RETRYABLE_LLM_ERRORS = ["LLMClientError", "InvalidModelOutput"]
+from refloop.contract.errors import (
+    InvalidModelOutput,
+    LLMClientError,
+    McpConfigError,
+    ToolError,
+    UnknownToolError,
+    non_retryable,
+)
+
+NON_RETRYABLE_LLM_ERRORS = non_retryable(LLMClientError, InvalidModelOutput)
 
 
 @dataclass(frozen=True)
@@ -34,9 +43,11 @@ class ActivityOptions:
 
 
 # A dead worker's call is retried on another worker once its heartbeats stop for this
-# long (activities beat every 2 s): seconds of recovery, not minutes. Start-to-close still
-# bounds a worker that is alive but hung.
+# long: seconds of recovery, not minutes. Start-to-close still bounds a worker that is
+# alive but hung.
 HEARTBEAT = timedelta(seconds=6)
+# How often activities beat: a third of the timeout, so two beats may be lost.
+HEARTBEAT_INTERVAL = HEARTBEAT / 3
 
 # Model calls: transport errors back off exponentially; a dead worker is noticed by
 # the heartbeat timeout; a whole call with its retries is bounded at 15 minutes.
@@ -53,21 +64,21 @@ LLM_CALL = ActivityOptions(
     ),
 )
 
-# Reading a workspace for a code review. A tool call's own options are its properties
-# (refloop/tool_properties.py): a tool that is not safe to repeat gets one attempt.
-TOOL_CALL = ActivityOptions(
+# Reading a workspace for a code review. (A tool call's options are its tool's properties:
+# `refloop.contract.tool_catalog.tool_activity_options`.)
+REVIEW_CONTENT_READ = ActivityOptions(
     start_to_close=timedelta(minutes=10),
     heartbeat=HEARTBEAT,
     retry=RetryPolicy(
         initial_interval=timedelta(seconds=1),
         maximum_interval=timedelta(seconds=10),
         maximum_attempts=3,
-        non_retryable_error_types=["UnknownToolError"],
+        non_retryable_error_types=non_retryable(UnknownToolError),
     ),
 )
 
 # MCP: a transport failure or a stdio server that died is retried on a fresh connection.
-# A tool call's own options are its properties (refloop.mcp_config.mcp_tool_properties).
+# A tool call's own options are its properties (`refloop.contract.mcp.mcp_tool_properties`).
 MCP_CALL = ActivityOptions(
     start_to_close=timedelta(minutes=2),
     heartbeat=timedelta(seconds=10),
@@ -75,7 +86,7 @@ MCP_CALL = ActivityOptions(
         initial_interval=timedelta(seconds=1),
         maximum_interval=timedelta(seconds=10),
         maximum_attempts=5,
-        non_retryable_error_types=["McpConfigError"],
+        non_retryable_error_types=non_retryable(McpConfigError),
     ),
 )
 # Listing at task start: starts the servers not yet running (each within a minute).
@@ -111,7 +122,7 @@ TOOL_RESULT_CHARS = 8_000
 # Environment and repo map: a bounded walk of the workspace; a missing one is non-fatal.
 WORKSPACE_CALL = ActivityOptions(
     start_to_close=timedelta(minutes=2),
-    retry=RetryPolicy(maximum_attempts=3, non_retryable_error_types=["ToolError"]),
+    retry=RetryPolicy(maximum_attempts=3, non_retryable_error_types=non_retryable(ToolError)),
 )
 
 # Background semantic indexing: long, heartbeating progress; resumable (content hashes).

@@ -15,7 +15,8 @@ from typing import Any, Literal
 
 from temporalio.common import RetryPolicy
 
-from refloop.contract.policies import ActivityOptions
+from refloop.contract.errors import UnknownToolError, non_retryable
+from refloop.contract.policies import HEARTBEAT, ActivityOptions
 
 # read: looks only; write: changes files; execute: runs a program (any effect);
 # control: steers the agent loop (complete_step), never an activity.
@@ -36,12 +37,11 @@ class ToolActivityOptions:
     """Timeouts and retries of one tool's activity."""
 
     start_to_close: timedelta = timedelta(minutes=10)
-    # A dead worker's call is noticed once heartbeats (every 2 s) stop for this long.
-    heartbeat: timedelta | None = timedelta(seconds=6)
+    heartbeat: timedelta | None = HEARTBEAT
     max_attempts: int = 3
     initial_interval: timedelta = timedelta(seconds=1)
     maximum_interval: timedelta = timedelta(seconds=10)
-    non_retryable: tuple[str, ...] = ("UnknownToolError",)
+    non_retryable: tuple[str, ...] = tuple(non_retryable(UnknownToolError))
 
     def as_options(self) -> ActivityOptions:
         """The same, in the form every activity call takes."""

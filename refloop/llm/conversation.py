@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from refloop.contract.models import ChatMessage
+from refloop.contract.messages import ChatMessage
 from refloop.store.blobs import Get, expand_args, expand_for_model
 
 TRIM_NOTE = "[earlier turns were trimmed to keep the context small]"

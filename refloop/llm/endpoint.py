@@ -9,13 +9,10 @@ are per base URL (one server, whatever model it serves).
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
-from refloop.contract.models import LLMUsageRecord, Purpose, TokenUsage
+from refloop.contract.messages import Purpose
 
 log = logging.getLogger("refloop.llm")
 
@@ -150,79 +147,3 @@ class Endpoints:
         answer (llama.cpp does not stop on disconnect): keep its slot a while so the
         retry does not queue behind it."""
         asyncio.get_running_loop().call_later(self.hold_after_timeout_s, slot.release)
-
-
-# ---------------------------------------------------------------- the ledger
-
-
-def in_flight(max_tokens: int) -> TokenUsage:
-    """A request that went out and has no answer yet: failed and abandoned until then."""
-    return TokenUsage(calls=1, failed_calls=1, abandoned_calls=1,
-                      abandoned_max_tokens=max_tokens)
-
-
-def settled(max_tokens: int, failed: bool) -> TokenUsage:
-    """What turns an in-flight request into an answered (or a plainly failed) one."""
-    return TokenUsage(failed_calls=0 if failed else -1, abandoned_calls=-1,
-                      abandoned_max_tokens=-max_tokens)
-
-
-@dataclass
-class CallLedger:
-    """Every HTTP request of one activity execution, carried across its attempts."""
-
-    purpose: str | None = None
-    model: str | None = None
-    usage: TokenUsage = field(default_factory=TokenUsage)
-    on_change: Callable[[CallLedger], None] | None = None
-
-    def begin(self, purpose: Purpose, model: str, max_tokens: int) -> None:
-        """A request is about to go out: counted failed and abandoned (usage unknown, at
-        most `max_tokens` generated) until its answer arrives, so an attempt killed
-        mid-request is still in the ledger, heartbeated."""
-        self.purpose = self.purpose or purpose.value
-        self.model = self.model or model
-        self.usage = self.usage.add(in_flight(max_tokens))
-        self._changed()
-
-    def answered(self, usage: TokenUsage, max_tokens: int) -> None:
-        self.usage = self.usage.add(usage.model_copy(update={"calls": 0}).add(
-            settled(max_tokens, failed=False)))
-        self._changed()
-
-    def failed(self, max_tokens: int, abandoned: bool) -> None:
-        """The request ended without a usable answer. `abandoned`: its answer never came
-        (a client timeout): the server may still be generating, so it stays abandoned."""
-        if not abandoned:
-            self.usage = self.usage.add(settled(max_tokens, failed=True))
-        self._changed()
-
-    def _changed(self) -> None:
-        if self.on_change is not None:
-            self.on_change(self)
-
-    def dump(self) -> dict[str, Any]:
-        return {"purpose": self.purpose, "model": self.model,
-                "usage": self.usage.model_dump()}
-
-    @classmethod
-    def load(cls, data: Any) -> CallLedger:
-        ledger = cls()
-        if isinstance(data, dict) and isinstance(data.get("usage"), dict):
-            try:
-                ledger.usage = TokenUsage.model_validate(data["usage"])
-                ledger.purpose, ledger.model = data.get("purpose"), data.get("model")
-            except ValueError:
-                pass
-        return ledger
-
-    def record(self, fallback: LLMUsageRecord | None = None) -> LLMUsageRecord | None:
-        purpose = self.purpose or (fallback.purpose.value if fallback else None)
-        model = self.model or (fallback.model if fallback else None)
-        if purpose is None or model is None:
-            return None
-        return LLMUsageRecord(purpose=Purpose(purpose), model=model, usage=self.usage)
-
-
-current_ledger: contextvars.ContextVar[CallLedger | None] = contextvars.ContextVar(
-    "refloop_call_ledger", default=None)

@@ -23,57 +23,18 @@ import httpx
 import openai
 from pydantic import BaseModel, ValidationError
 
-from refloop.contract.models import (
-    ChatMessage,
-    LLMUsageRecord,
-    ModelEndpoint,
-    Purpose,
-    TokenUsage,
-    ToolCall,
-    ToolSpec,
-)
+from refloop.contract.activity_io import LLMUsageRecord, ModelEndpoint
+from refloop.contract.errors import InvalidModelOutput, LLMClientError, LLMError, LLMTransportError
+from refloop.contract.messages import ChatMessage, Purpose, TokenUsage, ToolCall, ToolSpec
 from refloop.contract.text import detect_abnormal_output, first_json_object
-from refloop.llm.endpoint import (
-    Endpoints,
-    current_ledger,
-    in_flight,
-    parse_max_tokens,
-    rejects_mode,
-    rejects_tools,
-    settled,
-)
+from refloop.llm.endpoint import Endpoints, parse_max_tokens, rejects_mode, rejects_tools
+from refloop.llm.ledger import current_ledger, in_flight, settled
 from refloop.runtime.telemetry import tracer
 from refloop.settings import Settings
 
 T = TypeVar("T", bound=BaseModel)
 RETRYABLE_STATUSES = frozenset({408, 409, 429})
 PURPOSE_HEADER = "X-Refloop-Purpose"
-
-
-class LLMError(Exception):
-    retryable = False
-
-    def __init__(self, message: str, status: int | None = None,
-                 retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.retry_after = retry_after
-        self.body = ""  # the endpoint's error body, for capability negotiation
-
-
-class LLMTransportError(LLMError):
-    """Timeouts, connection errors, 408/409/429, 5xx: Temporal retries with backoff."""
-
-    retryable = True
-
-
-class LLMClientError(LLMError):
-    """400/401/403/404/422 and other 4xx: retrying cannot help."""
-
-
-class InvalidModelOutput(LLMError):
-    """Structured output still invalid after the bounded re-asks, or an answer cut off at
-    the token cap twice."""
 
 
 def _body_text(err: openai.APIStatusError) -> str:

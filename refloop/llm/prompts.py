@@ -3,7 +3,8 @@ models they validate into."""
 
 from __future__ import annotations
 
-from refloop.contract.models import ChatMessage, ToolConstraints, ToolSpec
+from refloop.contract.activity_io import ToolConstraints
+from refloop.contract.messages import ChatMessage, ToolSpec
 
 INTENT_SYSTEM = (
     "Classify the user's request. Answer only JSON: "

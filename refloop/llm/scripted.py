@@ -26,7 +26,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from refloop.contract.models import Purpose
+from refloop.contract.messages import Purpose
 from refloop.runtime.net import free_port, wait_for_port
 
 SCRIPTED_MARKER = "refloop-scripted"

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from refloop.contract.errors import McpConfigError
 from refloop.mcp.config import (
     McpConfig,
-    McpConfigError,
     McpServerConfig,
     load_config,
     resolved_env,

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from refloop.contract.models import ChatMessage
+from refloop.contract.messages import ChatMessage
 
 DEFAULT_SNIPPET_LINES = 200
 CONTEXT_LINES = 3

@@ -37,7 +37,7 @@ from refloop.search.chunks import chunk_source, identifier_terms
 from refloop.search.symbols import CODE_SUFFIXES, TEXT_SUFFIXES, iter_sources, read_source
 
 if TYPE_CHECKING:  # imported where used: a warm-up started first thing need not wait for them
-    from refloop.contract.models import IndexReport, SemanticHit
+    from refloop.contract.task import IndexReport, SemanticHit
 
 DEFAULT_MODEL = "minilm-int8"
 MODEL_MODULES = {
@@ -276,7 +276,7 @@ def unchanged_report(index_dir: Path, workspace: Path,
                      model: str = DEFAULT_MODEL) -> IndexReport | None:
     """A report without loading anything heavy when the last pass saw exactly these files
     (the manifest is a cache; the table stays the truth)."""
-    from refloop.contract.models import IndexReport
+    from refloop.contract.task import IndexReport
 
     indexed = read_manifest(index_dir, workspace, model)
     if not indexed:
@@ -429,7 +429,7 @@ class CodeIndex:
 
     def update(self, progress: Progress | None = None) -> IndexReport:
         """Embed new and changed files, drop deleted ones; heartbeat-friendly progress."""
-        from refloop.contract.models import IndexReport
+        from refloop.contract.task import IndexReport
 
         began = time.monotonic()
         with self._writer_lock():
@@ -512,7 +512,7 @@ class CodeIndex:
         """The best definitions (or text windows) for `query`, one hit each with its whole
         line range, among what is indexed so far and still in the workspace. `mode`
         "vector" or "text" uses one side only (for evaluation)."""
-        from refloop.contract.models import SemanticHit
+        from refloop.contract.task import SemanticHit
 
         table = self._table(create=False)
         if table is None or table.count_rows() == 0:

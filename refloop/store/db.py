@@ -20,7 +20,8 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Field, Session, SQLModel, create_engine, select
 
-from refloop.contract.models import RecordQualityReviewInput, RecordTaskInput
+from refloop.contract.activity_io import RecordQualityReviewInput
+from refloop.contract.task import RecordTaskInput
 
 # `lost`: the row's workflow no longer exists in Temporal (api/reconcile.py).
 TERMINAL_STATUSES = frozenset({"completed", "incomplete", "failed", "cancelled", "lost"})

@@ -1,8 +1,8 @@
 """What every tool shares: the failure type, the call context and the registry.
 
-Adding a tool is one module plus one import (in `refloop/tools/__init__.py`): the module
-registers it with `@tool(...)`, giving its kind and any property that differs from the
-kind's defaults (`refloop.tool_properties`).
+Adding a tool is a declaration in `refloop.contract.tool_catalog` (name, description,
+argument model, properties) plus its implementation here, registered with `@tool(name)`
+and imported by `refloop.tools.registry`.
 """
 
 from __future__ import annotations
@@ -14,17 +14,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from refloop.contract.models import ToolResult, ToolSpec
+from refloop.contract.activity_io import ToolResult
+from refloop.contract.tool_catalog import TOOLS, declare
 from refloop.contract.tool_properties import ToolKind, ToolProperties
 from refloop.settings import Settings
-
-
-class ToolError(Exception):
-    """An expected failure: reported to the model as an error result, never raised further."""
-
-
-class UnknownToolError(ToolError):
-    """The registry has no such tool: a programming error, not something to retry."""
 
 
 @dataclass
@@ -42,39 +35,32 @@ ToolFn = Callable[[ToolContext, BaseModel], Awaitable[ToolResult]]
 
 
 @dataclass(frozen=True)
-class ToolDef:
-    name: str
-    description: str
-    args: type[BaseModel]
+class Implementation:
     fn: ToolFn
-    properties: ToolProperties
     blocking: bool = True  # does file I/O: run in a thread
 
-    @property
-    def edits(self) -> bool:
-        """Journaled: a retried call never applies twice."""
-        return self.properties.journaled
 
-    def spec(self) -> ToolSpec:
-        schema = self.args.model_json_schema()
-        schema.pop("title", None)
-        return ToolSpec(name=self.name, description=self.description, parameters=schema)
+# The implementations of the catalogue's tools (`refloop.contract.tool_catalog.TOOLS`).
+IMPLEMENTATIONS: dict[str, Implementation] = {}
 
 
-TOOLS: dict[str, ToolDef] = {}
-
-
-def tool(name: str, args: type[BaseModel], description: str, *, kind: ToolKind,
-         edits: bool = False, blocking: bool = True,
+def tool(name: str, args: type[BaseModel] | None = None, description: str = "", *,
+         kind: ToolKind | None = None, edits: bool = False, blocking: bool = True,
          **properties: Any) -> Callable[[ToolFn], ToolFn]:
-    """Register a tool; its JSON schema comes from the pydantic args model, its properties
-    from `kind` and the keyword arguments of `ToolProperties` (`edits`: journaled)."""
-    props = ToolProperties(kind=kind, journaled=edits, **properties)
-    if props.kind == "control":
-        raise ValueError(f"tool {name!r}: control tools are the workflow's own")
+    """Register the implementation of tool `name`. A built-in is declared in the catalogue;
+    a new tool declares itself here: its JSON schema comes from the pydantic `args` model,
+    its properties from `kind` and the keyword arguments of `ToolProperties` (`edits`:
+    journaled)."""
+    if args is not None:
+        if kind is None:
+            raise ValueError(f"tool {name!r}: a new tool needs its kind")
+        declare(name, args, description,
+                ToolProperties(kind=kind, journaled=edits, **properties))
+    elif name not in TOOLS:
+        raise ValueError(f"tool {name!r} is not declared: give its args, description and kind")
 
     def register(fn: ToolFn) -> ToolFn:
-        TOOLS[name] = ToolDef(name, description, args, fn, props, blocking)
+        IMPLEMENTATIONS[name] = Implementation(fn, blocking)
         return fn
 
     return register

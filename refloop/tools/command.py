@@ -17,10 +17,12 @@ import shlex
 import signal
 import subprocess
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
-from refloop.contract.models import ToolResult
-from refloop.tools.base import ToolContext, ToolError, tool
+from refloop.contract.activity_io import ToolResult
+from refloop.contract.errors import ToolError
+from refloop.contract.tool_catalog import RunCmdArgs
+from refloop.tools.base import ToolContext, tool
 from refloop.tools.os_sandbox import SandboxUnavailableError, sandboxed_command
 
 DENIED = [
@@ -55,10 +57,6 @@ class PolicyDecision(BaseModel):
     ok: bool
     reason: str = ""
 
-
-class RunCmdArgs(BaseModel):
-    command: str = Field(min_length=1)
-    timeout_s: float | None = Field(default=None, gt=0)
 
 
 # Chaining and substitution let one approved command smuggle in another.
@@ -219,8 +217,7 @@ async def run_bounded(argv: list[str], *, cwd: str, env: dict[str, str], preexec
 
 # Not idempotent and not journaled: one attempt. A worker that dies mid-command fails the
 # call instead of running the command a second time.
-@tool("run_cmd", RunCmdArgs, "Run a shell command in the workspace (sandboxed, timed out).",
-      kind="execute", blocking=False)
+@tool("run_cmd", blocking=False)
 async def run_cmd(ctx: ToolContext, args: RunCmdArgs) -> ToolResult:
     decision = evaluate_command(args.command, ctx.allow_network, ctx.allow_shell_operators,
                                 ctx.settings.cmd_allowlist)

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
-from pydantic import BaseModel, Field
-
-from refloop.contract.models import ToolResult
-from refloop.tools.base import ToolContext, ToolError, tool
+from refloop.contract.activity_io import ToolResult
+from refloop.contract.errors import ToolError
+from refloop.contract.tool_catalog import EditArgs
+from refloop.tools.base import ToolContext, tool
 from refloop.tools.journal import Journal
 from refloop.tools.sandbox import (
     SKIPPED_DIRS,
@@ -24,15 +22,6 @@ from refloop.tools.sandbox import (
 
 SNIPPET_CONTEXT = 4
 
-
-class EditArgs(BaseModel):
-    command: Literal["view", "create", "str_replace", "insert", "undo_edit"]
-    path: str
-    file_text: str | None = None
-    old_str: str | None = None
-    new_str: str | None = None
-    insert_line: int | None = Field(default=None, ge=0)
-    view_range: list[int] | None = Field(default=None, min_length=2, max_length=2)
 
 
 def edited(ctx: ToolContext, rel: str, text: str, start: int, end: int, kind: str,
@@ -156,9 +145,6 @@ COMMANDS = {"view": view, "create": create, "str_replace": str_replace, "insert"
             "undo_edit": undo_edit}
 
 
-@tool("str_replace_based_edit_tool", EditArgs,
-      "View, create and edit files: view | create | str_replace | insert | undo_edit.",
-      kind="write", edits=True, command_arg="command", read_commands=frozenset({"view"}),
-      unreviewed_commands=frozenset({"undo_edit"}))
+@tool("str_replace_based_edit_tool")
 async def str_replace_based_edit_tool(ctx: ToolContext, args: EditArgs) -> ToolResult:
     return COMMANDS[args.command](ctx, args)

@@ -6,10 +6,11 @@ import fnmatch
 import time
 
 import regex
-from pydantic import BaseModel, Field
 
-from refloop.contract.models import ToolResult
-from refloop.tools.base import ToolContext, ToolError, tool
+from refloop.contract.activity_io import ToolResult
+from refloop.contract.errors import ToolError
+from refloop.contract.tool_catalog import GlobArgs, GrepArgs, PathArgs, ReadFileArgs, WriteFileArgs
+from refloop.tools.base import ToolContext, tool
 from refloop.tools.sandbox import (
     SKIPPED_DIRS,
     check_path_text,
@@ -35,34 +36,9 @@ GREP_BUDGET_S = 5.0
 GREP_LINE_BUDGET_S = 0.5  # one line that takes longer is a pathological pattern
 
 
-class PathArgs(BaseModel):
-    path: str = Field(description="path relative to the workspace")
-
-
-class ReadFileArgs(BaseModel):
-    path: str
-    start_line: int | None = Field(default=None, ge=1, description="1-based, inclusive")
-    end_line: int | None = Field(default=None, ge=1, description="1-based, inclusive")
-
-
-class GlobArgs(BaseModel):
-    pattern: str = Field(description="glob such as **/*.py")
-
-
-class GrepArgs(BaseModel):
-    pattern: str = Field(description="Python regular expression")
-    path: str = "."
-    glob: str | None = Field(default=None, description="only files matching this glob")
-
-
-class WriteFileArgs(BaseModel):
-    path: str
-    content: str
-
 
 # An empty listing is an answer, not an anomaly.
-@tool("list_dir", PathArgs, "List a directory of the workspace.", kind="read",
-      expects_output=False)
+@tool("list_dir")
 async def list_dir(ctx: ToolContext, args: PathArgs) -> ToolResult:
     path = resolve(ctx.workspace, args.path)
     entries = [f"{name}/" if folder else name
@@ -71,8 +47,7 @@ async def list_dir(ctx: ToolContext, args: PathArgs) -> ToolResult:
                       data={"count": len(entries)})
 
 
-@tool("read_file", ReadFileArgs, "Read a text file, optionally a 1-based line range.",
-      kind="read")
+@tool("read_file")
 async def read_file(ctx: ToolContext, args: ReadFileArgs) -> ToolResult:
     text = read_text(resolve(ctx.workspace, args.path), args.path)
     lines = text.splitlines()
@@ -86,7 +61,7 @@ async def read_file(ctx: ToolContext, args: ReadFileArgs) -> ToolResult:
                       data={"lines": len(lines), "start_line": start, "end_line": end})
 
 
-@tool("glob_file_search", GlobArgs, "Find files by glob pattern, e.g. **/*.md.", kind="read")
+@tool("glob_file_search")
 async def glob_file_search(ctx: ToolContext, args: GlobArgs) -> ToolResult:
     check_path_text(args.pattern)
     if args.pattern.startswith("/") or ".." in args.pattern.split("/"):
@@ -103,7 +78,7 @@ async def glob_file_search(ctx: ToolContext, args: GlobArgs) -> ToolResult:
                       data={"count": len(matches)})
 
 
-@tool("grep", GrepArgs, "Search file contents with a regular expression.", kind="read")
+@tool("grep")
 async def grep(ctx: ToolContext, args: GrepArgs) -> ToolResult:
     try:
         compiled = regex.compile(args.pattern)
@@ -142,8 +117,7 @@ async def grep(ctx: ToolContext, args: GrepArgs) -> ToolResult:
                       data={"count": len(hits)})
 
 
-@tool("write_file", WriteFileArgs, "Create or overwrite a text file.", kind="write",
-      edits=True, generates=True)
+@tool("write_file")
 async def write_file(ctx: ToolContext, args: WriteFileArgs) -> ToolResult:
     limit = ctx.settings.refloop_max_write_bytes
     size = len(args.content.encode("utf-8", errors="surrogatepass"))

@@ -21,9 +21,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from refloop.contract.models import ToolResult
+from refloop.contract.activity_io import ToolResult
+from refloop.contract.errors import ToolError
 from refloop.tools import sandbox
-from refloop.tools.base import ToolContext, ToolError
+from refloop.tools.base import ToolContext
 
 # Agent call ids are "<workflow id>.<run id[:8]>.<iteration>.<index>": the task is the
 # workflow id. Other ids (tests, benches) share one journal per workspace.

@@ -4,24 +4,18 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel
-
-from refloop.contract.models import ToolResult
-from refloop.tools.base import ToolContext, ToolError, tool
+from refloop.contract.activity_io import ToolResult
+from refloop.contract.errors import ToolError
+from refloop.contract.tool_catalog import JsonEditArgs
+from refloop.tools.base import ToolContext, tool
 from refloop.tools.sandbox import line_count, read_text, relative, resolve, write_text
 
 # Deeper documents (or values) are refused: Python's json recursion has a hard floor.
 MAX_JSON_DEPTH = 100
 _TOKEN = re.compile(r"\.([A-Za-z_][\w-]*)|\[(-?\d+)\]|\[(['\"])(.*?)\3\]|\[(-)\]")
 
-
-class JsonEditArgs(BaseModel):
-    operation: Literal["view", "set", "add", "remove"]
-    file_path: str
-    json_path: str | None = None
-    value: Any = None
 
 
 def parse_path(path: str) -> list[str | int]:
@@ -69,9 +63,7 @@ def walk(doc: Any, parts: list[str | int], path: str) -> Any:
     return doc
 
 
-@tool("json_edit_tool", JsonEditArgs, "View or edit a JSON file by JSONPath: view | set | add | "
-      "remove; '[-]' appends to an array.", kind="write", edits=True,
-      command_arg="operation", read_commands=frozenset({"view"}))
+@tool("json_edit_tool")
 async def json_edit_tool(ctx: ToolContext, args: JsonEditArgs) -> ToolResult:
     path = resolve(ctx.workspace, args.file_path)
     text = read_text(path, args.file_path, ctx.settings.refloop_max_write_bytes)

@@ -1,35 +1,50 @@
-"""Tool-result feedback: long outputs are windowed around the task's
-keywords instead of cut at the head, with markers saying which lines were left out."""
+"""The one output pipeline of tool results, built-in and MCP alike: offloaded arguments
+come back whole; long outputs are windowed around the task's keywords instead of cut at the
+head (with markers saying which lines were left out); a large output goes to the blob store
+and the result carries a marker."""
 
 from __future__ import annotations
 
+import asyncio
 import re
+from typing import Any
 
+from refloop.contract.errors import ToolError
+from refloop.contract.policies import TOOL_RESULT_CHARS
 from refloop.contract.tool_properties import ToolProperties
+from refloop.store.blobs import (
+    Get,
+    Put,
+    holds_large_string,
+    holds_marker,
+    offload_output,
+    resolve_args,
+)
+
+# What the model reads of one result, less the "[tool] ok" header the workflow adds.
+FEEDBACK_CHARS = TOOL_RESULT_CHARS - 100
 
 CONTEXT_LINES = 3
-MAX_KEYWORDS = 12
-_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]{2,}|[\u4e00-\u9fff]{2,}")
-_STOPWORDS = frozenset((
-    "the", "and", "for", "with", "that", "this", "from", "into", "over", "then", "than", "when",
-    "what", "where", "which", "while", "will", "would", "should", "could", "have", "has", "had",
-    "are", "was", "were", "been", "being", "you", "your", "our", "their", "them", "they", "its",
-    "it's", "not", "but", "all", "any", "each", "every", "some", "more", "most", "less", "such",
-    "only", "also", "just", "very", "can", "may", "must", "file", "files", "code", "make",
-    "write", "read", "find", "show", "list", "use", "using", "used", "add", "update", "fix",
-    "change", "please", "task", "step", "steps", "about", "after", "before", "there", "here",
-    "how", "why", "who", "whom", "does", "did", "done", "out", "get", "set",
-))
+async def whole_arguments(arguments: dict[str, Any], get: Get) -> dict[str, Any]:
+    """The call's arguments with the large strings the act activity offloaded put back.
+    Only then does the work hop to a thread for the store: a busy worker pays for every
+    thread hop."""
+    try:
+        marked = holds_marker(arguments)
+    except RecursionError:  # hostile nesting: a tool error the model reads, not a retry
+        raise ToolError("E_INVALID_ARGS: the arguments nest too deeply") from None
+    return await asyncio.to_thread(resolve_args, arguments, get) if marked else arguments
 
 
-def task_keywords(task: str) -> list[str]:
-    """Distinctive words of the task, in order of first appearance, lower-cased."""
-    seen: dict[str, None] = {}
-    for word in _WORD.findall(task):
-        lowered = word.lower()
-        if lowered not in _STOPWORDS:
-            seen.setdefault(lowered, None)
-    return list(seen)[:MAX_KEYWORDS]
+async def output_for_model(output: str, windowed: bool, keywords: list[str],
+                           threshold: int, put: Put) -> str:
+    """What goes back in the result: windowed if the tool's output is (`windowed`), and a
+    blob marker instead of a string over `threshold` bytes."""
+    if windowed:
+        output = window_text(output, keywords, FEEDBACK_CHARS)
+    if holds_large_string(output, threshold):
+        output = await asyncio.to_thread(offload_output, output, threshold, put)
+    return output
 
 
 def tool_feedback(output: str, properties: ToolProperties, keywords: list[str],

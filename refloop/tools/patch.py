@@ -6,10 +6,10 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pydantic import BaseModel, Field
-
-from refloop.contract.models import ToolResult
-from refloop.tools.base import ToolContext, ToolError, tool
+from refloop.contract.activity_io import ToolResult
+from refloop.contract.errors import ToolError
+from refloop.contract.tool_catalog import PatchArgs, UndoPatchArgs
+from refloop.tools.base import ToolContext, tool
 from refloop.tools.journal import Journal
 from refloop.tools.sandbox import (
     kind,
@@ -23,13 +23,6 @@ from refloop.tools.sandbox import (
 
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
-
-class PatchArgs(BaseModel):
-    patch: str = Field(description="a unified diff (--- a/x, +++ b/x, @@ hunks)")
-
-
-class UndoPatchArgs(BaseModel):
-    patch_id: str | None = Field(default=None, description="default: the latest patch")
 
 
 @dataclass
@@ -99,8 +92,7 @@ def _find(lines: list[str], block: list[str], expected: int, cursor: int) -> int
     return next((at for at in candidates if lines[at : at + len(block)] == block), None)
 
 
-@tool("apply_patch", PatchArgs, "Apply a unified diff to workspace files (all or nothing).",
-      kind="write", edits=True)
+@tool("apply_patch")
 async def apply_patch(ctx: ToolContext, args: PatchArgs) -> ToolResult:
     planned: list[tuple[Path, str | None, int]] = []
     for file_patch in parse_patch(args.patch):
@@ -137,8 +129,7 @@ async def apply_patch(ctx: ToolContext, args: PatchArgs) -> ToolResult:
 
 
 # An undo restores content that was reviewed when it was written.
-@tool("undo_patch", UndoPatchArgs, "Undo a patch applied with apply_patch (default: the latest).",
-      kind="write", edits=True, reviewed=False)
+@tool("undo_patch")
 async def undo_patch(ctx: ToolContext, args: UndoPatchArgs) -> ToolResult:
     journal = Journal.for_call(ctx)
     patches = [e for e in journal.entries() if e["tool"] == "apply_patch" and not e["undone"]]

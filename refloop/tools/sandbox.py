@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from fnmatch import fnmatchcase
 from pathlib import Path
 
-from refloop.tools.base import ToolError
+from refloop.contract.errors import ToolError
 
 INTERNAL_DIR = ".refloop"  # refloop's own state in a workspace: tools may not touch it
 DATA_DIR_NAME = ".refloop-data"  # the default data dir, should it sit inside a workspace

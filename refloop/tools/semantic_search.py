@@ -3,24 +3,17 @@ per definition, with its whole line range."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
-
-from refloop.contract.models import ToolResult
+from refloop.contract.activity_io import ToolResult
+from refloop.contract.errors import ToolError
+from refloop.contract.tool_catalog import SemanticSearchArgs
 from refloop.search.index import CodeIndex, SemanticUnavailable
-from refloop.tools.base import ToolContext, ToolError, tool
+from refloop.tools.base import ToolContext, tool
 
 HIT_DATA_CHARS = 300  # the model reads whole chunks in the output; history keeps a preview
 
 
-class SemanticSearchArgs(BaseModel):
-    query: str = Field(min_length=1, description="what the code does, in plain words")
-    limit: int = Field(default=5, ge=1, le=20)
 
-
-@tool("search_semantic", SemanticSearchArgs,
-      "Find code by meaning or by name (e.g. 'where is the retry policy configured'); "
-      "returns the best-matching definitions (function, method or class) with path and "
-      "line range.", kind="read")
+@tool("search_semantic")
 async def search_semantic(ctx: ToolContext, args: SemanticSearchArgs) -> ToolResult:
     try:
         index = CodeIndex(ctx.settings.index_dir, ctx.workspace,

@@ -10,8 +10,8 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, Field, ValidationError
 
-from refloop.contract.models import ToolConstraints
-from refloop.tools.base import TOOLS
+from refloop.contract.activity_io import ToolConstraints
+from refloop.contract.tool_catalog import TOOLS
 
 
 class TaskTypeRule(BaseModel):

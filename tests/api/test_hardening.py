@@ -15,7 +15,7 @@ from refloop.activities.code_review_activities import mirror_file
 from refloop.api.bind import console_url, is_loopback, secure_bind
 from refloop.api.main import create_app
 from refloop.api.reconcile import reconcile_all
-from refloop.contract.models import RecordTaskInput
+from refloop.contract.task import RecordTaskInput
 from refloop.runtime.workspaces import WorkspaceError, check_user_workspace, resolve_workspace
 from refloop.store.db import TaskRecord, utcnow
 from tests.api.test_api import parse_sse

@@ -9,7 +9,8 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from refloop.activities.llm_activities import LLMActivities
-from refloop.contract.models import ActInput, ChatMessage
+from refloop.contract.activity_io import ActInput
+from refloop.contract.messages import ChatMessage
 from refloop.llm.gateway import LLMGateway
 from refloop.settings import Settings
 from refloop.store.db import Store

@@ -7,7 +7,7 @@ import uuid
 import pytest
 from sqlalchemy.exc import OperationalError
 
-from refloop.contract.models import RecordTaskInput
+from refloop.contract.task import RecordTaskInput
 from refloop.store.db import Store, store_for
 from tests.constants import TEST_DATABASE_URL
 
@@ -62,7 +62,7 @@ def test_unreachable_database_raises_a_clear_error():
 
 
 def test_quality_review_rows_are_written_once_per_key(store: Store):
-    from refloop.contract.models import QualityReview, RecordQualityReviewInput
+    from refloop.contract.activity_io import QualityReview, RecordQualityReviewInput
 
     task_id = uuid.uuid4().hex
     review = QualityReview(file_path="r.md", passed=False, outcome="failed",

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from refloop.contract.models import TaskInput
+from refloop.contract.task import TaskInput
 from refloop.runtime.net import free_port
 from refloop.worker.main import connect
 from refloop.worker.temporal_server import STATE_FILE, is_our_server

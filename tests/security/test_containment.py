@@ -25,7 +25,7 @@ import pytest
 from temporalio.testing import ActivityEnvironment
 
 from refloop.activities.tool_activities import ToolActivities
-from refloop.contract.models import RunToolInput, ToolResult
+from refloop.contract.activity_io import RunToolInput, ToolResult
 from refloop.runtime.net import free_port
 from refloop.settings import Settings
 from refloop.store.db import store_for

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from refloop.contract.models import RunToolInput
+from refloop.contract.activity_io import RunToolInput
 from refloop.search.index import CodeIndex, unchanged_report
 from refloop.settings import Settings
 from refloop.tools.registry import execute_tool

@@ -7,7 +7,7 @@ from pathlib import Path
 from temporalio.testing import ActivityEnvironment
 
 from refloop.activities.workspace_activities import WorkspaceActivities
-from refloop.contract.models import WorkspaceInput
+from refloop.contract.task import WorkspaceInput
 from refloop.search.index import CodeIndex
 from refloop.store.blobs import MARKER
 from refloop.store.db import store_for

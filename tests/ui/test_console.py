@@ -216,7 +216,7 @@ def test_token_protected_console_signs_in_and_approves_in_a_new_tab(secured_cons
         expect(tab.locator("#status")).to_have_text("completed", timeout=20_000)
         tab.screenshot(path=str(ARTIFACTS / "task-signed-in.png"), full_page=True)
         # A review no reviewer answered is UNAVAILABLE and grey, never a green PASS.
-        from refloop.contract.models import QualityReview, RecordQualityReviewInput
+        from refloop.contract.activity_io import QualityReview, RecordQualityReviewInput
         from refloop.store.db import Store
 
         db = (tmp_path / "data" / "refloop.db").resolve()

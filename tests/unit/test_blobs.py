@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from refloop.contract.models import ChatMessage, ToolCall
+from refloop.contract.messages import ChatMessage, ToolCall
 from refloop.llm.conversation import for_model
 from refloop.store import blobs
 

@@ -6,7 +6,7 @@ import logging
 import sys
 
 from refloop.cli.main import OneLineFailures, build_parser
-from refloop.llm.gateway import LLMTransportError
+from refloop.contract.errors import LLMTransportError
 
 
 def record_for(err: BaseException) -> logging.LogRecord:
@@ -47,7 +47,7 @@ def test_unrelated_records_pass_untouched_and_verbose_exists():
 
 def test_stats_say_how_many_requests_failed_and_were_abandoned():
     from refloop.cli.main import failed_calls_note
-    from refloop.contract.models import TokenUsage
+    from refloop.contract.messages import TokenUsage
 
     assert failed_calls_note(TokenUsage(calls=4)) == ""
     assert failed_calls_note(TokenUsage(calls=4, failed_calls=2)) == " (2 failed)"

@@ -3,16 +3,9 @@ context, stats."""
 
 from __future__ import annotations
 
-from refloop.contract.models import (
-    CompletenessVerdict,
-    Event,
-    Plan,
-    PlanStep,
-    ReviewCounts,
-    Supplement,
-    TaskStats,
-    TokenUsage,
-)
+from refloop.contract.activity_io import CompletenessVerdict, Supplement
+from refloop.contract.messages import Plan, PlanStep, TokenUsage
+from refloop.contract.task import Event, ReviewCounts, TaskStats
 from refloop.workflows import completeness_logic as cl
 
 TOOLS = ["read_file", "write_file"]

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from refloop.tools.output import task_keywords, window_text
+from refloop.contract.text import task_keywords
+from refloop.tools.output import window_text
 
 
 def test_keywords_skip_stopwords_and_keep_order():

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from refloop.activities.model_calls import heartbeating
+from refloop.activities.heartbeat import heartbeating
 
 
 async def beats_during(work_s: float, interval_s: float, fail: bool = False) -> int:

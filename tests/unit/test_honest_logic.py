@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from refloop.contract.models import Event, Plan, PlanStep, ToolSpec
+from refloop.contract.messages import Plan, PlanStep, ToolSpec
+from refloop.contract.task import Event
 from refloop.workflows import logic
 
 EDITS = {"write_file", "apply_patch", "str_replace_based_edit_tool"}
@@ -122,7 +123,7 @@ def test_empty_review_or_verify_answers_are_invalid_and_reasked():
     ("Create hello.txt", "UNCERTAIN", ["write_file"], False),
 ])
 def test_a_question_planned_as_edits_is_answered_directly(task, intent, tools, set_aside):
-    from refloop.contract.models import IntentResult
+    from refloop.contract.messages import IntentResult
 
     label = IntentResult(intent=intent, confidence=0.5, reason="r") if intent else None
     reason = logic.question_planned_as_edits(task, label, Plan(steps=[step(t) for t in tools]),

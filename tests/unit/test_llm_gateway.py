@@ -8,23 +8,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from refloop.contract.models import (
-    ChatMessage,
-    IntentResult,
-    ModelEndpoint,
-    Plan,
-    Purpose,
-    ToolSpec,
-)
+from refloop.contract.activity_io import ModelEndpoint
+from refloop.contract.errors import InvalidModelOutput, LLMClientError, LLMTransportError
+from refloop.contract.messages import ChatMessage, IntentResult, Plan, Purpose, ToolSpec
 from refloop.contract.text import detect_abnormal_output
-from refloop.llm.gateway import (
-    InvalidModelOutput,
-    LLMClientError,
-    LLMGateway,
-    LLMTransportError,
-    retry_after,
-    should_retry,
-)
+from refloop.llm.gateway import LLMGateway, retry_after, should_retry
 from refloop.llm.scripted import load_scenario
 from refloop.settings import Settings
 from tests.llm_fixtures import unique_scenario

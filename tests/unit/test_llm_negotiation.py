@@ -8,9 +8,11 @@ import time
 
 import pytest
 
-from refloop.contract.models import ChatMessage, IntentResult, Purpose, ToolSpec
-from refloop.llm.endpoint import CallLedger, current_ledger, parse_max_tokens
-from refloop.llm.gateway import InvalidModelOutput, LLMError, LLMGateway, LLMTransportError
+from refloop.contract.errors import InvalidModelOutput, LLMError, LLMTransportError
+from refloop.contract.messages import ChatMessage, IntentResult, Purpose, ToolSpec
+from refloop.llm.endpoint import parse_max_tokens
+from refloop.llm.gateway import LLMGateway
+from refloop.llm.ledger import RequestLedger, current_ledger
 from refloop.settings import Settings
 from tests.llm_fixtures import unique_scenario
 
@@ -169,7 +171,7 @@ async def test_cut_off_answer_is_reasked_once_with_the_limit(scripted_llm):
     gateway = gateway_for(scripted_llm, refloop_max_tokens="act=64")
     model = scenario(scripted_llm, {"act": [{"content": "long long", "finish_reason": "length"},
                                             {"content": "short"}]})
-    ledger = CallLedger()
+    ledger = RequestLedger()
     token = current_ledger.set(ledger)
     try:
         out = await gateway.chat(Purpose.act, USER, model=model)
@@ -194,7 +196,7 @@ async def test_cut_off_twice_is_a_clear_non_retryable_failure(scripted_llm):
 async def test_ledger_counts_failed_requests(scripted_llm):
     gateway = gateway_for(scripted_llm)
     model = scenario(scripted_llm, {"act": [{"content": "ok"}, {"status": 503}]})
-    ledger = CallLedger()
+    ledger = RequestLedger()
     token = current_ledger.set(ledger)
     try:
         await gateway.chat(Purpose.act, USER, model=model)
@@ -204,7 +206,7 @@ async def test_ledger_counts_failed_requests(scripted_llm):
         current_ledger.reset(token)
     assert ledger.usage.calls == 2 and ledger.usage.failed_calls == 1
     assert ledger.usage.total_tokens > 0 and ledger.purpose == "act" and ledger.model == model
-    assert CallLedger.load(ledger.dump()).usage == ledger.usage
+    assert RequestLedger.load(ledger.dump()).usage == ledger.usage
 
 
 async def test_concurrency_limit_serialises_requests(scripted_llm):
@@ -238,7 +240,7 @@ async def test_a_timed_out_request_stays_abandoned_with_its_cap(scripted_llm):
     gateway = gateway_for(scripted_llm, refloop_llm_timeout_s=0.4, refloop_max_tokens="act=77")
     model = scenario(scripted_llm, {"act": [{"content": "slow", "delay_ms": 1500},
                                             {"status": 503}, {"content": "fast"}]})
-    ledger = CallLedger()
+    ledger = RequestLedger()
     token = current_ledger.set(ledger)
     try:
         for _ in range(2):
@@ -252,7 +254,7 @@ async def test_a_timed_out_request_stays_abandoned_with_its_cap(scripted_llm):
     assert usage.abandoned_max_tokens == 77
     assert usage.completion_tokens == out.usage.usage.completion_tokens > 0
     assert gateway.usage_by_purpose["act"].abandoned_calls == 1
-    assert CallLedger.load(ledger.dump()).usage == usage
+    assert RequestLedger.load(ledger.dump()).usage == usage
 
 
 async def test_a_request_in_flight_is_heartbeated_as_abandoned(scripted_llm):
@@ -261,7 +263,7 @@ async def test_a_request_in_flight_is_heartbeated_as_abandoned(scripted_llm):
     gateway = gateway_for(scripted_llm, refloop_max_tokens="act=50")
     model = scenario(scripted_llm, {"act": [{"content": "slow", "delay_ms": 5000}]})
     beats: list = []
-    ledger = CallLedger(on_change=lambda led: beats.append(led.usage))
+    ledger = RequestLedger(on_change=lambda led: beats.append(led.usage))
     token = current_ledger.set(ledger)
     try:
         call = asyncio.ensure_future(gateway.chat(Purpose.act, USER, model=model))
@@ -277,7 +279,7 @@ async def test_a_request_in_flight_is_heartbeated_as_abandoned(scripted_llm):
 
 
 async def test_tool_call_turns_never_send_null_content(scripted_llm):
-    from refloop.contract.models import ToolCall
+    from refloop.contract.messages import ToolCall
 
     gateway = gateway_for(scripted_llm)
     model = scenario(scripted_llm, {"act": [{"content": "done"}]}, reject_null_content=True)
@@ -290,7 +292,7 @@ async def test_tool_call_turns_never_send_null_content(scripted_llm):
 
 
 async def test_a_500_validation_error_is_not_retried(scripted_llm):
-    from refloop.llm.gateway import LLMClientError
+    from refloop.contract.errors import LLMClientError
 
     gateway = gateway_for(scripted_llm)
     body = {"error": {"message": "1 validation error: messages.2.content: Input should be "

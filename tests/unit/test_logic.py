@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-from refloop.contract.models import (
+from refloop.contract.activity_io import LLMUsageRecord, ToolResult
+from refloop.contract.messages import (
     ChatMessage,
     IntentLabel,
     IntentResult,
-    LLMUsageRecord,
     Plan,
     PlanStep,
     Purpose,
-    TaskStats,
     TokenUsage,
     ToolCall,
-    ToolResult,
 )
+from refloop.contract.task import TaskStats
 from refloop.llm.conversation import TRIM_NOTE, trim_history
 from refloop.workflows import logic
 
@@ -223,7 +222,7 @@ def test_runs_started_before_the_other_text_forms_parse_as_they_did():
 
 
 def test_a_forbidden_tool_is_refused_unless_justified_once():
-    from refloop.contract.models import ToolConstraints
+    from refloop.contract.activity_io import ToolConstraints
 
     constraints = ToolConstraints(task_type="analysis", allowed=["read_file"],
                                   forbidden=["write_file"])
@@ -247,7 +246,7 @@ def test_a_forbidden_tool_is_refused_unless_justified_once():
 
 
 def test_summary_transcript_keeps_the_run_and_cuts_it_short():
-    from refloop.contract.models import Event
+    from refloop.contract.task import Event
 
     events = [Event(seq=1, type="plan", ts="t", data={"steps": ["x" * 1000]}),
               Event(seq=2, type="quality_review", ts="t", data={"skipped": True}),

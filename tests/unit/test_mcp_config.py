@@ -8,13 +8,13 @@ import re
 
 import pytest
 
-from refloop.contract.models import ToolCall, ToolConstraints, ToolResult
+from refloop.contract.activity_io import ToolConstraints, ToolResult
+from refloop.contract.errors import McpConfigError
+from refloop.contract.mcp import McpToolInfo, mcp_tool_properties
+from refloop.contract.messages import ToolCall
 from refloop.mcp.config import (
-    McpConfigError,
-    McpToolInfo,
     choose,
     load_config,
-    mcp_tool_properties,
     model_schema,
     parse_server_list,
     resolved_env,

@@ -107,7 +107,7 @@ def test_limits_without_prlimit_come_from_preexec(tmp_path: Path, monkeypatch):
 
 def test_refloop_run_shows_unsandboxed_results():
     from refloop.cli.main import describe_event
-    from refloop.contract.models import Event
+    from refloop.contract.task import Event
 
     def line(output: str) -> str:
         return describe_event(Event(seq=1, type="tool_result", ts="t", data={

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from refloop.contract.models import QualityReview, ToolCall, ToolResult
-from refloop.tools.registry import tool_properties
+from refloop.contract.activity_io import QualityReview, ToolResult
+from refloop.contract.messages import ToolCall
+from refloop.contract.tool_catalog import tool_properties
 from refloop.workflows import review_logic
 
 OK = ToolResult(ok=True, output="", data={"file_path": "a.md"})

@@ -23,7 +23,8 @@ class NoExtra(importlib.abc.MetaPathFinder):
 
 sys.meta_path.insert(0, NoExtra())
 from refloop.activities.workspace_activities import WorkspaceActivities
-from refloop.contract.models import RunToolInput, WorkspaceInput
+from refloop.contract.activity_io import RunToolInput
+from refloop.contract.task import WorkspaceInput
 from refloop.search.repo_map import workspace_context
 from refloop.settings import Settings
 from refloop.store.db import store_for

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from refloop.contract.models import Event, TaskInput
+from refloop.contract.task import Event, TaskInput
 from refloop.workflows.state import AgentState
 
 

@@ -8,17 +8,16 @@ from datetime import timedelta
 
 import pytest
 
-from refloop.contract.models import ToolCall
+from refloop.contract.mcp import McpToolInfo, mcp_tool_properties
+from refloop.contract.messages import ToolCall
+from refloop.contract.tool_catalog import TOOLS, tool_activity_options, tool_properties
 from refloop.contract.tool_properties import (
     CONTROL,
     TOOL_ACTIVITY,
     ToolActivityOptions,
     ToolProperties,
 )
-from refloop.mcp.config import McpToolInfo, mcp_tool_properties
-from refloop.tools.base import TOOLS
 from refloop.tools.output import tool_feedback
-from refloop.tools.registry import tool_activity_options, tool_properties
 from refloop.tools.task_rules import TaskRules, constraints_for, load_task_rules
 from refloop.workflows.approval_phase import needs_approval
 

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from refloop.contract.models import RunToolInput
+from refloop.contract.activity_io import RunToolInput
+from refloop.contract.errors import UnknownToolError
+from refloop.contract.tool_catalog import tool_specs
 from refloop.settings import Settings
-from refloop.tools.base import UnknownToolError
 from refloop.tools.command import evaluate_command
 from refloop.tools.journal import Journal
-from refloop.tools.registry import execute_tool, tool_specs
+from refloop.tools.registry import execute_tool
 
 
 @pytest.fixture

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from refloop.contract.models import Plan, PlanStep, ToolConstraints, ToolResult, TriggerConfig
-from refloop.tools.registry import tool_properties
+from refloop.contract.activity_io import ToolConstraints, ToolResult
+from refloop.contract.messages import Plan, PlanStep
+from refloop.contract.task import TriggerConfig
+from refloop.contract.tool_catalog import tool_properties
 from refloop.tools.task_rules import constraints_for, infer_task_type, keyword_type, load_task_rules
 from refloop.workflows import triggers as t
 from refloop.workflows.logic import validate_plan

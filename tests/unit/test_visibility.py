@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from refloop.contract import visibility
-from refloop.contract.models import Plan
+from refloop.contract.messages import Plan
 
 
 def plan() -> Plan:

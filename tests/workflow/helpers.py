@@ -15,7 +15,7 @@ from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle, WorkflowHistory
 from temporalio.exceptions import ApplicationError
 
-from refloop.contract.models import TaskInput, TaskResult
+from refloop.contract.task import TaskInput, TaskResult
 from refloop.settings import Settings
 from refloop.worker.main import build_worker
 from refloop.worker.replay import dump_history

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from refloop.contract.models import ToolResult
+from refloop.contract.activity_io import ToolResult
 from refloop.tools.base import ToolContext, tool
 from refloop.tools.sandbox import kind, line_count, read_text, relative, resolve, write_text
 

@@ -122,7 +122,7 @@ async def test_model_500_is_retried_by_temporal_then_succeeds(client, settings, 
     })
     inp_workspace = workspace
     async with build_worker(client, settings, task_queue):
-        from refloop.contract.models import TaskInput
+        from refloop.contract.task import TaskInput
         handle = await start(client, task_queue, TaskInput(
             task="list", workspace=str(inp_workspace), model=model, enable_reflection=False))
         result = await handle.result()
@@ -216,7 +216,7 @@ async def test_task_rows_are_written_by_local_activities(client, settings, scrip
                                                         workspace, task_queue):
     """DB writes need no task-queue round trip: markers in history, never scheduled tasks."""
     from refloop.contract import activity_calls
-    from refloop.contract.models import TaskInput
+    from refloop.contract.task import TaskInput
 
     model = unique_scenario(scripted_llm, {
         "intent": [CODING], "plan": [plan_of("write_file")],
@@ -245,7 +245,7 @@ async def test_secrets_never_reach_history_or_events(client, settings, scripted_
         "act": [call("run_cmd", command="env"), final("listed the environment")],
         "summary": [SUMMARY],
     })
-    from refloop.contract.models import TaskInput
+    from refloop.contract.task import TaskInput
 
     result, history = await run_with_history(client, secret_settings, task_queue, TaskInput(
         task="show env", workspace=str(workspace), model=model, enable_reflection=False))
@@ -280,7 +280,7 @@ async def test_long_task_continues_as_new_with_identical_results(
         "intent": [CODING], "plan": [plan_of("write_file")],
         "act": [*acts, final("all written")], "summary": [SUMMARY],
     })
-    from refloop.contract.models import TaskInput
+    from refloop.contract.task import TaskInput
 
     result, history = await run_with_history(client, settings, task_queue, TaskInput(
         task="write many", workspace=str(workspace), model=model, max_iterations=500,
@@ -302,7 +302,7 @@ async def test_long_task_continues_as_new_with_identical_results(
 async def test_history_stays_lean_with_megabyte_files(client, settings, scripted_llm,
                                                       workspace, task_queue):
     """A 1 MB write and read: the file is exact, the history carries only markers."""
-    from refloop.contract.models import TaskInput
+    from refloop.contract.task import TaskInput
 
     body = "".join(f"row {n:07d}\n" for n in range(80_000))  # ~1 MB
     model = unique_scenario(scripted_llm, {
@@ -340,7 +340,7 @@ async def test_unsandboxed_worker_runs_the_same_task_and_its_history_replays_san
     run must be the same and replay under the sandboxed replayer."""
     from temporalio.worker import UnsandboxedWorkflowRunner
 
-    from refloop.contract.models import TaskInput
+    from refloop.contract.task import TaskInput
     from refloop.worker.replay import dump_history, replay_files
     from tests.workflow.helpers import result_of, start
 

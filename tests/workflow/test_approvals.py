@@ -8,7 +8,8 @@ import pytest
 from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
-from refloop.contract.models import ApprovalDecision, TaskInput
+from refloop.contract.activity_io import ApprovalDecision
+from refloop.contract.task import TaskInput
 from refloop.store.db import store_for
 from refloop.worker.main import build_worker
 from refloop.workflows.agent import AgentTaskWorkflow
@@ -115,8 +116,8 @@ async def test_cancel_records_the_run_as_cancelled(client, settings, scripted_ll
 
 
 def test_approval_modes():
-    from refloop.contract.models import ToolCall
-    from refloop.tools.registry import tool_properties
+    from refloop.contract.messages import ToolCall
+    from refloop.contract.tool_catalog import tool_properties
 
     def needs(mode, name, **args):
         return needs_approval(mode, ToolCall(id="x", name=name, arguments=args),

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from refloop.contract.models import TaskInput
+from refloop.contract.task import TaskInput
 from refloop.worker.replay import dump_history
 from refloop.workflows.agent import AgentTaskWorkflow
 from tests.llm_fixtures import unique_scenario

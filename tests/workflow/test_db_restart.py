@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from refloop.contract.models import TaskInput
+from refloop.contract.task import TaskInput
 from refloop.store.db import store_for
 from refloop.worker.main import build_worker
 from tests.llm_fixtures import unique_scenario

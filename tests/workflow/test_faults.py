@@ -32,7 +32,7 @@ def flaky(entries: list[dict], rng: random.Random, rate: float = 0.2) -> list[di
 async def test_tasks_complete_through_429_500_timeouts_and_garbage(
     client, settings, scripted_llm, tmp_path, task_queue
 ):
-    from refloop.contract.models import TaskInput
+    from refloop.contract.task import TaskInput
 
     rng = random.Random(7)
     settings = settings.model_copy(update={"refloop_llm_timeout_s": 1.0})

@@ -14,7 +14,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from refloop.activities.llm_activities import LLMActivities
 from refloop.contract import activity_calls
-from refloop.contract.models import ClassifyIntentInput, ClassifyIntentResult
+from refloop.contract.activity_io import ClassifyIntentInput, ClassifyIntentResult
 from refloop.llm.gateway import LLMGateway
 from refloop.store.db import store_for
 from refloop.workflows import logic

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from refloop.contract.models import TaskInput
+from refloop.contract.task import TaskInput
 from refloop.mcp.config import tool_name
 from refloop.worker.main import build_worker
 from refloop.worker.replay import dump_history

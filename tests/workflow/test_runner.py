@@ -148,7 +148,7 @@ async def test_the_plugin_registers_every_activity_the_workflows_call(client, se
     from temporalio import activity
 
     from refloop.contract import activity_calls
-    from refloop.tools.base import TOOLS
+    from refloop.contract.tool_catalog import TOOLS
 
     async with build_worker(client, settings, task_queue) as worker:
         config = worker.config(active_config=True)

@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from refloop.contract.models import ApprovalDecision, TaskInput
-from refloop.tools.base import TOOLS
-from refloop.tools.registry import tool_properties, tool_specs
+from refloop.contract.activity_io import ApprovalDecision
+from refloop.contract.task import TaskInput
+from refloop.contract.tool_catalog import TOOLS, tool_properties, tool_specs
 from refloop.worker.main import build_worker
 from refloop.workflows.agent import AgentTaskWorkflow
 from tests.llm_fixtures import unique_scenario

@@ -11,7 +11,8 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from refloop.contract import visibility
-from refloop.contract.models import ApprovalDecision, TaskInput
+from refloop.contract.activity_io import ApprovalDecision
+from refloop.contract.task import TaskInput
 from refloop.worker.main import build_worker
 from refloop.workflows.agent import AgentTaskWorkflow
 from tests.llm_fixtures import unique_scenario

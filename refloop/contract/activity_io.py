@@ -1,0 +1,235 @@
+"""The inputs and results of the activities (model calls, tool calls, reviews, records):
+every one a pydantic model, new fields optional.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from refloop.contract.messages import (
+    ChatMessage,
+    IntentResult,
+    Plan,
+    Purpose,
+    TokenUsage,
+    ToolCall,
+)
+
+# ---------------------------------------------------------------- activity I/O
+
+
+class LLMUsageRecord(BaseModel):
+    purpose: Purpose
+    model: str
+    usage: TokenUsage
+
+
+class ModelEndpoint(BaseModel):
+    """A task's own model endpoint (a stored model config). The key is never here: only
+    the NAME of the worker's environment variable that holds it."""
+
+    model: str
+    base_url: str | None = None
+    api_key_env: str | None = None
+    temperature: float | None = None
+
+
+class ClassifyIntentInput(BaseModel):
+    task: str
+    model: str | None = None
+    endpoint: ModelEndpoint | None = None  # a model config's endpoint
+
+
+class ClassifyIntentResult(BaseModel):
+    intent: IntentResult
+    usage: LLMUsageRecord
+
+
+class MakePlanInput(BaseModel):
+    task: str
+    # Tool names only: the activity looks the specs up, keeping them out of the history.
+    tool_names: list[str] = Field(default_factory=list)
+    model: str | None = None
+    endpoint: ModelEndpoint | None = None  # a model config's endpoint
+    feedback: str | None = None  # violations of a previous plan, for a bounded re-plan
+    mcp_tools_ref: str | None = None  # blob of the task's MCP tool specs
+
+
+class ToolConstraints(BaseModel):
+    """Task-type constraints: what the task type allows (guides planning) and forbids (enforced)."""
+
+    task_type: str | None = None
+    allowed: list[str] = Field(default_factory=list)  # empty: no guidance
+    forbidden: list[str] = Field(default_factory=list)
+    generation_tools: list[str] = Field(default_factory=list)  # only in the final step(s)
+
+
+class MakePlanResult(BaseModel):
+    plan: Plan
+    usage: LLMUsageRecord
+    constraints: ToolConstraints | None = None  # None for runs before task-type constraints
+
+
+class ActInput(BaseModel):
+    # History-lean: the conversation so far lives in the blob store under this ref; only
+    # the turns added since the last act travel in `messages`.
+    messages: list[ChatMessage]
+    tool_names: list[str] = Field(default_factory=list)  # specs resolved by the activity
+    mcp_tools_ref: str | None = None  # blob of the task's MCP tool specs (MCP names)
+    conversation_ref: str | None = None
+    max_history_messages: int = 30
+    model: str | None = None
+    endpoint: ModelEndpoint | None = None  # a model config's endpoint
+    parallel_tool_calls: bool | None = None
+
+
+class ActResult(BaseModel):
+    content: str | None = None
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    finish_reason: str | None = None
+    abnormal: str | None = None  # set when the output was runaway repetition
+    usage: LLMUsageRecord
+    conversation_ref: str | None = None  # the stored conversation this answer replied to
+
+
+class SummarizeInput(BaseModel):
+    task: str
+    transcript: str
+    model: str | None = None
+    endpoint: ModelEndpoint | None = None  # a model config's endpoint
+
+
+class SummarizeResult(BaseModel):
+    summary: str
+    usage: LLMUsageRecord
+
+
+class ToolResult(BaseModel):
+    ok: bool
+    output: str = ""
+    error: str | None = None
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class RunToolInput(BaseModel):
+    call_id: str  # deterministic: the idempotency key of the edit journal
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    workspace: str
+    allow_network: bool = False
+    allow_shell_operators: bool = False  # ; && || ` $() in run_cmd (off: one command per call)
+    # The task's keywords: long read/grep/search outputs are windowed around them.
+    keywords: list[str] = Field(default_factory=list)
+
+
+class QualityReviewInput(BaseModel):
+    task: str
+    workspace: str
+    tool: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    data: dict[str, Any] = Field(default_factory=dict)  # the edit tool's result data
+    rules: str
+    model: str | None = None
+    endpoint: ModelEndpoint | None = None  # a model config's endpoint
+    snippet_lines: int = 200
+
+
+class QualityReview(BaseModel):
+    """One review of one edit; `outcome` says how the verdict was reached."""
+
+    file_path: str
+    passed: bool
+    outcome: Literal["passed", "failed", "deterministic_failed", "unavailable"]
+    reasons: list[str] = Field(default_factory=list)
+    suggestions: str = ""
+    summary: str = ""
+    tool: str = ""
+    start_line: int | None = None
+    end_line: int | None = None
+
+
+class QualityReviewResult(BaseModel):
+    review: QualityReview
+    usage: LLMUsageRecord | None = None  # None when no model was called
+
+
+class Supplement(BaseModel):
+    action: str
+    reason: str = ""
+    suggested_tools: list[str] = Field(default_factory=list)
+
+
+class CompletenessVerdict(BaseModel):
+    """The completeness judge's JSON."""
+
+    is_complete: bool
+    analysis: str = ""
+    missing_aspects: list[str] = Field(default_factory=list)
+    supplements: list[Supplement] = Field(default_factory=list)
+
+
+class HistoryItem(BaseModel):
+    tool: str
+    arguments: str
+    outcome: str
+
+
+class ToolRecord(BaseModel):
+    """One tool call as the completeness judge and a supplement child see it: short
+    arguments and outcome, never raw output. The workflow keeps one per call for the whole
+    task (continue-as-new trims events, not these)."""
+
+    tool: str
+    arguments: str  # JSON, cut short
+    ok: bool
+    outcome: str
+    file_path: str | None = None  # the file a successful edit touched
+    note: str = ""  # complete_step's summary (cut short): what the model says it did
+
+
+class CompletenessInput(BaseModel):
+    task: str
+    workspace: str
+    history: list[HistoryItem]
+    tool_names: list[str]
+    claimed_files: list[str] = Field(default_factory=list)
+    missing_steps: list[str] = Field(default_factory=list)
+    final_answer: str = ""
+    model: str | None = None
+    endpoint: ModelEndpoint | None = None  # a model config's endpoint
+    max_supplements: int = 3
+
+
+class CompletenessResult(BaseModel):
+    verdict: CompletenessVerdict
+    evidence: list[str] = Field(default_factory=list)  # deterministic findings, for the judge
+    # The findings that make the task incomplete on their own (claimed files missing).
+    decisive: list[str] = Field(default_factory=list)
+    fail_open: bool = False  # the judge's answer could not be parsed: counted complete
+    usage: LLMUsageRecord | None = None
+
+
+class SupplementPlanInput(BaseModel):
+    objective: str
+    tool_names: list[str]
+    mcp_tools_ref: str | None = None  # blob of the task's MCP tool specs
+    completed_steps: list[str] = Field(default_factory=list)
+    model: str | None = None
+    endpoint: ModelEndpoint | None = None  # a model config's endpoint
+
+
+class ApprovalDecision(BaseModel):
+    """Body of the approval update: the `call_id` of an `approval_required` event."""
+
+    call_id: str
+    approved: bool
+    comment: str | None = None
+
+
+class RecordQualityReviewInput(BaseModel):
+    task_id: str
+    review_key: str  # deterministic per review: a retried write never duplicates a row
+    session_id: str | None = None
+    review: QualityReview

@@ -1,0 +1,53 @@
+"""The failures that retry policies name. Retry policies and activities take these
+classes' names (`non_retryable(...)`), so a renamed class can never leave a policy
+matching nothing.
+"""
+
+from __future__ import annotations
+
+
+class LLMError(Exception):
+    retryable = False
+
+    def __init__(self, message: str, status: int | None = None,
+                 retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retry_after = retry_after
+        self.body = ""  # the endpoint's error body, for capability negotiation
+
+
+class LLMTransportError(LLMError):
+    """Timeouts, connection errors, 408/409/429, 5xx: Temporal retries with backoff."""
+
+    retryable = True
+
+
+class LLMClientError(LLMError):
+    """400/401/403/404/422 and other 4xx: retrying cannot help."""
+
+
+class InvalidModelOutput(LLMError):
+    """Structured output still invalid after the bounded re-asks, or an answer cut off at
+    the token cap twice."""
+
+
+class ToolError(Exception):
+    """An expected failure: reported to the model as an error result, never raised further."""
+
+
+class UnknownToolError(ToolError):
+    """The registry has no such tool: a programming error, not something to retry."""
+
+
+class McpConfigError(ValueError):
+    """The configuration names no such server, or cannot be read; never retried."""
+
+
+class BadReviewInput(ValueError):
+    """A code review's input cannot be reviewed (nothing to read, a bad diff)."""
+
+
+def non_retryable(*errors: type[BaseException]) -> list[str]:
+    """The failure types a retry policy must not retry: Temporal matches class names."""
+    return [error.__name__ for error in errors]

@@ -1,0 +1,170 @@
+"""A task as workflows, the API and the CLI see it: its input, events, progress and
+result. Everything that crosses a Temporal boundary is a pydantic model, so fields can be
+added later without breaking workflows in flight: new fields must be optional.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from refloop.contract.activity_io import ModelEndpoint, QualityReview
+from refloop.contract.messages import IntentResult, Plan, TokenUsage
+
+# ---------------------------------------------------------------- workflow I/O
+
+
+class Event(BaseModel):
+    seq: int
+    type: str
+    ts: str
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class TriggerConfig(BaseModel):
+    """Early-reflection thresholds."""
+
+    enabled: bool = True
+    repeat_threshold: int = Field(default=2, ge=2)  # identical (tool, args) calls
+    stuck_iterations: int = Field(default=3, ge=2)  # iterations on one plan step
+    stuck_tool_executions: int = Field(default=3, ge=1)  # more than this on one step
+    slow_window: int = Field(default=2, ge=1)  # iterations without advance or new result
+    cooldown_iterations: int = Field(default=3, ge=0)  # before the same trigger fires again
+    enforce_constraints: bool = True
+
+
+class TaskInput(BaseModel):
+    task: str = Field(min_length=1)
+    workspace: str
+    task_id: str | None = None
+    session_id: str | None = None
+    model: str | None = None
+    endpoint: ModelEndpoint | None = None  # a model config's endpoint
+    system_prompt: str | None = None
+    enable_quality_review: bool = False
+    quality_review_rules: str | None = None
+    # Which successful tool calls get a review; None: the document-producing tools.
+    quality_review_tools: list[str] | None = None
+    quality_review_max_rounds: int = Field(default=3, ge=1, le=20)
+    quality_review_snippet_lines: int = Field(default=200, ge=10, le=5000)
+    enable_reflection: bool = True
+    reflection_max_supplements: int = Field(default=3, ge=0, le=10)
+    reflection_max_rounds: int = Field(default=2, ge=1, le=5)  # completeness checks in total
+    # Set for a supplement child: it runs this plan with the parent's context, no reflection.
+    is_supplement: bool = False
+    preset_plan: Plan | None = None
+    prior_context: str | None = None
+    enable_planning: bool = True
+    allow_network: bool = False
+    allow_shell_operators: bool = False
+    # auto | confirm_writes (writes and run_cmd wait for a decision) | confirm_all
+    approval_mode: Literal["auto", "confirm_writes", "confirm_all"] = "auto"
+    approval_timeout_s: float = Field(default=600.0, gt=0)  # no decision = rejection
+    max_iterations: int = Field(default=20, ge=1, le=500)
+    # Stop cleanly once the task (children included) has spent this many tokens.
+    token_budget: int | None = Field(default=None, gt=0)
+    # Continue-as-new at a step boundary past this many history events (0: only when
+    # Temporal suggests it; the test server never does).
+    continue_as_new_after_events: int = Field(default=0, ge=0)
+    # Set by continue-as-new: the previous run's AgentState, resumed as is.
+    resume_state: dict[str, Any] | None = None
+    triggers: TriggerConfig = Field(default_factory=lambda: TriggerConfig())
+    max_history_messages: int = Field(default=30, ge=4)
+    # MCP servers (names in REFLOOP_MCP_CONFIG) whose tools this task may call; none: none.
+    mcp_servers: list[str] = Field(default_factory=list, max_length=16)
+
+
+class WorkspaceInput(BaseModel):
+    workspace: str
+
+
+class WorkspaceDescription(BaseModel):
+    """Environment and repo map for the system prompt; whether to index in the background."""
+
+    context: str
+    index_available: bool = False
+
+
+class IndexReport(BaseModel):
+    """What one incremental indexing pass did."""
+
+    available: bool = True
+    files_seen: int = 0
+    files_indexed: int = 0  # new or changed: chunked and embedded
+    files_unchanged: int = 0
+    files_removed: int = 0
+    chunks_embedded: int = 0
+    chunks_total: int = 0
+    seconds: float = 0.0
+    note: str | None = None
+
+
+class SemanticHit(BaseModel):
+    path: str
+    start_line: int
+    end_line: int
+    text: str
+    score: float
+
+
+class ReviewCounts(BaseModel):
+    total: int = 0
+    passed: int = 0
+    failed: int = 0
+    unavailable: int = 0
+
+
+class TaskStats(BaseModel):
+    iterations: int = 0
+    llm_calls: int = 0
+    llm_failed_calls: int = 0  # requests that errored, timed out or were cut off
+    tool_calls: int = 0
+    tool_errors: int = 0
+    reviews: ReviewCounts = Field(default_factory=ReviewCounts)
+    usage: TokenUsage = Field(default_factory=TokenUsage)
+    usage_by_purpose: dict[str, TokenUsage] = Field(default_factory=dict)
+    usage_by_model: dict[str, TokenUsage] = Field(default_factory=dict)  # the cost ledger
+
+
+class TaskResult(BaseModel):
+    task_id: str
+    workflow_id: str
+    # incomplete: ran to the end, but the work is not done (no successful edit where the
+    # plan required one, or the last completeness verdict still found gaps); see `missing`
+    status: Literal["completed", "incomplete", "failed"]
+    stop_reason: str
+    answer: str
+    missing: list[str] = Field(default_factory=list)
+    summary: str | None = None
+    intent: IntentResult | None = None
+    plan: Plan | None = None
+    completed_steps: list[int] = Field(default_factory=list)
+    events: list[Event] = Field(default_factory=list)
+    stats: TaskStats = Field(default_factory=TaskStats)
+    quality_reviews: list[QualityReview] = Field(default_factory=list)
+    supplements: list[dict[str, Any]] = Field(default_factory=list)  # one per child run
+    tool_violations: list[dict[str, Any]] = Field(default_factory=list)
+    allowed_tools_snapshot: list[str] = Field(default_factory=list)
+
+
+class TaskProgress(BaseModel):
+    """Answer of the `progress` query: enough for a live view without the DB."""
+
+    status: str
+    current_step: int | None = None
+    plan: Plan | None = None
+    stats: TaskStats
+    event_count: int
+
+
+class RecordTaskInput(BaseModel):
+    task_id: str
+    workflow_id: str
+    kind: str = "agent"
+    session_id: str | None = None
+    status: str
+    input: dict[str, Any] | None = None
+    result: dict[str, Any] | None = None
+    usage: dict[str, Any] | None = None
+    error: str | None = None
