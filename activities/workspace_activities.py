@@ -14,8 +14,9 @@ from temporalio.exceptions import ApplicationError
 from refloop.activities.heartbeat import heartbeating
 from refloop.contract import activity_calls
 from refloop.contract.task import IndexReport, WorkspaceDescription, WorkspaceInput
-from refloop.search.index import missing_extra, unchanged_report
+from refloop.search.index import unchanged_report
 from refloop.search.repo_map import workspace_context
+from refloop.search.runtime import missing_extra
 from refloop.settings import Settings
 from refloop.store.blobs import offload_output
 from refloop.store.db import Store

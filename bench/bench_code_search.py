@@ -40,7 +40,8 @@ from bench.code_search_eval import (
     resolve,
     score,
 )
-from refloop.search.index import CodeIndex, missing_extra
+from refloop.search.index import CodeIndex
+from refloop.search.runtime import missing_extra
 
 # LanceDB's hybrid query warns on every call about its score columns (its Rust log
 # reads LANCEDB_LOG; LANCE_LOG is the lance format's own and does not reach it).
@@ -50,7 +51,8 @@ LOAD_PROBE = """
 import sys, time
 from pathlib import Path
 began = time.perf_counter()
-from refloop.search.index import CodeIndex, start_warm_up
+from refloop.search.index import CodeIndex
+from refloop.search.runtime import start_warm_up
 start_warm_up(sys.argv[3]).join()
 loaded = time.perf_counter()
 CodeIndex(Path(sys.argv[2]), Path(sys.argv[1]), sys.argv[3]).search("read a setting", 5)
@@ -69,7 +71,8 @@ load_settings()
 import refloop.worker.main  # noqa: F401  (the Temporal SDK, workflows, activities)
 ready = time.time()
 from pathlib import Path
-from refloop.search.index import CodeIndex, warm_up_finished
+from refloop.search.index import CodeIndex
+from refloop.search.runtime import warm_up_finished
 CodeIndex(Path(index_dir), Path(corpus), model).search("read a setting", 5)
 answered = time.time()
 print(began, ready, answered, warm_up_finished(model) or answered)

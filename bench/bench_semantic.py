@@ -17,7 +17,8 @@ from pathlib import Path
 
 import yaml
 
-from refloop.search.index import CodeIndex, embed, missing_extra
+from refloop.search.index import CodeIndex
+from refloop.search.runtime import embed, missing_extra
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"

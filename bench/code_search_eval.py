@@ -21,7 +21,8 @@ from pathlib import Path
 import yaml
 
 from refloop.search.chunks import chunk_source, identifier_terms
-from refloop.search.index import CodeIndex, merge_by_definition
+from refloop.search.fusion import merge_by_definition
+from refloop.search.index import CodeIndex
 
 QUERIES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / \
     "code_search_queries.yaml"

@@ -572,7 +572,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.command in ("worker", "up") and settings.refloop_semantic_index:
         # Long-lived workers load LanceDB and the model while we import; one-shot commands
         # (run, review) do not pay for a load their task may never use.
-        from refloop.search.index import start_warm_up
+        from refloop.search.runtime import start_warm_up
 
         start_warm_up(settings.refloop_embedding_model)
     if args.command == "worker":

@@ -12,7 +12,7 @@ from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, Telemetr
 from temporalio.worker import Worker
 
 from refloop.runtime.telemetry import configure_tracing
-from refloop.search.index import start_warm_up
+from refloop.search.runtime import start_warm_up
 from refloop.settings import Settings
 from refloop.worker.plugin import DATA_CONVERTER, client_interceptors, refloop_plugin
 

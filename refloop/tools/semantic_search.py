@@ -6,7 +6,8 @@ from __future__ import annotations
 from refloop.contract.activity_io import ToolResult
 from refloop.contract.errors import ToolError
 from refloop.contract.tool_catalog import SemanticSearchArgs
-from refloop.search.index import CodeIndex, SemanticUnavailable
+from refloop.search.index import CodeIndex
+from refloop.search.runtime import SemanticUnavailable
 from refloop.tools.base import ToolContext, tool
 
 HIT_DATA_CHARS = 300  # the model reads whole chunks in the output; history keeps a preview

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from refloop.search.index import missing_extra
+from refloop.search.runtime import missing_extra
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 QUERIES = yaml.safe_load((FIXTURES / "semantic_queries.yaml").read_text())

@@ -31,7 +31,8 @@ from refloop.search import embedders
 from refloop.search import index as semantic
 from refloop.search.chunks import MODEL_WINDOW
 from refloop.search.embedders import WINDOW, embedder
-from refloop.search.index import CodeIndex, early_warm_up_model, start_warm_up
+from refloop.search.index import CodeIndex
+from refloop.search.runtime import early_warm_up_model, start_warm_up
 
 
 def _index_key(package: str, files: list[str]) -> str:
@@ -117,7 +118,7 @@ began = time.monotonic()
 corpus, index_dir = sys.argv[1:3]
 sys.argv = ["refloop", "worker"]  # as `refloop worker` starts, before it connects:
 import refloop.cli.main  # noqa: F401  (its first import starts the warm-up)
-from refloop.search.index import _WARMING, warm_up_finished
+from refloop.search.runtime import _WARMING, warm_up_finished
 started = "minilm-int8" in _WARMING
 import refloop.worker.main  # noqa: F401  (the Temporal SDK, the workflows and activities)
 ready = time.monotonic()

@@ -82,7 +82,8 @@ async def test_the_tool_returns_hits_and_says_when_nothing_is_indexed(repo: Path
 
 
 def test_an_index_of_an_older_chunker_is_dropped_when_the_current_one_is_made(tmp_path: Path):
-    from refloop.search.index import SCHEMA_VERSION, import_lancedb, manifest_path, table_name
+    from refloop.search.index import SCHEMA_VERSION, manifest_path, table_name
+    from refloop.search.runtime import import_lancedb
 
     workspace = tmp_path / "ws"
     workspace.mkdir()

@@ -11,7 +11,7 @@ from refloop.search.chunks import (
     identifier_terms,
     split_identifier,
 )
-from refloop.search.index import (
+from refloop.search.fusion import (
     NAME_TEXT_WEIGHT,
     TEXT_WEIGHT,
     fuse_by_definition,

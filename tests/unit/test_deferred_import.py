@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from refloop.search.index import defer_package_init
+from refloop.search.runtime import defer_package_init
 
 
 @pytest.fixture

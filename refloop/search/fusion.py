@@ -1,0 +1,89 @@
+"""Fusing the vector and full-text lists of code search: per definition, by score (the
+cosine plus a small weight times the normalised full-text score) or by rank (RRF).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported where used: a warm-up started first thing need not wait for them
+    pass
+
+
+
+CANDIDATES = 100  # chunks fetched from each side before fusion and merging
+RRF_K = 60  # the usual reciprocal-rank-fusion constant
+# The lexical list's say in the fusion (its normalised score, beside the cosine): a
+# tie-breaker for prose, where the vectors are the stronger side (on two third-party
+# corpora, larger weights lost prose queries the vectors had found); more when the query
+# holds an identifier (snake_case or CamelCase), which names exactly what it wants.
+TEXT_WEIGHT = 0.05
+NAME_TEXT_WEIGHT = 0.5
+RRF_TEXT_WEIGHTS = (0.1, 1.5)  # the same two cases in the "rrf" mode (rank fusion)
+_CODE_NAME = re.compile(r"[A-Za-z0-9]_[A-Za-z0-9]|[a-z][A-Z]")
+def text_weight(query: str, weights: tuple[float, float] = (TEXT_WEIGHT, NAME_TEXT_WEIGHT)
+                ) -> float:
+    """How much the full-text list counts for `query` (see TEXT_WEIGHT): `weights` for
+    prose and for a query naming an identifier."""
+    return weights[1] if _CODE_NAME.search(query) else weights[0]
+
+
+def fuse_by_definition(ranked_lists: list[list[dict]], weights: list[float] | None = None,
+                       k: int = RRF_K) -> list[dict]:
+    """Weighted reciprocal-rank fusion per definition: each list is first merged per
+    definition (so one long function's windows do not crowd a list), then every definition
+    scores sum(weight / (k + rank)) over the lists; the row kept is its best-ranked chunk.
+    (The "rrf" mode; the default fuses scores, see `fuse_scores`.)"""
+    weights = weights or [1.0] * len(ranked_lists)
+    scores: dict[tuple[str, int, int], float] = {}
+    best: dict[tuple[str, int, int], tuple[int, dict]] = {}
+    for ranked, weight in zip(ranked_lists, weights, strict=True):
+        for rank, row in enumerate(merge_by_definition(ranked, len(ranked)), start=1):
+            key = (row["path"], row["start_line"], row["end_line"])
+            scores[key] = scores.get(key, 0.0) + weight / (k + rank)
+            if key not in best or rank < best[key][0]:
+                best[key] = (rank, row)
+    order = sorted(scores, key=lambda key: (-scores[key], best[key][0]))
+    return [{**best[key][1], "_score": scores[key]} for key in order]
+
+
+def fuse_scores(vector_rows: list[dict], text_rows: list[dict],
+                text_weight: float) -> list[dict]:
+    """Score fusion per definition: its best chunk's cosine plus `text_weight` times its
+    best full-text score over the list's top score (so 0..1 whatever the corpus). Rank
+    fusion gives the weaker list's first place as much as the stronger one's; here a
+    lexical match only moves definitions whose cosines are close, which is what a
+    tie-breaker should do. A definition the vector list did not fetch gets that list's
+    lowest cosine (its own is no higher)."""
+    vectors = merge_by_definition(vector_rows, len(vector_rows))
+    texts = merge_by_definition(text_rows, len(text_rows))
+    floor = min((float(row["_score"]) for row in vectors), default=0.0)
+    top = max((float(row["_score"]) for row in texts), default=0.0)
+    scores: dict[tuple[str, int, int], float] = {}
+    rows: dict[tuple[str, int, int], dict] = {}
+    for row in vectors:
+        key = (row["path"], row["start_line"], row["end_line"])
+        scores[key], rows[key] = float(row["_score"]), row
+    for row in texts if top > 0 else []:
+        key = (row["path"], row["start_line"], row["end_line"])
+        scores[key] = scores.get(key, floor) + text_weight * float(row["_score"]) / top
+        rows.setdefault(key, row)
+    order = sorted(scores, key=lambda key: -scores[key])  # stable: vector order on ties
+    return [{**rows[key], "_score": scores[key]} for key in order]
+
+
+def merge_by_definition(rows: list[dict], limit: int) -> list[dict]:
+    """One result per definition (path and line range), at its best-ranked chunk, in rank
+    order. `rows` are ranked chunks with path, start_line and end_line."""
+    seen: set[tuple[str, int, int]] = set()
+    merged = []
+    for row in rows:
+        key = (row["path"], row["start_line"], row["end_line"])
+        if key in seen:
+            continue
+        seen.add(key)
+        merged.append(row)
+        if len(merged) == limit:
+            break
+    return merged
