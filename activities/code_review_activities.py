@@ -27,8 +27,9 @@ from refloop.contract.code_review import (
 )
 from refloop.contract.errors import BadReviewInput, ToolError
 from refloop.contract.messages import ChatMessage, Purpose
-from refloop.llm.gateway import LLMGateway, parse_json_answer
+from refloop.llm.gateway import LLMGateway
 from refloop.llm.prompts import CODE_REVIEW_SYSTEM, CODE_VERIFY_SYSTEM, code_agent_messages
+from refloop.llm.wire import parse_json_answer
 from refloop.review.content import cap_content, split_diff
 from refloop.store.db import CodeReviewContentRecord, Store
 from refloop.tools.sandbox import read_text, relative, resolve, workspace_root

@@ -18,7 +18,8 @@ from pydantic import BaseModel, Field
 
 from refloop.contract.messages import COMPLETE_STEP
 from refloop.contract.task import TaskInput, TaskResult, TriggerConfig
-from refloop.llm.scripted import ScriptedLLMServer, load_scenario
+from refloop.llm.scenario import load_scenario
+from refloop.llm.scripted import ScriptedLLMServer
 from refloop.settings import Settings
 
 READ_ONLY = frozenset({"list_dir", "read_file", "glob_file_search", "grep"})

@@ -33,7 +33,7 @@ with workflow.unsafe.imports_passed_through():
     from refloop.workflows.state import AgentState
 
 from refloop.contract.policies import CARRIED_EVENTS, MAX_REPLANS, TOOL_RESULT_CHARS
-from refloop.workflows import completeness_logic, logic, review_logic, triggers
+from refloop.workflows import accounting, completeness_logic, logic, review_logic, triggers
 from refloop.workflows.agent_base import TaskFailed, describe_failure, raise_if_cancelled
 from refloop.workflows.approval_phase import ApprovalPhase, validate_decision
 from refloop.workflows.calls import call_activity
@@ -292,7 +292,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
         )
         self._account(act.usage)
         conversation.ref, conversation.unsent_turns = act.conversation_ref, []
-        exhausted = logic.budget_exceeded(self.state.stats, inp.token_budget)
+        exhausted = accounting.budget_exceeded(self.state.stats, inp.token_budget)
         if exhausted:
             raise TaskFailed("budget_exhausted", exhausted)
         return act

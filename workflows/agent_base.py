@@ -22,7 +22,7 @@ with workflow.unsafe.imports_passed_through():
     from refloop.contract.tool_properties import ToolProperties
     from refloop.workflows.state import AgentState
 
-from refloop.workflows import logic
+from refloop.workflows import accounting, logic
 from refloop.workflows.calls import call_activity
 
 STORE_WRITES_LOCAL = "store-writes-local"
@@ -77,7 +77,7 @@ class AgentBase:
         self.state.conversation.unsent_turns.append(message)
 
     def _account(self, record: LLMUsageRecord) -> None:
-        self.state.stats = logic.add_usage(self.state.stats, record)
+        self.state.stats = accounting.add_usage(self.state.stats, record)
 
     def _account_failure(self, err: BaseException) -> None:
         """A model activity that gave up still made requests: count them, with whatever
@@ -87,7 +87,7 @@ class AgentBase:
             details = getattr(cause, "details", None)
             if isinstance(cause, ActivityTimeout):
                 details = cause.last_heartbeat_details
-            record = logic.failed_usage(details) if details else None
+            record = accounting.failed_usage(details) if details else None
             if record is not None:
                 self._account(record)
                 return

@@ -11,7 +11,7 @@ from typing import Any
 from refloop.contract.activity_io import CompletenessVerdict, HistoryItem, Supplement, ToolRecord
 from refloop.contract.messages import COMPLETE_STEP, Plan
 from refloop.contract.task import Event, ReviewCounts, TaskStats
-from refloop.workflows.logic import merged_usage
+from refloop.workflows.accounting import merged_usage
 
 SUPPLEMENT_HEADER = "【需要补充的操作】"  # the judge's marker for the supplement objective
 _CLAIMED_FILE = re.compile(

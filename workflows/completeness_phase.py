@@ -11,7 +11,7 @@ with workflow.unsafe.imports_passed_through():
     from refloop.contract.messages import COMPLETE_STEP, Plan
     from refloop.contract.task import TaskResult
 
-from refloop.workflows import completeness_logic, logic
+from refloop.workflows import accounting, completeness_logic, logic
 from refloop.workflows.agent_base import AgentBase, describe_failure, raise_if_cancelled
 from refloop.workflows.calls import call_activity
 
@@ -157,7 +157,7 @@ class CompletenessPhase(AgentBase):
         succeeded = attempted - child.stats.tool_errors
         self._emit("reflection_exec", {
             "used": True, "attempted": attempted, "succeeded": succeeded,
-            "success_rate": logic.success_rate(attempted, succeeded),
+            "success_rate": accounting.success_rate(attempted, succeeded),
             "child_workflow_id": child_id,
         })
         self._record_supplement({"child_workflow_id": child_id, "status": child.status,

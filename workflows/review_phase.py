@@ -15,7 +15,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from refloop.contract.messages import ToolCall
 
-from refloop.workflows import logic, review_logic
+from refloop.workflows import accounting, review_logic
 from refloop.workflows.agent_base import AgentBase, describe_failure, raise_if_cancelled
 from refloop.workflows.calls import call_activity
 
@@ -80,7 +80,7 @@ class QualityReviewPhase(AgentBase):
         self.state.reviews.failures = failures
         if capped:
             self.state.reviews.capped.append(review.file_path)
-        self.state.stats = logic.count_review(self.state.stats, review)
+        self.state.stats = accounting.count_review(self.state.stats, review)
         self._emit(
             "quality_review",
             {

@@ -10,165 +10,37 @@ goes into the calling activity's ledger, answered or not.
 from __future__ import annotations
 
 import asyncio
-import email.utils
-import functools
 import json
 import os
 import time
-from collections.abc import Mapping
-from datetime import UTC, datetime
-from typing import Any, Generic, TypeVar
+from typing import Any
 
-import httpx
 import openai
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from refloop.contract.activity_io import LLMUsageRecord, ModelEndpoint
 from refloop.contract.errors import InvalidModelOutput, LLMClientError, LLMError, LLMTransportError
 from refloop.contract.messages import ChatMessage, Purpose, TokenUsage, ToolCall, ToolSpec
-from refloop.contract.text import detect_abnormal_output, first_json_object
+from refloop.contract.text import detect_abnormal_output
 from refloop.llm.endpoint import Endpoints, parse_max_tokens, rejects_mode, rejects_tools
+from refloop.llm.failures import (
+    abandoned_by,
+    classify,
+)
 from refloop.llm.ledger import current_ledger, in_flight, settled
+from refloop.llm.wire import (
+    ChatOutcome,
+    StructuredOutcome,
+    T,
+    json_schema_of,
+    parse_arguments,
+    parse_json_answer,
+    to_wire,
+)
 from refloop.runtime.telemetry import tracer
 from refloop.settings import Settings
 
-T = TypeVar("T", bound=BaseModel)
-RETRYABLE_STATUSES = frozenset({408, 409, 429})
 PURPOSE_HEADER = "X-Refloop-Purpose"
-
-
-def _body_text(err: openai.APIStatusError) -> str:
-    try:
-        return err.response.text if err.response is not None else str(err)
-    except Exception:  # a streamed or closed body
-        return str(err)
-
-
-class ChatOutcome(BaseModel):
-    """One answer. `usage` covers every request it took (a cut-off answer's re-ask too)."""
-
-    content: str | None = None
-    tool_calls: list[ToolCall] = []
-    finish_reason: str | None = None
-    abnormal: str | None = None
-    usage: LLMUsageRecord
-
-    @property
-    def truncated(self) -> bool:
-        """Cut off at the token cap with no tool call: not an answer."""
-        return self.finish_reason == "length" and not self.tool_calls
-
-
-class StructuredOutcome(BaseModel, Generic[T]):
-    value: T
-    usage: LLMUsageRecord
-    attempts: int
-
-
-def retry_after(headers: Mapping[str, str]) -> float | None:
-    """Seconds the endpoint asks us to wait: `retry-after-ms`, else `Retry-After` in
-    seconds or as an HTTP date (as the openai client reads them)."""
-    try:
-        if (millis := headers.get("retry-after-ms")) is not None:
-            return max(float(millis) / 1000, 0.0) or None
-    except ValueError:
-        pass
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(float(value), 0.0) or None
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        return None
-    return max((when - datetime.now(UTC)).total_seconds(), 0.0) or None
-
-
-def should_retry(headers: Mapping[str, str]) -> bool | None:
-    """The endpoint's own verdict (`x-should-retry: true|false`), which overrides the
-    status code's; None when it gives none."""
-    value = (headers.get("x-should-retry") or "").strip().lower()
-    return {"true": True, "false": False}.get(value)
-
-
-def classify(err: Exception) -> LLMError:
-    """Map an openai exception onto our retryable / non-retryable errors."""
-    if isinstance(err, openai.APITimeoutError):
-        return LLMTransportError("model endpoint timed out (no answer within the client timeout)")
-    if isinstance(err, openai.APIConnectionError):
-        return LLMTransportError(f"model endpoint unreachable: {err}")
-    if isinstance(err, openai.APIStatusError):
-        status = err.status_code
-        message = f"HTTP {status} from the model endpoint: {err.message}"
-        body = _body_text(err)
-        headers = err.response.headers if err.response is not None else {}
-        verdict = should_retry(headers)
-        if verdict is None:
-            # llama-cpp-python answers a request it cannot parse with a 500 "validation
-            # error": retrying the same request cannot help.
-            verdict = (status in RETRYABLE_STATUSES or status >= 500) and not (
-                status >= 500 and "validation error" in body.lower())
-        if verdict:
-            error: LLMError = LLMTransportError(message, status, retry_after(headers))
-        else:
-            error = LLMClientError(message, status)
-        error.body = body
-        return error
-    return LLMTransportError(f"model call failed: {err!r}")
-
-
-def abandoned_by(err: openai.OpenAIError) -> bool:
-    """The request went out and its answer never came: a timeout, or a connection lost
-    after it was sent (a refused connection reached no server)."""
-    if isinstance(err, openai.APITimeoutError):
-        return True
-    return (isinstance(err, openai.APIConnectionError)
-            and not isinstance(err.__cause__, httpx.ConnectError))
-
-
-def to_wire(message: ChatMessage) -> dict[str, Any]:
-    # Content is always a string: llama-cpp-python's server refuses an assistant turn with
-    # `content: null` (its tool-call turns) with a 500 validation error.
-    wire: dict[str, Any] = {"role": message.role, "content": message.content or ""}
-    if message.tool_calls:
-        wire["tool_calls"] = [
-            {
-                "id": call.id,
-                "type": "function",
-                "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
-            }
-            for call in message.tool_calls
-        ]
-    if message.role == "tool":
-        wire["tool_call_id"] = message.tool_call_id
-    return wire
-
-
-def parse_arguments(raw: str | None) -> dict[str, Any]:
-    try:
-        value = json.loads(raw or "{}")
-    except json.JSONDecodeError:
-        return {"_raw": raw}
-    return value if isinstance(value, dict) else {"_raw": raw}
-
-
-@functools.cache
-def json_schema_of(schema: type[BaseModel]) -> dict[str, Any]:
-    """Output schemas are fixed classes: build each one's JSON schema once per process."""
-    return schema.model_json_schema()
-
-
-def parse_json_answer(text: str | None, schema: type[T]) -> T:
-    """Tolerant of fences and prose: the first balanced {...} object is the answer."""
-    candidate = first_json_object(text or "")
-    if candidate is None:
-        raise ValueError("the answer holds no JSON object")
-    return schema.model_validate_json(candidate)
 
 
 class LLMGateway:

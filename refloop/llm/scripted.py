@@ -21,99 +21,18 @@ from typing import Any
 
 import httpx
 import uvicorn
-import yaml
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from refloop.contract.messages import Purpose
+from refloop.llm.scenario import (
+    SCRIPTED_MARKER,
+    Scenario,
+    ScriptedResponse,
+    load_scenario,
+)
+from refloop.runtime.http_thread import KEEP_ALIVE_S, ThreadedServer
 from refloop.runtime.net import free_port, wait_for_port
-
-SCRIPTED_MARKER = "refloop-scripted"
-
-
-class ScriptedCall(BaseModel):
-    name: str
-    arguments: dict[str, Any] = Field(default_factory=dict)
-    id: str | None = None
-
-
-class ScriptedResponse(BaseModel):
-    """One answer: JSON content, raw text, tool calls, or an HTTP error."""
-
-    json_: Any = Field(default=None, alias="json")
-    content: str | None = None
-    tool_calls: list[ScriptedCall] | None = None
-    status: int = 200
-    body: dict[str, Any] | None = None
-    retry_after: float | None = None
-    headers: dict[str, str] | None = None  # more headers on an error answer
-    delay_ms: int = 0
-    # When set, this entry only answers requests whose text contains it (else skipped).
-    when_contains: str | None = None
-    # "length": the answer was cut off at max_tokens (as a real server reports it)
-    finish_reason: str | None = None
-
-    model_config = {"populate_by_name": True, "extra": "forbid"}
-
-    @model_validator(mode="after")
-    def _one_kind(self) -> ScriptedResponse:
-        kinds = [self.json_ is not None, self.content is not None, bool(self.tool_calls)]
-        if self.status == 200 and not any(kinds):
-            raise ValueError("needs one of json, content, tool_calls, or an error status")
-        return self
-
-
-class EndpointQuirks(BaseModel):
-    """How real endpoints deviate, emulated so the gateway's negotiation is tested over
-    HTTP. A rejection consumes no scripted response."""
-
-    model_config = {"extra": "forbid"}
-
-    # Status for `response_format: json_schema` (llama-cpp-python: 500 naming it)
-    reject_json_schema: int | None = None
-    # Status for `{"type": "json_object", "schema": ...}`
-    reject_json_object_schema: int | None = None
-    # Status for any `response_format`
-    reject_response_format: int | None = None
-    # Status for a request carrying `tool_choice`
-    reject_tool_choice: int | None = None
-    # Tool-call answers come back as prose unless the request sends `tool_choice`
-    # (llama-cpp-python's chatml-function-calling handler)
-    tools_need_choice: bool = False
-    # llama-cpp-python: a message with `content: null` is a 500 validation error
-    reject_null_content: bool = False
-
-
-class Scenario(BaseModel):
-    name: str = "default"
-    latency_ms: int = Field(default=0, ge=0)
-    # Serve any number of tasks, at once too: a purpose answers with the entry of its
-    # conversation's turn (the number of assistant messages so far), wrapping at the end,
-    # so no task consumes another's answers.
-    repeat: bool = False
-    endpoint: EndpointQuirks = Field(default_factory=EndpointQuirks)
-    responses: dict[Purpose, list[ScriptedResponse]] = Field(default_factory=dict)
-
-
-def load_scenario(source: dict[str, Any] | str | Path, name: str | None = None) -> Scenario:
-    """Validate a scenario; a bad file fails here naming the bad entry."""
-    if not isinstance(source, dict):
-        path = Path(source)
-        try:
-            source = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError) as err:
-            raise ValueError(f"scenario {path}: cannot read: {err}") from None
-    try:
-        scenario = Scenario.model_validate(source)
-    except ValidationError as err:
-        where = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors()
-        )
-        raise ValueError(f"invalid scenario: {where}") from None
-    if name:
-        scenario.name = name
-    return scenario
 
 
 def _error(status: int, message: str, code: str) -> JSONResponse:
@@ -327,53 +246,6 @@ def _render(scenario: Scenario, entry: ScriptedResponse, body: dict[str, Any]) -
 
 # Longer than uvicorn's 5 s: a client reusing a connection the server is just closing
 # sees a connection error, which a pause between test phases would make common.
-KEEP_ALIVE_S = 75
-
-
-def serve_in_thread(app: FastAPI, host: str, port: int, name: str
-                    ) -> tuple[uvicorn.Server, threading.Thread, int]:
-    """An HTTP app in a background thread with its own event loop; returns the bound port."""
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off",
-                            timeout_keep_alive=KEEP_ALIVE_S)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True, name=name)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError(f"{name} server did not start")
-        time.sleep(0.02)
-    return server, thread, server.servers[0].sockets[0].getsockname()[1]
-
-
-class ThreadedServer:
-    """An OpenAI-style app served in a background thread with its own event loop; `start`
-    answers its `/v1` base URL."""
-
-    name = "server"
-
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
-        self.host, self.port = host, port
-        self.base_url = ""
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
-
-    def app(self) -> FastAPI:
-        raise NotImplementedError
-
-    def start(self) -> str:
-        self._server, self._thread, port = serve_in_thread(self.app(), self.host, self.port,
-                                                           self.name)
-        self.base_url = f"http://{self.host}:{port}/v1"
-        return self.base_url
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-
-
 class ScriptedLLMServer(ThreadedServer):
     """The scripted model in a background thread (tests, the demo)."""
 

@@ -12,7 +12,7 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from refloop.llm.scripted import ThreadedServer
+from refloop.runtime.http_thread import ThreadedServer
 
 
 class LoggingProxy(ThreadedServer):

@@ -6,7 +6,7 @@ import pytest
 
 from refloop.contract.messages import Plan, PlanStep, ToolSpec
 from refloop.contract.task import Event
-from refloop.workflows import logic
+from refloop.workflows import accounting, logic
 
 EDITS = {"write_file", "apply_patch", "str_replace_based_edit_tool"}
 
@@ -85,14 +85,15 @@ def test_successful_edits_skip_views_and_failures():
 
 
 def test_success_rate_is_undefined_without_attempts():
-    assert logic.success_rate(0, 0) is None and logic.success_rate(4, 3) == 0.75
+    assert accounting.success_rate(0, 0) is None and accounting.success_rate(4, 3) == 0.75
 
 
 def test_failed_usage_from_details_or_heartbeat():
     usage = {"purpose": "act", "model": "m", "usage": {"calls": 2, "failed_calls": 2}}
-    assert logic.failed_usage([{"status": 500, "usage": usage}]).usage.calls == 2
-    assert logic.failed_usage([{"refloop_ledger": usage}]).usage.failed_calls == 2
-    assert logic.failed_usage([{"status": 500}]) is None and logic.failed_usage(["x"]) is None
+    assert accounting.failed_usage([{"status": 500, "usage": usage}]).usage.calls == 2
+    assert accounting.failed_usage([{"refloop_ledger": usage}]).usage.failed_calls == 2
+    assert accounting.failed_usage([{"status": 500}]) is None \
+        and accounting.failed_usage(["x"]) is None
 
 
 def test_empty_review_or_verify_answers_are_invalid_and_reasked():

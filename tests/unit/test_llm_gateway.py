@@ -12,8 +12,9 @@ from refloop.contract.activity_io import ModelEndpoint
 from refloop.contract.errors import InvalidModelOutput, LLMClientError, LLMTransportError
 from refloop.contract.messages import ChatMessage, IntentResult, Plan, Purpose, ToolSpec
 from refloop.contract.text import detect_abnormal_output
-from refloop.llm.gateway import LLMGateway, retry_after, should_retry
-from refloop.llm.scripted import load_scenario
+from refloop.llm.failures import retry_after, should_retry
+from refloop.llm.gateway import LLMGateway
+from refloop.llm.scenario import load_scenario
 from refloop.settings import Settings
 from tests.llm_fixtures import unique_scenario
 

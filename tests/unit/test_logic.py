@@ -15,7 +15,7 @@ from refloop.contract.messages import (
 )
 from refloop.contract.task import TaskStats
 from refloop.llm.conversation import TRIM_NOTE, trim_history
-from refloop.workflows import logic
+from refloop.workflows import accounting, logic
 
 
 def intent(label: IntentLabel) -> IntentResult:
@@ -201,7 +201,7 @@ def test_add_usage_accumulates_per_purpose():
     for purpose, tokens in ((Purpose.act, 10), (Purpose.act, 5), (Purpose.plan, 7)):
         usage = TokenUsage(prompt_tokens=tokens, completion_tokens=1, total_tokens=tokens + 1,
                            calls=1)
-        stats = logic.add_usage(stats, LLMUsageRecord(purpose=purpose, model="m", usage=usage))
+        stats = accounting.add_usage(stats, LLMUsageRecord(purpose=purpose, model="m", usage=usage))
     assert stats.llm_calls == 3
     assert stats.usage.total_tokens == 25
     assert stats.usage_by_purpose["act"].total_tokens == 17

@@ -17,7 +17,7 @@ from refloop.contract import activity_calls
 from refloop.contract.activity_io import ClassifyIntentInput, ClassifyIntentResult
 from refloop.llm.gateway import LLMGateway
 from refloop.store.db import store_for
-from refloop.workflows import logic
+from refloop.workflows import accounting
 from tests.llm_fixtures import unique_scenario
 from tests.workflow.helpers import CODING, SUMMARY, call, event_types, events_of, final, plan_of
 from tests.workflow.helpers import run_task as run_agent_task
@@ -192,7 +192,7 @@ class TimedOutIntentWorkflow:
                                          initial_interval=timedelta(milliseconds=100)))
         except ActivityError as err:
             if isinstance(err.cause, ActivityTimeout):
-                record = logic.failed_usage(err.cause.last_heartbeat_details)
+                record = accounting.failed_usage(err.cause.last_heartbeat_details)
                 return record.model_dump(mode="json") if record else None
         return None
 

@@ -1,0 +1,99 @@
+"""What the scripted model answers: a scenario (per purpose, an ordered list of responses
+or tool calls, plus endpoint quirks to imitate), loaded from a file or a dict.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, Field, ValidationError, model_validator
+
+from refloop.contract.messages import Purpose
+
+SCRIPTED_MARKER = "refloop-scripted"
+
+
+class ScriptedCall(BaseModel):
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    id: str | None = None
+
+
+class ScriptedResponse(BaseModel):
+    """One answer: JSON content, raw text, tool calls, or an HTTP error."""
+
+    json_: Any = Field(default=None, alias="json")
+    content: str | None = None
+    tool_calls: list[ScriptedCall] | None = None
+    status: int = 200
+    body: dict[str, Any] | None = None
+    retry_after: float | None = None
+    headers: dict[str, str] | None = None  # more headers on an error answer
+    delay_ms: int = 0
+    # When set, this entry only answers requests whose text contains it (else skipped).
+    when_contains: str | None = None
+    # "length": the answer was cut off at max_tokens (as a real server reports it)
+    finish_reason: str | None = None
+
+    model_config = {"populate_by_name": True, "extra": "forbid"}
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> ScriptedResponse:
+        kinds = [self.json_ is not None, self.content is not None, bool(self.tool_calls)]
+        if self.status == 200 and not any(kinds):
+            raise ValueError("needs one of json, content, tool_calls, or an error status")
+        return self
+
+
+class EndpointQuirks(BaseModel):
+    """How real endpoints deviate, emulated so the gateway's negotiation is tested over
+    HTTP. A rejection consumes no scripted response."""
+
+    model_config = {"extra": "forbid"}
+
+    # Status for `response_format: json_schema` (llama-cpp-python: 500 naming it)
+    reject_json_schema: int | None = None
+    # Status for `{"type": "json_object", "schema": ...}`
+    reject_json_object_schema: int | None = None
+    # Status for any `response_format`
+    reject_response_format: int | None = None
+    # Status for a request carrying `tool_choice`
+    reject_tool_choice: int | None = None
+    # Tool-call answers come back as prose unless the request sends `tool_choice`
+    # (llama-cpp-python's chatml-function-calling handler)
+    tools_need_choice: bool = False
+    # llama-cpp-python: a message with `content: null` is a 500 validation error
+    reject_null_content: bool = False
+
+
+class Scenario(BaseModel):
+    name: str = "default"
+    latency_ms: int = Field(default=0, ge=0)
+    # Serve any number of tasks, at once too: a purpose answers with the entry of its
+    # conversation's turn (the number of assistant messages so far), wrapping at the end,
+    # so no task consumes another's answers.
+    repeat: bool = False
+    endpoint: EndpointQuirks = Field(default_factory=EndpointQuirks)
+    responses: dict[Purpose, list[ScriptedResponse]] = Field(default_factory=dict)
+
+
+def load_scenario(source: dict[str, Any] | str | Path, name: str | None = None) -> Scenario:
+    """Validate a scenario; a bad file fails here naming the bad entry."""
+    if not isinstance(source, dict):
+        path = Path(source)
+        try:
+            source = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError) as err:
+            raise ValueError(f"scenario {path}: cannot read: {err}") from None
+    try:
+        scenario = Scenario.model_validate(source)
+    except ValidationError as err:
+        where = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors()
+        )
+        raise ValueError(f"invalid scenario: {where}") from None
+    if name:
+        scenario.name = name
+    return scenario

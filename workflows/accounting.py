@@ -1,0 +1,73 @@
+"""Token and call accounting of a task: usage per model and purpose, review counts, the
+usage of failed calls (from their failure or last heartbeat), the token budget. Pure
+functions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from refloop.contract.activity_io import LLMUsageRecord, QualityReview
+from refloop.contract.messages import (
+    TokenUsage,
+)
+from refloop.contract.task import TaskStats
+
+
+def merged_usage(ledger: dict[str, TokenUsage],
+                 more: dict[str, TokenUsage]) -> dict[str, TokenUsage]:
+    """Usage per key (purpose, model) with more of it added."""
+    merged = dict(ledger)
+    for key, usage in more.items():
+        merged[key] = merged[key].add(usage) if key in merged else usage
+    return merged
+
+
+def add_usage(stats: TaskStats, record: LLMUsageRecord) -> TaskStats:
+    return stats.model_copy(
+        update={
+            "llm_calls": stats.llm_calls + record.usage.calls,
+            "llm_failed_calls": stats.llm_failed_calls + record.usage.failed_calls,
+            "usage": stats.usage.add(record.usage),
+            "usage_by_purpose": merged_usage(stats.usage_by_purpose,
+                                             {record.purpose.value: record.usage}),
+            "usage_by_model": merged_usage(stats.usage_by_model, {record.model: record.usage}),
+        }
+    )
+
+
+def count_review(stats: TaskStats, review: QualityReview) -> TaskStats:
+    """The stats with one more review counted under its outcome."""
+    counts = stats.reviews
+    outcome = "unavailable" if review.outcome == "unavailable" else (
+        "passed" if review.passed else "failed")
+    reviews = counts.model_copy(
+        update={"total": counts.total + 1, outcome: getattr(counts, outcome) + 1})
+    return stats.model_copy(update={"reviews": reviews})
+
+
+def failed_usage(details: Any) -> LLMUsageRecord | None:
+    """The usage a failed model activity reported: its failure details
+    (`{"usage": {...}}`) or its last heartbeat (`{"refloop_ledger": {...}}`)."""
+    for item in details or ():
+        if not isinstance(item, dict):
+            continue
+        data = item.get("usage") or item.get("refloop_ledger")
+        if isinstance(data, dict) and data.get("purpose") and data.get("model"):
+            try:
+                return LLMUsageRecord.model_validate(data)
+            except ValueError:
+                return None
+    return None
+
+
+def success_rate(attempted: int, succeeded: int) -> float | None:
+    """Undefined (None) when nothing was attempted, never a perfect 1.0."""
+    return round(succeeded / attempted, 3) if attempted else None
+
+
+def budget_exceeded(stats: TaskStats, budget: int | None) -> str | None:
+    if budget is None or stats.usage.total_tokens <= budget:
+        return None
+    return (f"stopped: token budget exhausted ({stats.usage.total_tokens} tokens used, "
+            f"budget {budget})")
