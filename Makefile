@@ -37,6 +37,7 @@ TEST_WORKERS ?= 2
 
 test: $(STAMP) postgres bwrap
 	$(BIN)/ruff check .
+	$(BIN)/python -m tests.layers
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # The real-model lane: llama-cpp-python's server (built from source once, about 7 minutes;
@@ -54,6 +55,7 @@ test-real-model: $(STAMP) postgres
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/python -m tests.layers
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.bench_core

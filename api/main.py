@@ -45,7 +45,7 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if app.state.client is None and settings.temporal_address:
-            from refloop.worker.main import connect
+            from refloop.runtime.client import connect
 
             try:
                 app.state.client = await connect(settings.temporal_address,

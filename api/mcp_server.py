@@ -196,16 +196,3 @@ def http_endpoint(server: MCPServer, settings: Settings,
             yield
 
     return TokenGuard(app, lambda: settings.refloop_api_token), lifespan
-
-
-async def serve_stdio(settings: Settings) -> int:
-    """`refloop mcp`: against TEMPORAL_ADDRESS if set, else the embedded stack."""
-    from refloop.store.db import store_for
-    from refloop.worker.stack import embedded_stack
-
-    store = store_for(settings.effective_database_url)
-    async with embedded_stack(settings, with_worker=settings.temporal_address is None) \
-            as stack:
-        deps = McpDeps(stack.client, store, stack.settings)
-        await build_mcp_server(lambda: deps).run_stdio_async()
-    return 0

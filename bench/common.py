@@ -21,9 +21,10 @@ from temporalio.client import Client, WorkflowHandle
 
 from refloop.contract.task import TaskInput, TaskResult
 from refloop.llm.scripted import ScriptedLLMProcess
+from refloop.runtime.client import connect
 from refloop.runtime.net import free_port
 from refloop.settings import Settings
-from refloop.worker.main import build_worker, connect
+from refloop.worker.main import build_worker
 from refloop.worker.temporal_server import EmbeddedTemporal
 from refloop.workflows.agent import AgentTaskWorkflow
 

@@ -229,7 +229,7 @@ def failed_calls_note(usage: TokenUsage) -> str:
 
 
 async def export_history(args: argparse.Namespace, settings: Settings) -> int:
-    from refloop.worker.main import connect
+    from refloop.runtime.client import connect
     from refloop.worker.replay import dump_history
 
     address = settings.temporal_address
@@ -582,7 +582,7 @@ def main(argv: list[str] | None = None) -> None:
     elif args.command == "run":
         runner = run_task(args, settings)
     elif args.command == "mcp":
-        from refloop.api.mcp_server import serve_stdio
+        from refloop.cli.mcp_stdio import serve_stdio
 
         runner = serve_stdio(settings)
     elif args.command == "up":

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from refloop.contract.messages import parse_max_tokens
+
 if TYPE_CHECKING:
     from refloop.contract.task import TaskInput
 
@@ -151,8 +153,6 @@ class Settings(BaseSettings):
     @classmethod
     def _max_tokens(cls, value: str | None) -> str | None:
         if value:
-            from refloop.llm.endpoint import parse_max_tokens
-
             parse_max_tokens(value)
         return value or None
 

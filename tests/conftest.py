@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
+from refloop.runtime.client import connect
 from refloop.runtime.net import free_port
 from refloop.settings import Settings
-from refloop.worker.main import connect
 from refloop.worker.temporal_server import EmbeddedTemporal
 from tests.constants import BASE_DATABASE_URL, TEST_DATABASE_URL
 from tests.llm_fixtures import scripted_llm  # noqa: F401  (session fixture)

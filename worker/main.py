@@ -8,31 +8,15 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 from temporalio.client import Client
-from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.worker import Worker
 
-from refloop.runtime.telemetry import configure_tracing
+from refloop.runtime.client import connect
 from refloop.search.runtime import start_warm_up
 from refloop.settings import Settings
-from refloop.worker.plugin import DATA_CONVERTER, client_interceptors, refloop_plugin
+from refloop.worker.model_endpoint import model_endpoint
+from refloop.worker.plugin import refloop_plugin
 
 log = logging.getLogger("refloop.worker")
-
-# Core SDK warnings would drown the CLI's progress.
-RUNTIME = Runtime(
-    telemetry=TelemetryConfig(
-        logging=LoggingConfig(filter=TelemetryFilter(core_level="ERROR", other_level="ERROR"))
-    )
-)
-
-
-async def connect(address: str, namespace: str) -> Client:
-    configure_tracing()
-    # Workers built on this client inherit the interceptor: one trace per task.
-    return await Client.connect(
-        address, namespace=namespace, data_converter=DATA_CONVERTER, runtime=RUNTIME,
-        interceptors=client_interceptors(),
-    )
 
 
 def build_worker(client: Client, settings: Settings, task_queue: str | None = None) -> Worker:
@@ -57,8 +41,6 @@ async def run_worker(settings: Settings) -> None:
     if not settings.temporal_address:
         raise SystemExit("refloop worker needs a Temporal server: set TEMPORAL_ADDRESS or "
                          "start `refloop up`")
-    from refloop.worker.stack import model_endpoint
-
     if settings.refloop_semantic_index:  # loads while we connect
         start_warm_up(settings.refloop_embedding_model)
     client = await connect(settings.temporal_address, settings.temporal_namespace)

@@ -7,14 +7,10 @@ register through `refloop_plugin`, so none of them can miss an activity or a set
 
 from __future__ import annotations
 
-import functools
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from temporalio.client import Interceptor as ClientInterceptor
-from temporalio.contrib.opentelemetry import TracingInterceptor
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter
 from temporalio.plugin import SimplePlugin
 from temporalio.worker import UnsandboxedWorkflowRunner, WorkflowRunner
@@ -29,6 +25,7 @@ from refloop.activities.store_activities import StoreActivities
 from refloop.activities.tool_activities import ToolActivities
 from refloop.activities.workspace_activities import WorkspaceActivities
 from refloop.llm.gateway import LLMGateway
+from refloop.runtime.client import DATA_CONVERTER, tracing_interceptor
 from refloop.settings import Settings
 from refloop.store.db import store_for
 from refloop.worker.runner import sandbox_runner
@@ -36,27 +33,18 @@ from refloop.workflows.agent import AgentTaskWorkflow
 from refloop.workflows.code_review import CodeReviewWorkflow
 
 WORKFLOWS = [AgentTaskWorkflow, CodeReviewWorkflow]
-DATA_CONVERTER: DataConverter = pydantic_data_converter
 
-# Pure, stateless decision modules (and the refloop core they import) are shared with the
-# sandbox instead of being re-imported for every workflow run; workflow classes stay
-# sandboxed.
+# What workflow code imports (the layer contract allows only these): the contract and the
+# pure, stateless decision modules are shared with the sandbox instead of being re-imported
+# for every workflow run. Nothing else of refloop passes through, so I/O that creeps into
+# workflow code meets the sandbox; workflow classes stay sandboxed.
 SANDBOX_RESTRICTIONS = SandboxRestrictions.default.with_passthrough_modules(
-    "refloop", "refloop.workflows.logic", "refloop.workflows.triggers",
+    "refloop.contract", "refloop.workflows.logic", "refloop.workflows.accounting",
+    "refloop.workflows.triggers",
     "refloop.workflows.review_logic", "refloop.workflows.completeness_logic",
     "refloop.workflows.code_review_logic", "refloop.workflows.state",
     "pydantic", "opentelemetry",
 )
-
-
-@functools.cache
-def tracing_interceptor() -> TracingInterceptor:
-    """One instance: the client and its workers share it, so a worker never adds it twice."""
-    return TracingInterceptor()
-
-
-def client_interceptors() -> list[ClientInterceptor]:
-    return [tracing_interceptor()]
 
 
 def activities_for(settings: Settings) -> tuple[list[Callable[..., Any]], Callable[[], Any]]:

@@ -5,45 +5,18 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from importlib import resources
 
 from temporalio.client import Client
 
-from refloop.llm.scripted import ScriptedLLMServer
+from refloop.runtime.client import connect
 from refloop.settings import Settings
-from refloop.worker.main import build_worker, connect
+from refloop.worker.main import build_worker
+from refloop.worker.model_endpoint import model_endpoint
 from refloop.worker.temporal_server import EmbeddedTemporal
 
 log = logging.getLogger("refloop.stack")
-
-DEMO_SCENARIO = "demo.yaml"
-
-
-def demo_scenario_path() -> str:
-    return str(resources.files("refloop") / "scenarios" / DEMO_SCENARIO)
-
-
-@contextlib.contextmanager
-def model_endpoint(settings: Settings) -> Iterator[Settings]:
-    """Settings with a model endpoint: the configured one, or the scripted offline model."""
-    if not settings.uses_scripted_model:
-        yield settings
-        return
-    server = ScriptedLLMServer(demo_scenario_path())
-    url = server.start()
-    log.warning(
-        "OPENAI_BASE_URL is unset: using the SCRIPTED offline model at %s (scenario %s). "
-        "Its answers are canned test-double output, not a real model.",
-        url,
-        DEMO_SCENARIO,
-    )
-    try:
-        yield settings.model_copy(update={"openai_base_url": url})
-    finally:
-        server.stop()
-
 
 @dataclass
 class Stack:

@@ -27,6 +27,38 @@ class Purpose(str, Enum):
     summary = "summary"
 
 
+# Completion caps by purpose: large enough for any sane answer of that kind.
+DEFAULT_MAX_TOKENS: dict[str, int] = {
+    Purpose.intent.value: 256,
+    Purpose.plan.value: 1024,
+    Purpose.act.value: 2048,
+    Purpose.quality_review.value: 1024,
+    Purpose.completeness.value: 1024,
+    Purpose.supplement_plan.value: 1024,
+    Purpose.code_review.value: 4096,
+    Purpose.code_verify.value: 4096,
+    Purpose.summary.value: 512,
+}
+
+
+def parse_max_tokens(value: str | None) -> dict[str, int]:
+    """`REFLOOP_MAX_TOKENS`: "4096" (every purpose) or "act=4096,plan=2048"."""
+    caps = dict(DEFAULT_MAX_TOKENS)
+    if not value:
+        return caps
+    value = value.strip()
+    if value.isdigit():
+        return {purpose: int(value) for purpose in caps}
+    for item in value.split(","):
+        name, _, number = item.partition("=")
+        name, number = name.strip(), number.strip()
+        if name not in caps or not number.isdigit() or int(number) < 1:
+            raise ValueError(f"expected a number or purpose=N pairs (purposes: "
+                             f"{', '.join(caps)}); bad item {item.strip()!r}")
+        caps[name] = int(number)
+    return caps
+
+
 # ---------------------------------------------------------------- chat
 
 

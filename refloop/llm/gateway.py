@@ -20,9 +20,16 @@ from pydantic import ValidationError
 
 from refloop.contract.activity_io import LLMUsageRecord, ModelEndpoint
 from refloop.contract.errors import InvalidModelOutput, LLMClientError, LLMError, LLMTransportError
-from refloop.contract.messages import ChatMessage, Purpose, TokenUsage, ToolCall, ToolSpec
+from refloop.contract.messages import (
+    ChatMessage,
+    Purpose,
+    TokenUsage,
+    ToolCall,
+    ToolSpec,
+    parse_max_tokens,
+)
 from refloop.contract.text import detect_abnormal_output
-from refloop.llm.endpoint import Endpoints, parse_max_tokens, rejects_mode, rejects_tools
+from refloop.llm.endpoint import Endpoints, rejects_mode, rejects_tools
 from refloop.llm.failures import (
     abandoned_by,
     classify,

@@ -300,7 +300,7 @@ async def test_patch_with_null_for_a_required_field_is_422(api):
 async def test_demo_model_serves_any_number_of_tasks_with_real_reviews(api, scripted_llm,
                                                                         workspace):
     from refloop.llm.scenario import load_scenario
-    from refloop.worker.stack import demo_scenario_path
+    from refloop.worker.model_endpoint import demo_scenario_path
     from tests.api.test_api import new_session, wait_done
 
     scenario = load_scenario(demo_scenario_path()).model_dump(mode="json", by_alias=True)

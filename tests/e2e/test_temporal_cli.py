@@ -104,7 +104,7 @@ async def test_the_temporal_cli_drives_a_task_end_to_end(
 
 
 async def _client(address: str):
-    from refloop.worker.main import connect
+    from refloop.runtime.client import connect
 
     return await connect(address, "default")
 

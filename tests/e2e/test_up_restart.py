@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from refloop.contract.task import TaskInput
+from refloop.runtime.client import connect
 from refloop.runtime.net import free_port
-from refloop.worker.main import connect
 from refloop.worker.temporal_server import STATE_FILE, is_our_server
 from refloop.workflows.agent import AgentTaskWorkflow
 from tests.http_wait import wait_until_healthy

@@ -220,7 +220,7 @@ def test_scripted_answers_say_so_and_bad_scenarios_are_rejected(scripted_llm, tm
 
 
 def test_demo_scenario_is_valid():
-    from refloop.worker.stack import demo_scenario_path
+    from refloop.worker.model_endpoint import demo_scenario_path
 
     scenario = load_scenario(demo_scenario_path())
     assert {p.value for p in scenario.responses} == {

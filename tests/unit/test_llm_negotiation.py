@@ -9,8 +9,7 @@ import time
 import pytest
 
 from refloop.contract.errors import InvalidModelOutput, LLMError, LLMTransportError
-from refloop.contract.messages import ChatMessage, IntentResult, Purpose, ToolSpec
-from refloop.llm.endpoint import parse_max_tokens
+from refloop.contract.messages import ChatMessage, IntentResult, Purpose, ToolSpec, parse_max_tokens
 from refloop.llm.gateway import LLMGateway
 from refloop.llm.ledger import RequestLedger, current_ledger
 from refloop.settings import Settings
