@@ -512,9 +512,9 @@ def test_a_killed_worker_takes_its_commands_along(tmp_path: Path):
     script = (
         "import asyncio, sys\n"
         "from pathlib import Path\n"
-        "from refloop.models import RunToolInput\n"
+        "from refloop.contract.activity_io import RunToolInput\n"
         "from refloop.settings import Settings\n"
-        "from refloop.tools import execute_tool\n"
+        "from refloop.tools.registry import execute_tool\n"
         f"call = RunToolInput(call_id='x', name='run_cmd', workspace={str(tmp_path)!r},\n"
         f"    allow_shell_operators=True, arguments={{'command': {command!r}}})\n"
         f"settings = Settings(refloop_data_dir=Path({str(tmp_path / 'data')!r}))\n"

@@ -174,7 +174,7 @@ def test_lancedb_imports_without_the_namespace_rest_client():
     when something reads it; a local index never does, and reading it still works."""
     done = subprocess.run([sys.executable, "-c", (
         "import sys\n"
-        "from refloop.search.index import import_lancedb\n"
+        "from refloop.search.runtime import import_lancedb\n"
         "import_lancedb()\n"
         "print('lance_namespace_urllib3_client.api' in sys.modules)\n"
         "import lance_namespace_urllib3_client as c\n"

@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 import sys
 
-from refloop.cli.main import OneLineFailures, build_parser
+from refloop.cli.main import build_parser
+from refloop.cli.serve import OneLineFailures
 from refloop.contract.errors import LLMTransportError
 
 
@@ -46,7 +47,7 @@ def test_unrelated_records_pass_untouched_and_verbose_exists():
 
 
 def test_stats_say_how_many_requests_failed_and_were_abandoned():
-    from refloop.cli.main import failed_calls_note
+    from refloop.cli.output import failed_calls_note
     from refloop.contract.messages import TokenUsage
 
     assert failed_calls_note(TokenUsage(calls=4)) == ""

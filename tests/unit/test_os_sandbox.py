@@ -106,7 +106,7 @@ def test_limits_without_prlimit_come_from_preexec(tmp_path: Path, monkeypatch):
 
 
 def test_refloop_run_shows_unsandboxed_results():
-    from refloop.cli.main import describe_event
+    from refloop.cli.output import describe_event
     from refloop.contract.task import Event
 
     def line(output: str) -> str:

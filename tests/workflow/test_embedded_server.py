@@ -97,7 +97,7 @@ HUNG_OWNER = """
 import asyncio, sys
 from pathlib import Path
 from temporalio.client import Client
-from refloop.cli.main import hard_exit
+from refloop.cli.serve import hard_exit
 from refloop.worker.temporal_server import EmbeddedTemporal
 
 async def main():

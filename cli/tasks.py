@@ -1,0 +1,224 @@
+"""The commands that run work: a task, a code review, the eval suite, history export and replay."""
+
+from __future__ import annotations
+
+# isort: split
+import argparse
+import asyncio
+import json
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+from refloop.cli.output import (
+    emit_result,
+    err_console,
+    fail,
+    follow_events,
+)
+from refloop.contract.task import TaskResult
+from refloop.settings import Settings
+
+
+def read_rules(value: str | None) -> str | None:
+    """`--review-rules TEXT|@FILE`."""
+    if value is None or not value.startswith("@"):
+        return value
+    path = Path(value[1:])
+    if not path.is_file():
+        fail(f"--review-rules: file not found: {path}")
+    return path.read_text(encoding="utf-8")
+
+
+def chosen_mcp_servers(value: str | None, settings: Settings) -> list[str]:
+    """`--mcp git,time`: names REFLOOP_MCP_CONFIG must know."""
+    from refloop.contract.errors import McpConfigError
+    from refloop.mcp.config import choose, load_config, parse_server_list
+
+    names = parse_server_list(value)
+    if not names:
+        return []
+    if not settings.refloop_mcp_config:
+        fail("--mcp needs REFLOOP_MCP_CONFIG (a JSON file with an `mcpServers` map)")
+    try:
+        return list(choose(load_config(settings.refloop_mcp_config), names))
+    except McpConfigError as err:
+        fail(f"--mcp: {err}")
+
+
+async def run_task(args: argparse.Namespace, settings: Settings) -> int:
+    from temporalio.client import WorkflowFailureError
+    from temporalio.exceptions import ApplicationError
+
+    from refloop.contract.visibility import start_metadata
+    from refloop.runtime.workspaces import WorkspaceError, check_user_workspace
+    from refloop.worker.replay import dump_history
+    from refloop.worker.stack import embedded_stack
+    from refloop.workflows.agent import AgentTaskWorkflow
+
+    try:  # any directory of the user's, but never `/` or a system directory
+        workspace = check_user_workspace(args.workspace)
+    except WorkspaceError as err:
+        fail(f"--workspace: {err}")
+    rules = read_rules(args.review_rules)
+    mcp_servers = chosen_mcp_servers(args.mcp, settings)
+    task = settings.task_input(
+        task=args.task,
+        workspace=str(workspace),
+        model=args.model,
+        enable_quality_review=bool(rules) and not args.no_quality_review,
+        quality_review_rules=rules,
+        enable_reflection=False if args.no_reflection else None,
+        max_iterations=args.max_iterations,
+        mcp_servers=mcp_servers,
+    )
+    workflow_id = f"task-{uuid.uuid4().hex[:12]}"
+    # With TEMPORAL_ADDRESS a separate `refloop worker` does the work.
+    async with embedded_stack(settings, with_worker=settings.temporal_address is None) as stack:
+        if settings.uses_scripted_model:
+            err_console.print("[bold magenta]model: SCRIPTED offline test double[/]")
+        handle = await stack.client.start_workflow(
+            AgentTaskWorkflow.run,
+            task,
+            id=workflow_id,
+            task_queue=stack.settings.refloop_task_queue,
+            **start_metadata(task.task, task.workspace),
+        )
+        web_ui = stack.temporal.workflow_url(workflow_id) if stack.temporal else None
+        err_console.print(f"[bold]workflow[/] {workflow_id}"
+                          + (f"  Web UI {web_ui}" if web_ui else ""))
+        done = asyncio.Event()
+        follower = asyncio.create_task(follow_events(handle, done))
+        try:
+            result = await handle.result()
+        except WorkflowFailureError as failure:
+            cause = failure.cause
+            if isinstance(cause, ApplicationError) and cause.details:
+                result = TaskResult.model_validate(cause.details[0])
+            else:
+                result = TaskResult(
+                    task_id=workflow_id, workflow_id=workflow_id, status="failed",
+                    stop_reason="workflow_failed", answer=str(cause or failure),
+                )
+        done.set()
+        await follower
+        if args.save_history:
+            history = await handle.fetch_history()
+            Path(args.save_history).write_text(dump_history(history), encoding="utf-8")
+        owned = stack.temporal is not None and stack.temporal.owned_pid is not None
+    emit_result(result, args.json)
+    if web_ui:
+        later = (" (this command's server has stopped: `refloop up` serves the task from "
+                 f"{settings.refloop_data_dir})") if owned else ""
+        err_console.print(f"[bold]Web UI[/] {web_ui}{later}")
+    return 0 if result.status == "completed" else 1
+
+
+async def export_history(args: argparse.Namespace, settings: Settings) -> int:
+    from refloop.runtime.client import connect
+    from refloop.worker.replay import dump_history
+
+    address = settings.temporal_address
+    if not address:
+        fail(
+            "no Temporal server to read from: start `refloop up` (its dev server keeps "
+            "every task's history) or set TEMPORAL_ADDRESS"
+        )
+    client = await connect(address, settings.temporal_namespace)
+    history = await client.get_workflow_handle(args.workflow_id).fetch_history()
+    Path(args.output).write_text(dump_history(history), encoding="utf-8")
+    err_console.print(f"saved {len(history.events)} events to {args.output}")
+    return 0
+
+
+async def replay_histories(args: argparse.Namespace) -> int:
+    from refloop.worker.replay import replay_files
+
+    failures = await replay_files([Path(p) for p in args.files])
+    for path, error in failures.items():
+        err_console.print(f"[bold red]NON-DETERMINISTIC[/] {path}: {error}")
+    if not failures:
+        err_console.print(f"[green]{len(args.files)} histories replayed cleanly[/]")
+    return 1 if failures else 0
+
+
+def review_request(args: argparse.Namespace) -> Any:
+    """The code-review supervisor's unified task JSON from the command line."""
+    import subprocess
+
+    from refloop.contract.code_review import CodeReviewInput
+
+    workdir = Path(args.workdir).resolve()
+    if not workdir.is_dir():
+        fail(f"--workdir: not a directory: {workdir}")
+    common = {"working_directory": str(workdir), "task_desc": args.desc,
+              "output_format": args.format, "model": args.model}
+    if args.snippet is not None:
+        return CodeReviewInput(review_type="snippet", content=args.snippet, **common)
+    if args.file:
+        return CodeReviewInput(review_type="file", file_paths=args.file, **common)
+    if args.git_range:
+        done = subprocess.run(["git", "diff", args.git_range], cwd=workdir,
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            fail(f"--git-range: git diff failed: {done.stderr.strip()}")
+        diff = done.stdout
+    elif args.diff == "-":
+        diff = sys.stdin.read()
+    else:
+        path = Path(args.diff)
+        if not path.is_file():
+            fail(f"--diff: file not found: {path}")
+        diff = path.read_text(encoding="utf-8")
+    if not diff.strip():
+        fail("the diff is empty: nothing to review")
+    return CodeReviewInput(review_type="diff", content=diff, **common)
+
+
+async def run_review(args: argparse.Namespace, settings: Settings) -> int:
+    from refloop.contract.code_review import CodeReviewResult
+    from refloop.contract.visibility import start_metadata
+    from refloop.worker.stack import embedded_stack
+    from refloop.workflows.code_review import CodeReviewWorkflow
+
+    request = review_request(args)
+    workflow_id = f"review-{uuid.uuid4().hex[:12]}"
+    async with embedded_stack(settings, with_worker=settings.temporal_address is None) as stack:
+        err_console.print(f"[bold]code review[/] {workflow_id} ({request.review_type})")
+        result: CodeReviewResult = await stack.client.execute_workflow(
+            CodeReviewWorkflow.run, request, id=workflow_id,
+            task_queue=stack.settings.refloop_task_queue, result_type=CodeReviewResult,
+            **start_metadata(f"code review ({request.review_type}) {args.desc}".strip()))
+    for attempt in result.attempts:
+        err_console.print(f"[yellow]attempt {attempt['attempt']} ({attempt['agent']}): "
+                          f"{attempt['error']}[/]")
+    if result.dropped_hallucinations:
+        err_console.print(f"dropped {result.dropped_hallucinations} findings citing lines "
+                          "that are not in the content")
+    if result.skipped_content:
+        err_console.print(f"skipped (over the size cap): {', '.join(result.skipped_content)}")
+    if args.json:
+        print(result.model_dump_json())
+    elif isinstance(result.output, str):
+        print(result.output)
+    else:
+        print(json.dumps(result.output, ensure_ascii=False, indent=2))
+    return 0 if result.status == "completed" else 1
+
+
+async def run_eval(args: argparse.Namespace) -> int:
+    from refloop.cli.eval_harness import load_suite, render, run_suite, summarise
+
+    try:
+        scenarios = load_suite(args.suite)
+    except ValueError as err:
+        fail(str(err))
+    outcomes = await run_suite(scenarios)
+    table = summarise(outcomes)
+    if args.json:
+        print(json.dumps({"metrics": table,
+                          "runs": [o.model_dump(mode="json") for o in outcomes]}))
+    else:
+        print(render(table, outcomes))
+    return 0
