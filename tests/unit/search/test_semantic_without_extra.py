@@ -49,13 +49,13 @@ async def main():
 asyncio.run(main())
 """
 
-FIXTURE = Path(__file__).parent.parent / "fixtures" / "semantic_repo"
+FIXTURE = Path(__file__).parents[2] / "fixtures" / "semantic_repo"
 
 
 def test_search_semantic_says_not_installed_and_the_rest_works(tmp_path: Path):
     done = subprocess.run(
         [sys.executable, "-c", SCRIPT, str(FIXTURE), str(tmp_path)],
-        capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[2],
+        capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[3],
     )
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout.strip().splitlines()[-1])

@@ -14,7 +14,7 @@ import yaml
 
 from refloop.contract.visibility import SEARCH_ATTRIBUTES
 
-ROOT = Path(__file__).parents[2]
+ROOT = Path(__file__).parents[3]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 SERVICES = COMPOSE["services"]
 

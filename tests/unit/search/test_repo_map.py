@@ -13,7 +13,7 @@ from refloop.search.repo_map import (
     workspace_context,
 )
 
-FIXTURE = Path(__file__).parent.parent / "fixtures" / "semantic_repo"
+FIXTURE = Path(__file__).parents[2] / "fixtures" / "semantic_repo"
 
 
 def test_most_referenced_symbols_come_first():
