@@ -141,9 +141,10 @@ class LLMGateway:
                 answer = answer_of(await client.chat.completions.create(
                     model=model, extra_headers=headers, **kwargs))
         except (openai.APITimeoutError, NoFirstChunk) as err:
-            # An unstreamed answer goes on being generated after the client gives up; a
-            # hung-up stream stops at the server's next token.
-            if slot is not None and not kwargs.get("stream"):
+            # The server is most likely still working on it: an unstreamed answer goes on
+            # being generated, and a stream is only noticed gone after its first token
+            # (llama-cpp-python evaluates the prompt and picks a tool in a thread first).
+            if slot is not None:
                 self.endpoints.release_later(slot)
                 release = None
             self._count(purpose, in_flight(cap))

@@ -221,9 +221,7 @@ async def test_concurrency_limit_serialises_requests(scripted_llm):
 
 
 async def test_retry_after_a_client_timeout_waits_for_the_abandoned_slot(scripted_llm):
-    """Unstreamed, the server goes on generating the answer the client gave up on."""
-    gateway = gateway_for(scripted_llm, refloop_llm_concurrency=1, refloop_llm_timeout_s=0.4,
-                          refloop_llm_stream="off")
+    gateway = gateway_for(scripted_llm, refloop_llm_concurrency=1, refloop_llm_timeout_s=0.4)
     model = scenario(scripted_llm, {"act": [{"content": "slow", "delay_ms": 1500},
                                             {"content": "fast"}]})
     started = time.monotonic()

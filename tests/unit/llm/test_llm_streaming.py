@@ -135,8 +135,8 @@ async def test_tokens_still_flowing_at_the_time_bound_are_cut_not_retried(script
 
 
 async def test_no_token_within_the_bound_is_a_retryable_timeout(scripted_llm):
-    """Streamed, a hung-up request stops at the server's next token: its slot is free at
-    once (unstreamed, it stays held: test_llm_negotiation)."""
+    """Before its first token a stream cannot tell the server is gone (llama-cpp-python
+    evaluates the prompt in a thread): the slot stays held for one more bound."""
     gateway = gateway_for(scripted_llm, refloop_llm_timeout_s=0.4, refloop_llm_concurrency=1)
     model = scenario(scripted_llm, {"act": [{"content": "late", "delay_ms": 1500},
                                             {"content": "fast"}]})
@@ -145,7 +145,7 @@ async def test_no_token_within_the_bound_is_a_retryable_timeout(scripted_llm):
         await gateway.chat(Purpose.act, USER, model=model)
     assert err.value.retryable
     assert (await gateway.chat(Purpose.act, USER, model=model)).content == "fast"
-    assert time.monotonic() - started < 0.8
+    assert time.monotonic() - started >= 0.8
     assert gateway.usage_by_purpose["act"].abandoned_calls == 1
 
 
