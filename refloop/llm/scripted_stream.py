@@ -1,6 +1,7 @@
 """The scripted model's streamed answers (`stream: true`).
 
-OpenAI's chunk format: a role chunk, the content a token (four characters) at a time, each
+OpenAI's chunk format: a role chunk, the content a token (four characters) at a time (a long
+answer in at most MAX_PIECES pieces), each
 tool call as a first delta with its id and name then its arguments in pieces, the finish
 chunk, and, when the request asks (`stream_options.include_usage`), a last chunk with the
 usage. Two ways real servers misbehave, per scripted entry: `runaway` ignores `max_tokens`
@@ -16,11 +17,14 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 TOKEN_CHARS = 4
+# A long answer (a megabyte argument) goes in at most this many pieces, not one per token.
+MAX_PIECES = 2000
 RUNAWAY_TEXT = "la "
 STALL_S = 3600.0
 
 
-def pieces(text: str, size: int = TOKEN_CHARS) -> list[str]:
+def pieces(text: str) -> list[str]:
+    size = max(TOKEN_CHARS, -(-len(text) // MAX_PIECES))
     return [text[i:i + size] for i in range(0, len(text), size)]
 
 

@@ -125,7 +125,7 @@ async def test_a_model_ignoring_max_tokens_is_cut_and_the_task_goes_on(
     settings = settings.model_copy(update={"refloop_max_tokens": "act=48"})
     model = quirky(scripted_llm, {
         "intent": [CODING], "plan": [plan_of("write_file")],
-        "act": [{"runaway": True, "token_ms": 1},
+        "act": [{"runaway": True, "token_ms": 10},
                 call("write_file", path="hello.txt", content="hi\n"), final("written")],
         "summary": [SUMMARY],
     }, stream_tools_break=True)
@@ -134,7 +134,9 @@ async def test_a_model_ignoring_max_tokens_is_cut_and_the_task_goes_on(
     assert (workspace / "hello.txt").read_text() == "hi\n"
     acts = scripted_llm.requests(model=model, purpose="act")
     runaway = acts[0]
-    assert runaway["hung_up"] and 48 <= runaway["chunks"] <= 49
+    # The cap, the token the server was on, and one more a loaded machine may send
+    # before the hang-up reaches it.
+    assert runaway["hung_up"] and 48 <= runaway["chunks"] <= 50
     assert "cut off at the limit of 48 tokens" in acts[1]["body"]["messages"][-1]["content"]
     # The tool call: a stream that ended without a chunk, then the same request unstreamed.
     assert [(bool(r["body"].get("stream")), r.get("chunks")) for r in acts[1:3]] == \

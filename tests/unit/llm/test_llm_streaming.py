@@ -75,7 +75,7 @@ async def test_a_runaway_is_hung_up_at_its_cap_counted_and_the_model_told(script
     connection; the answer so far is `length`, re-asked once as for a server that kept
     the cap; the tokens that came are in the ledger."""
     gateway = gateway_for(scripted_llm, refloop_max_tokens="act=40")
-    model = scenario(scripted_llm, {"act": [{"runaway": True, "token_ms": 2},
+    model = scenario(scripted_llm, {"act": [{"runaway": True, "token_ms": 10},
                                             {"content": "short"}]})
     started = time.monotonic()
     out, ledger = await chat_with_ledger(gateway, model)
@@ -83,7 +83,9 @@ async def test_a_runaway_is_hung_up_at_its_cap_counted_and_the_model_told(script
     assert hung_up(scripted_llm, model, 1) == [True]
     runaway, reask = scripted_llm.requests(model=model)
     assert runaway["body"]["max_tokens"] == 40
-    assert 40 <= runaway["chunks"] <= 41  # the cap, plus the token the server was on
+    # The cap, the token the server was on, and one more a loaded machine may send
+    # before the hang-up reaches it.
+    assert 40 <= runaway["chunks"] <= 42
     told = reask["body"]["messages"][-1]["content"]
     assert "cut off at the limit of 40 tokens" in told
     assert "la la" in reask["body"]["messages"][-2]["content"]
