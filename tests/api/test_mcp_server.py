@@ -166,7 +166,7 @@ async def test_api_tasks_choose_mcp_servers_with_a_session_default(
     store = store_for(settings.effective_database_url)
     app = create_app(settings, client=client)
     async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://api") as api:
+            transport=httpx.ASGITransport(app=app), base_url="http://localhost") as api:
         async def session_with(**body) -> str:
             response = await api.post("/agent/interactive/start",
                                       json={"workspace": str(workspace), **body})
