@@ -26,6 +26,7 @@ from refloop.api.guards import (
     http_error,
     short_validation_error,
 )
+from refloop.api.housekeeping import keep_house
 from refloop.api.mcp_server import McpDeps, build_mcp_server, http_endpoint
 from refloop.api.openapi import ERROR_RESPONSES, install_docs
 from refloop.api.reconcile import reconcile_all
@@ -63,8 +64,10 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
         startup = None
         if app.state.client is not None:
             startup = asyncio.create_task(reconcile_all(app.state.client, app.state.store))
+        upkeep = asyncio.create_task(keep_house(settings, app.state.store))
         async with mcp_lifespan():
             yield
+        upkeep.cancel()
         if startup is not None and not startup.done():
             startup.cancel()
 

@@ -28,26 +28,33 @@ _UVICORN_SERVES: list[bool] = []
 
 
 
+def server_config(app: Any, settings: Settings, host: str, port: int) -> Any:
+    """uvicorn's settings for the API. Open event streams must not hold a stop past the
+    grace period; slow or idle clients are cut off (headers, body, keep-alive), so none can
+    hold connections open (slowloris)."""
+    import uvicorn
+
+    from refloop.api.slow_clients import protocol_with
+
+    return uvicorn.Config(app, host=host, port=port, log_level="warning",
+                          timeout_graceful_shutdown=int(settings.refloop_graceful_shutdown_s),
+                          http=protocol_with(settings.refloop_http_header_timeout_s,
+                                             settings.refloop_http_body_timeout_s),
+                          timeout_keep_alive=int(settings.refloop_http_keep_alive_s))
+
+
 async def serve_api(settings: Settings, client: Any, host: str, port: int) -> None:
     import uvicorn
 
     from refloop.api.bind import console_url, secure_bind
     from refloop.api.main import create_app
-    from refloop.api.slow_clients import protocol_with
 
     settings, generated = secure_bind(settings, host)
     if generated:  # off loopback, nothing is served without a token
         err_console.print(f"[bold yellow]REFLOOP_API_TOKEN is unset and {host} is not "
                           "loopback: generated a token for this run.[/] Open "
                           f"{console_url(host, port, generated)}")
-    # Open event streams must not hold a stop past the grace period; slow or idle clients
-    # are cut off (headers, body, keep-alive), so none can hold connections open.
-    config = uvicorn.Config(create_app(settings, client=client), host=host, port=port,
-                            log_level="warning",
-                            timeout_graceful_shutdown=int(settings.refloop_graceful_shutdown_s),
-                            http=protocol_with(settings.refloop_http_header_timeout_s,
-                                               settings.refloop_http_body_timeout_s),
-                            timeout_keep_alive=int(settings.refloop_http_keep_alive_s))
+    config = server_config(create_app(settings, client=client), settings, host, port)
     _UVICORN_SERVES.append(True)
     await uvicorn.Server(config).serve()
 

@@ -73,6 +73,9 @@ class Settings(BaseSettings):
     # Directories API tasks may work in (comma or os.pathsep separated); unset: the
     # server's start directory and <data dir>/workspaces (see refloop/workspaces.py)
     refloop_workspace_roots: str | None = None
+    # Seconds: a fresh session workspace still empty this long is removed (a later
+    # task of the session makes it again)
+    refloop_session_ttl: float = Field(default=3600.0, gt=0)
     # Completeness reflection
     enable_reflection: bool = True
     reflection_max_supplements: int = Field(default=3, ge=0, le=10)

@@ -32,6 +32,7 @@ from refloop.runtime.telemetry import tracer
 from refloop.runtime.workspaces import (
     ID_PATTERN,
     WorkspaceError,
+    ensure_fresh_workspace,
     fresh_workspace,
     resolve_workspace,
 )
@@ -148,6 +149,7 @@ async def start_task(body: TaskCreate, client, store: Store, settings: Settings,
     if session is None:
         raise not_found(f"session {body.session_id}")
     try:  # checked again: the roots may have changed since the session began
+        await asyncio.to_thread(ensure_fresh_workspace, session.workspace, settings)
         await asyncio.to_thread(resolve_workspace, session.workspace, settings)
     except WorkspaceError as err:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(err)) from err

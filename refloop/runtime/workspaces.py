@@ -162,3 +162,33 @@ def fresh_workspace(settings: Settings) -> Path:
     path = managed_root(settings) / f"ws-{uuid.uuid4().hex[:12]}"
     path.mkdir(parents=True)
     return path
+
+
+def stale_empty_workspaces(settings: Settings, older_than_s: float, keep: set[str],
+                           now: float | None = None) -> list[Path]:
+    """Fresh task directories under the managed root that are still empty, untouched for
+    `older_than_s`, and not in `keep` (the workspaces of tasks that still run)."""
+    import time
+
+    now = time.time() if now is None else now
+    try:
+        candidates = list(managed_root(settings).glob("ws-*"))
+    except OSError:
+        return []
+    stale = []
+    for path in candidates:
+        try:
+            if (str(path) not in keep and path.is_dir() and not path.is_symlink()
+                    and now - path.stat().st_mtime >= older_than_s
+                    and next(path.iterdir(), None) is None):
+                stale.append(path)
+        except OSError:  # removed meanwhile, or unreadable: not ours to judge
+            continue
+    return stale
+
+
+def ensure_fresh_workspace(raw: str, settings: Settings) -> None:
+    """A fresh directory removed while empty comes back when its session starts a task."""
+    path = Path(raw)
+    if managed_root(settings) in path.parents and not path.exists():
+        path.mkdir(parents=True, exist_ok=True)
