@@ -44,7 +44,7 @@ class Settings(BaseSettings):
     refloop_review_model: str | None = None
     refloop_llm_timeout_s: float = Field(default=120.0, gt=0)
     refloop_structured_max_reasks: int = Field(default=2, ge=0, le=10)
-    # Endpoint capabilities (refloop/llm_endpoint.py): auto negotiates and remembers per
+    # Endpoint capabilities (refloop.llm.endpoint): auto negotiates and remembers per
     # (base URL, model); a pinned value is used as is.
     refloop_structured_mode: Literal["auto", "json_schema", "json_object_schema",
                                      "json_object", "prompt"] = "auto"
@@ -71,7 +71,7 @@ class Settings(BaseSettings):
     refloop_http_body_timeout_s: float = Field(default=30.0, gt=0)
     refloop_http_keep_alive_s: float = Field(default=5.0, ge=1)
     # Directories API tasks may work in (comma or os.pathsep separated); unset: the
-    # server's start directory and <data dir>/workspaces (see refloop/workspaces.py)
+    # server's start directory and <data dir>/workspaces (see refloop.runtime.workspaces)
     refloop_workspace_roots: str | None = None
     # Seconds: a fresh session workspace still empty this long is removed (a later
     # task of the session makes it again)
