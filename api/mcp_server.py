@@ -90,7 +90,7 @@ def build_mcp_server(deps: Callable[[], McpDeps]) -> MCPServer:
         """A task's status, progress and (once ended) result with its answer."""
         d = deps()
         with api_errors():
-            return _task_view(await tasks.get_task(task_id, d.client, d.store))
+            return _task_view(await tasks.get_task(task_id, d.client, d.store, d.settings))
 
     @server.tool()
     async def task_events(task_id: str, after_seq: int = 0,

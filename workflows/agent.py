@@ -76,7 +76,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
     @workflow.query(description="Status, current plan step, plan, stats and event count.")
     def progress(self) -> TaskProgress:
         return TaskProgress(
-            status=self.state.status,
+            status=self._visible_status(),  # waiting_approval while a call waits
             current_step=self._current_step(),
             plan=self.state.planning.plan,
             stats=self.state.stats,

@@ -23,7 +23,8 @@ def parse_sse(text: str) -> list[dict]:
         fields = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line
                       and not line.startswith(":"))
         if "event" in fields:
-            events.append({"id": int(fields["id"]), "event": fields["event"],
+            events.append({"id": int(fields["id"]) if "id" in fields else None,
+                           "event": fields["event"],
                            "data": json.loads(fields["data"])})
     return events
 
