@@ -15,6 +15,7 @@ from refloop.search.runtime import start_warm_up
 from refloop.settings import Settings
 from refloop.worker.model_endpoint import model_endpoint
 from refloop.worker.plugin import refloop_plugin
+from refloop.worker.search_attributes import ensure_search_attributes
 
 log = logging.getLogger("refloop.worker")
 
@@ -44,6 +45,7 @@ async def run_worker(settings: Settings) -> None:
     if settings.refloop_semantic_index:  # loads while we connect
         start_warm_up(settings.refloop_embedding_model)
     client = await connect(settings.temporal_address, settings.temporal_namespace)
+    await ensure_search_attributes(client, settings.temporal_namespace)
     with model_endpoint(settings) as effective:
         log.warning(
             "worker on %s, task queue %s, model endpoint %s",
