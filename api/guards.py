@@ -186,7 +186,7 @@ class BoundaryGuard:
         await self.app(scope, replay, send)
 
 
-def _short(value: Any) -> Any:
+def short_echo(value: Any) -> Any:
     if isinstance(value, bytes):  # a body that is not JSON: quoted as text
         value = value[:ECHO_CHARS * 4].decode("utf-8", errors="replace")
     if isinstance(value, str):
@@ -206,7 +206,7 @@ async def short_validation_error(request: Request, exc: RequestValidationError) 
     for error in exc.errors():
         item = {k: v for k, v in error.items() if k in ("type", "loc", "msg")}
         if "input" in error:
-            item["input"] = _short(error["input"])
+            item["input"] = short_echo(error["input"])
         errors.append(item)
     return JSONResponse({"detail": jsonable_encoder(errors[:20])}, status_code=422)
 
