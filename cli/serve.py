@@ -68,7 +68,29 @@ async def run_up(args: argparse.Namespace, settings: Settings) -> int:
         err_console.print(f"[bold]refloop up[/]: Temporal {where}, Web UI {ui or '(none)'}, "
                           f"API http://{args.host}:{args.port} (docs at /docs); worker on "
                           f"{settings.refloop_task_queue}; Ctrl-C to stop")
-        await serve_api(stack.settings, stack.client, args.host, args.port)
+        return await serve_supervised(stack, args.host, args.port)
+
+
+async def serve_supervised(stack: Any, host: str, port: int) -> int:
+    """The API while the embedded Temporal server is watched: restarted when it dies, or
+    the command exits non-zero (3) saying why, never a server that answers for nothing."""
+    from refloop.worker.temporal_server import TemporalServerLost
+
+    serving = asyncio.create_task(serve_api(stack.settings, stack.client, host, port))
+    temporal = stack.temporal
+    if temporal is None or temporal.owned_pid is None:  # not ours to supervise
+        await serving
+        return 0
+    watching = asyncio.create_task(temporal.supervise(stack.settings.refloop_temporal_restarts))
+    await asyncio.wait({serving, watching}, return_when=asyncio.FIRST_COMPLETED)
+    if watching.done() and isinstance(watching.exception(), TemporalServerLost):
+        err_console.print(f"[bold red]refloop up: {watching.exception()}; stopping.[/]")
+        serving.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await serving
+        return 3
+    watching.cancel()
+    await serving
     return 0
 
 

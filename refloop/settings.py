@@ -32,6 +32,9 @@ class Settings(BaseSettings):
     refloop_temporal_port: int = Field(default=7233, gt=0, lt=65536)
     refloop_ui_port: int = Field(default=8233, gt=0, lt=65536)
     refloop_api_port: int = Field(default=8000, gt=0, lt=65536)  # `refloop up`/`api`
+    # `refloop up` restarts its embedded server when it dies, at most this often in 10 min;
+    # past that it exits non-zero (0: exit at the first death)
+    refloop_temporal_restarts: int = Field(default=3, ge=0, le=100)
     # SIGTERM/SIGINT: in-flight activities get this long to finish before the worker stops
     refloop_graceful_shutdown_s: float = Field(default=10.0, ge=0)
     # Persistence; unset: SQLite file under the data dir
