@@ -82,3 +82,27 @@ async def test_past_the_restart_budget_up_exits_non_zero(scripted_llm, tmp_path:
         assert "giving up" in up.log.read_text()
     finally:
         up.cleanup()
+
+
+@pytest.mark.slow
+async def test_run_beside_up_never_names_a_model_it_does_not_use(scripted_llm,
+                                                                 tmp_path: Path):
+    """`refloop run` while `refloop up` serves the same data dir: `up`'s worker takes the
+    task's calls, with `up`'s model; the run says so instead of "model: SCRIPTED"."""
+    import subprocess
+    import sys
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    up = Up(tmp_path, scripted_llm.base_url)
+    try:
+        up.start()
+        env = {k: v for k, v in up.env.items() if k != "OPENAI_BASE_URL"}  # run: scripted
+        done = await asyncio.to_thread(
+            subprocess.run, [sys.executable, "-m", "refloop", "run", "say hello",
+                             "--workspace", str(workspace), "--no-reflection"],
+            env=env, capture_output=True, text=True, timeout=120)
+        assert "model: SCRIPTED" not in done.stderr, done.stderr
+        assert "run this task with their own model settings" in " ".join(done.stderr.split())
+    finally:
+        up.cleanup()
