@@ -82,7 +82,7 @@ async def run_task(args: argparse.Namespace, settings: Settings) -> int:
             AgentTaskWorkflow.run,
             task,
             id=workflow_id,
-            task_queue=stack.settings.refloop_task_queue,
+            task_queue=stack.settings.task_queue,
             **start_metadata(task.task, task.workspace),
         )
         web_ui = stack.temporal.workflow_url(workflow_id) if stack.temporal else None
@@ -188,7 +188,7 @@ async def run_review(args: argparse.Namespace, settings: Settings) -> int:
         err_console.print(f"[bold]code review[/] {workflow_id} ({request.review_type})")
         result: CodeReviewResult = await stack.client.execute_workflow(
             CodeReviewWorkflow.run, request, id=workflow_id,
-            task_queue=stack.settings.refloop_task_queue, result_type=CodeReviewResult,
+            task_queue=stack.settings.task_queue, result_type=CodeReviewResult,
             **start_metadata(f"code review ({request.review_type}) {args.desc}".strip()))
     for attempt in result.attempts:
         err_console.print(f"[yellow]attempt {attempt['attempt']} ({attempt['agent']}): "

@@ -24,7 +24,7 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
     dependencies; it stops its pooled MCP servers when it stops."""
     return Worker(
         client,
-        task_queue=task_queue or settings.refloop_task_queue,
+        task_queue=task_queue or settings.task_queue,
         plugins=[refloop_plugin(settings, client.data_converter)],
         activity_executor=ThreadPoolExecutor(8),
         max_cached_workflows=settings.refloop_worker_max_cached_workflows,
@@ -48,7 +48,7 @@ async def run_worker(settings: Settings) -> None:
         log.warning(
             "worker on %s, task queue %s, model endpoint %s",
             settings.temporal_address,
-            settings.refloop_task_queue,
+            settings.task_queue,
             effective.openai_base_url,
         )
         async with build_worker(client, effective):
