@@ -107,10 +107,14 @@ async def run_task(args: argparse.Namespace, settings: Settings) -> int:
             history = await handle.fetch_history()
             Path(args.save_history).write_text(dump_history(history), encoding="utf-8")
         owned = stack.temporal is not None and stack.temporal.owned_pid is not None
+        moved = stack.temporal is not None and stack.temporal.asked_port is not None
     emit_result(result, args.json)
     if web_ui:
+        # A server on a free port (another data dir held the asked one) may be elsewhere next
+        # time: the link's port is then the one `refloop up` prints.
         later = (" (this command's server has stopped: `refloop up` serves the task from "
-                 f"{settings.refloop_data_dir})") if owned else ""
+                 f"{settings.refloop_data_dir}"
+                 + (", on the Web UI port it prints)" if moved else ")")) if owned else ""
         err_console.print(f"[bold]Web UI[/] {web_ui}{later}")
     return 0 if result.status == "completed" else 1
 
