@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from refloop.runtime.net import free_port
+from refloop.worker.ownership import OWNER_FILE, belongs, owner_id, owning_data_dir
 from refloop.worker.temporal_server import (
     STATE_FILE,
     EmbeddedTemporal,
@@ -23,7 +24,6 @@ from refloop.worker.temporal_server import (
     is_our_server,
     read_record,
 )
-from refloop.worker.ownership import OWNER_FILE, belongs, owner_id, owning_data_dir
 
 
 async def test_a_second_process_on_the_same_data_dir_attaches(tmp_path: Path):
