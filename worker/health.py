@@ -22,11 +22,12 @@ async def polled_here() -> bool:
     client = await connect(settings.temporal_address, settings.temporal_namespace)
     described = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
         namespace=settings.temporal_namespace,
-        task_queue=TaskQueue(name=settings.refloop_task_queue),
+        task_queue=TaskQueue(name=settings.task_queue),
         task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY))
     host = socket.gethostname()
-    # A worker's identity is "<pid>@<host>" unless set otherwise.
-    return any(poller.identity.endswith(f"@{host}") for poller in described.pollers)
+    # A worker's identity starts "<pid>@<host>" (then the store it writes to).
+    return any(poller.identity.split(" ", 1)[0].endswith(f"@{host}")
+               for poller in described.pollers)
 
 
 def main() -> None:
