@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any
 
 from temporalio.client import Client
@@ -44,7 +43,7 @@ def public(row: TaskRecord, settings: Settings, **fields: Any) -> TaskState:
     return TaskState(**{**row.model_dump(), "model": model, "endpoint": endpoint, **fields})
 
 
-async def waiting_ids(client: Client) -> set[str] | None:
+async def waiting_ids(client: Client, seconds: float = TEMPORAL_ANSWER_S) -> set[str] | None:
     """Workflow IDs of agent tasks waiting for a decision; None when Temporal is silent."""
     query = (f'{visibility.STATUS.name} = "{WAITING}" AND ExecutionStatus = "Running"')
 
@@ -52,7 +51,7 @@ async def waiting_ids(client: Client) -> set[str] | None:
         return {wf.id async for wf in client.list_workflows(query, limit=10_000)}
 
     try:
-        return await within(collect(), TEMPORAL_ANSWER_S)
+        return await within(collect(), seconds)
     except Exception:  # noqa: BLE001 (down, slow, or no such attribute: the rows answer)
         return None
 
@@ -86,14 +85,21 @@ async def listed(client: Client, store: Store, settings: Settings, session_id: s
     """GET /tasks: stored rows, waiting ones told apart, closed code reviews followed."""
     stored = "running" if status == WAITING else status
     rows = await asyncio.to_thread(store.list_tasks, session_id=session_id, status=stored)
+    # One budget for the whole listing: Temporal silent, every row answers as stored.
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + TEMPORAL_ANSWER_S
     waiting: set[str] | None = set()
     if any(row.kind == "agent" and row.status == "running" for row in rows):
-        waiting = await waiting_ids(client)
+        waiting = await waiting_ids(client, TEMPORAL_ANSWER_S)
+    silent = waiting is None
     states = []
     for row in rows:
-        if row.kind != "agent":  # nobody else updates code-review rows
-            with contextlib.suppress(Exception):  # Temporal silent: the row as stored
-                row = await within(refresh(client, store, row), TEMPORAL_ANSWER_S)
+        left = deadline - loop.time()
+        if row.kind != "agent" and row.status in OPEN_STATUSES and not silent:
+            try:  # nobody else updates code-review rows
+                row = await within(refresh(client, store, row), max(left, 0.05))
+            except Exception:  # noqa: BLE001 (Temporal silent: the row as stored)
+                silent = True
         shown = WAITING if waiting and row.workflow_id in waiting else row.status
-        states.append(public(row, settings, status=shown, from_database=waiting is None))
+        states.append(public(row, settings, status=shown, from_database=silent))
     return [state for state in states if status is None or state.status == status]
