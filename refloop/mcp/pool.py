@@ -36,6 +36,16 @@ log = logging.getLogger("refloop.mcp")
 # Starting, `initialize` and the listing: a server silent past this will not answer.
 START_TIMEOUT_S = 20.0
 STDERR_TAIL_CHARS = 1500
+# One message from a stdio server, at most: a longer line (a 50 MB result) is replaced, in
+# the sandbox, by a JSON-RPC error for its request id, before the client reads any of it.
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+_CAPPED = (  # awk (POSIX): pass each line on, or answer for it when it is too long
+    '"$@" | awk -v cap="$CAP" \'length($0) <= cap { print; fflush(); next } '
+    '{ id = "null"; if (match(substr($0, 1, 400), /"id" *: *("[^"]*"|[0-9]+)/)) { '
+    'id = substr($0, RSTART, RLENGTH); sub(/^"id" *: */, "", id) } '
+    'printf "{\\"jsonrpc\\":\\"2.0\\",\\"id\\":%s,\\"error\\":{\\"code\\":-32603,'
+    '\\"message\\":\\"the result is over %d bytes (the MCP message cap)\\"}}\\n", id, cap; '
+    'fflush() }\'')
 SERVER_CPU_S = 10**8  # CPU seconds: no practical cap for a pooled server
 # Servers are per (server, workspace): idle ones stop, and a worker keeps at most this many.
 IDLE_S = 600.0
@@ -82,7 +92,8 @@ def launch_spec(server: str, config: McpServerConfig, workspace: Path,
 
     assert config.command is not None
     command = os.path.abspath(shutil.which(config.command) or config.command)
-    argv = [command, *config.args]
+    argv = ["/bin/sh", "-c", _CAPPED.replace("$CAP", str(MAX_MESSAGE_BYTES)), "sh", command,
+            *config.args]
     env = resolved_env(server, config, environ)
     readable = [*settings.sandbox_ro_paths, *install_roots(command),
                 *script_dirs(config.args, workspace)]
@@ -259,7 +270,7 @@ class McpPool:
             why = "no answer to `initialize` within " \
                 f"{START_TIMEOUT_S:g}s" if isinstance(err, TimeoutError) else _describe(err)
             tail = stderr_tail(connection)
-            await self._close(connection)
+            await self._close(connection, grace_s=0.0)  # a silent server gets no grace
             raise McpStartError(f"MCP server {server!r} did not start: {why}"
                                 + (f"; its stderr ends with:\n{tail}" if tail else "")
                                 ) from None
@@ -316,14 +327,14 @@ class McpPool:
             "w+", encoding="utf-8", errors="replace")
         return stdio_client(params, errlog=connection.errlog)
 
-    async def _close(self, connection: Connection) -> None:
+    async def _close(self, connection: Connection, grace_s: float = 10.0) -> None:
         connection.closing.set()
         owner = connection.owner
         if owner is None or owner.done():
             _close_errlog(connection)
             return
         try:
-            await asyncio.wait_for(asyncio.shield(owner), 10)
+            await asyncio.wait_for(asyncio.shield(owner), grace_s)
         except TimeoutError:
             owner.cancel()
             with contextlib.suppress(BaseException):

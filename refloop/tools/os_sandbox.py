@@ -63,6 +63,8 @@ class SandboxUnavailableError(RuntimeError):
 SANDBOX_ID = "65534"
 # Never walked for root-only entries: a tree this large would cost seconds at start.
 UNSCANNED_DIRS = ("/usr",)
+# bubblewrap options that take a descriptor number.
+FD_OPTIONS = frozenset({"--seccomp", "--bind-fd", "--ro-bind-fd"})
 
 
 @dataclass
@@ -271,20 +273,23 @@ def sandboxed_command(argv: list[str], *, workspace: Path, allow_network: bool,
 
 def with_fds_from_files(command: SandboxedCommand, directory: Path) -> list[str]:
     """The argv of `command` for a spawner that cannot pass descriptors (the MCP client):
-    each descriptor's content goes to a private file that a shell reopens on the same
-    number before it execs bubblewrap. Directory descriptors are not supported here."""
-    redirects = []
-    for fd in command.pass_fds:
-        path = directory / f"fd-{fd}"
+    each descriptor's content goes to a private file that a shell reopens, as 3, 4...
+    (sh takes one digit), before it execs bubblewrap. Directory descriptors are not
+    supported here: bind the workspace by path."""
+    redirects, argv = [], list(command.argv)
+    for number, fd in enumerate(command.pass_fds, start=3):
+        path = directory / f"fd-{os.getpid()}-{number}"
         with open(path, "wb") as handle:
             os.lseek(fd, 0, os.SEEK_SET)
             handle.write(os.read(fd, 1 << 20))
         os.chmod(path, 0o600)
-        redirects.append(f"{fd}<{shlex.quote(str(path))}")
+        redirects.append(f"{number}<{shlex.quote(str(path))}")
+        argv = [str(number) if arg == str(fd) and prev in FD_OPTIONS else arg
+                for prev, arg in zip(["", *argv[:-1]], argv, strict=True)]
     command.close()
     if not redirects:
-        return command.argv
-    return ["/bin/sh", "-c", f'exec "$@" {" ".join(redirects)}', "sh", *command.argv]
+        return argv
+    return ["/bin/sh", "-c", f'exec "$@" {" ".join(redirects)}', "sh", *argv]
 
 
 UNSANDBOXED_WARNING = (

@@ -60,9 +60,11 @@ async def test_annotations_decide_approval_and_retries(settings, tmp_path, ws):
     acts = activities_for(settings, tmp_path, {"a": {
         **ANNOTATED, "confirm": ["look"], "properties": {"plain": {"read_only": True}}}})
     try:
-        tools = {t.tool: t for t in (await listing(acts, ws, "a")).tools}
+        listed = await listing(acts, ws, "a")
     finally:
         await acts.pool.close()
+    tools = {t.tool: t for t in listed.tools}
+    assert "create_branch" in tools, listed.dropped
     props = {name: mcp_tool_properties(tool) for name, tool in tools.items()}
     # readOnlyHint false, idempotentHint false: a write, approved under confirm_writes, once.
     branch = props["create_branch"]
@@ -96,12 +98,18 @@ async def test_descriptions_are_fenced_capped_and_kept_out_of_the_system_prompt(
 
 
 async def test_a_huge_result_is_capped(settings, tmp_path, ws):
-    acts = activities_for(settings, tmp_path, {"a": {**ANNOTATED, "timeout_s": 120}})
+    """50 MB in one message: refused in the sandbox before the client reads it (an error
+    for the model); 1 MB: under the message cap, passed on (windowed)."""
+    acts = activities_for(settings, tmp_path, {"a": {**ANNOTATED, "timeout_s": 60}})
+    started = time.monotonic()
     try:
-        result = await call(acts, ws, "a", "huge", megabytes=50)
+        huge = await call(acts, ws, "a", "huge", megabytes=50)
+        large = await call(acts, ws, "a", "huge", megabytes=1)
     finally:
         await acts.pool.close()
-    assert result.ok and len(result.output) < 2 * 1024 * 1024
+    assert not huge.ok and "MCP message cap" in huge.error, huge.error
+    assert large.ok and len(large.output) < 2 * 1024 * 1024
+    assert time.monotonic() - started < 60
 
 
 @pytest.mark.parametrize("mode", ["hang", "bad-listing", "crash"])
