@@ -125,9 +125,11 @@ def _bwrap_problem(bwrap: str) -> str:
 
 @functools.cache
 def root_only_entries() -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(files, directories) under the bound system directories that only their owner may
-    read: the command's uid maps to the worker's, so a root worker's commands would read
-    them. Walked once per process; /usr is left out (large, and world-readable)."""
+    """(files, directories) under the bound system directories that are not world-readable
+    but that this worker can read: the command's uid maps to the worker's, so a root
+    worker's commands would read them (for an ordinary user there are usually none, and
+    nothing to mount). Walked once per process; /usr is left out (large, and
+    world-readable)."""
     files: list[str] = []
     dirs: list[str] = []
     for top in SYSTEM_DIRS:
@@ -138,13 +140,15 @@ def root_only_entries() -> tuple[tuple[str, ...], tuple[str, ...]]:
                 path = os.path.join(folder, name)
                 with contextlib.suppress(OSError):
                     if not os.lstat(path).st_mode & stat.S_IROTH:
-                        dirs.append(path)
                         subdirs.remove(name)
+                        if os.access(path, os.R_OK | os.X_OK):
+                            dirs.append(path)
             for name in names:
                 path = os.path.join(folder, name)
                 with contextlib.suppress(OSError):
                     info = os.lstat(path)
-                    if stat.S_ISREG(info.st_mode) and not info.st_mode & stat.S_IROTH:
+                    if stat.S_ISREG(info.st_mode) and not info.st_mode & stat.S_IROTH \
+                            and os.access(path, os.R_OK):
                         files.append(path)
     return tuple(files), tuple(dirs)
 
