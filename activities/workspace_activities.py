@@ -23,7 +23,7 @@ from refloop.search.runtime import missing_extra
 from refloop.settings import Settings
 from refloop.store.blobs import offload_output
 from refloop.store.db import Store
-from refloop.tools.sandbox import workspace_root
+from refloop.tools.sandbox import shown, workspace_root
 
 
 class WorkspaceActivities:
@@ -34,8 +34,8 @@ class WorkspaceActivities:
     @activity.defn(name=activity_calls.DESCRIBE_WORKSPACE.name)
     async def describe(self, inp: WorkspaceInput) -> WorkspaceDescription:
         root = workspace_root(inp.workspace)
-        context = await asyncio.to_thread(workspace_context, root,
-                                          self.settings.refloop_repo_map_tokens)
+        context = shown(await asyncio.to_thread(workspace_context, root,
+                                                self.settings.refloop_repo_map_tokens))
         # A large map travels as a blob marker; the model call expands it (history-lean).
         context = await asyncio.to_thread(offload_output, context,
                                           self.settings.refloop_blob_threshold_bytes,

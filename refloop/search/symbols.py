@@ -61,8 +61,8 @@ def iter_sources(root: Path, suffixes: frozenset[str], max_bytes: int
         dirs[:] = sorted(d for d in dirs if d not in VENDORED_DIRS and not d.startswith("."))
         for name in sorted(files):
             path = Path(folder, name)
-            if path.suffix not in suffixes:
-                continue
+            if path.suffix not in suffixes or not _utf8(str(path)):
+                continue  # a name that is not UTF-8 could not be stored or shown
             try:  # links, FIFOs, sockets and devices are never read (a FIFO would block)
                 info = path.lstat()
                 if not stat.S_ISREG(info.st_mode) or info.st_size > max_bytes:
@@ -74,6 +74,14 @@ def iter_sources(root: Path, suffixes: frozenset[str], max_bytes: int
 
 # Nothing the index or the repo map reads is larger (a source file, not a data dump).
 MAX_SOURCE_BYTES = 64 * 1024 * 1024
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def read_source_bytes(path: Path, max_bytes: int = MAX_SOURCE_BYTES) -> bytes | None:

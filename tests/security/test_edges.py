@@ -20,12 +20,14 @@ from pathlib import Path
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from refloop.activities.workspace_activities import index_launch
+from refloop.activities.workspace_activities import WorkspaceActivities, index_launch
 from refloop.cli.tasks import review_request
 from refloop.contract.activity_io import RunToolInput
+from refloop.contract.task import WorkspaceInput
 from refloop.search.index import scan
 from refloop.search.symbols import read_source, read_source_bytes
 from refloop.settings import Settings
+from refloop.store.db import store_for
 from refloop.tools import os_sandbox
 from refloop.tools.seccomp import native_filter
 from tests.security.test_containment import SECRET, Box, run_cmd
@@ -294,6 +296,12 @@ async def test_a_name_that_is_not_utf8_is_shown_escaped(box: Box):
         json.dumps(result.model_dump(), ensure_ascii=False).encode("utf-8")
     ran = await run_cmd(box, "ls sub")
     ran.model_dump_json()
+    # The task's start: the repo map names the workspace's files (a .py this time).
+    Path(os.fsdecode(os.path.join(os.fsencode(box.ws), b"odd\xff.py"))).write_bytes(b"x = 1\n")
+    workspace = WorkspaceActivities(box.settings, store_for(f"sqlite:///{box.ws.parent}/w.db"))
+    described = await ActivityEnvironment().run(workspace.describe,
+                                                WorkspaceInput(workspace=str(box.ws)))
+    described.model_dump_json()
 
 
 # ---------------------------------------------------------------- 8. cost
