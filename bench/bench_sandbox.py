@@ -4,6 +4,10 @@ mounts alone, the reaper process it adds by default, a `prlimit` exec for the li
 a 10-step agent task of run_cmd calls with the sandbox on and off.
 
     .venv/bin/python -m bench.bench_sandbox [--runs 200] [--steps 10]
+
+Measured (--runs 60, shared 2-core host at load average 12.5, as root): bare 2.7 ms median;
+`bwrap --bind / /` alone 12.6; the old profile (reaper + prlimit exec) 34.5; the profile
+27.7, a cost of 25 ms over bare (CPU: 5.2 ms). The goal is 12 ms (GOAL_MS).
 """
 
 from __future__ import annotations
