@@ -45,7 +45,13 @@ from refloop.search.runtime import (
     import_lancedb,
     missing_extra,
 )
-from refloop.search.symbols import CODE_SUFFIXES, TEXT_SUFFIXES, iter_sources, read_source
+from refloop.search.symbols import (
+    CODE_SUFFIXES,
+    TEXT_SUFFIXES,
+    iter_sources,
+    read_source,
+    read_source_bytes,
+)
 
 if TYPE_CHECKING:  # imported where used: a warm-up started first thing need not wait for them
     from refloop.contract.task import IndexReport, SemanticHit
@@ -78,8 +84,9 @@ def scan(workspace: Path) -> list[SourceFile]:
     found = []
     for relative, path in iter_sources(workspace, CODE_SUFFIXES | TEXT_SUFFIXES,
                                        MAX_INDEXED_FILE_BYTES):
-        with contextlib.suppress(OSError):
-            found.append(SourceFile(relative, path, hashlib.sha256(path.read_bytes()).hexdigest()))
+        data = read_source_bytes(path, MAX_INDEXED_FILE_BYTES)
+        if data is not None:
+            found.append(SourceFile(relative, path, hashlib.sha256(data).hexdigest()))
     return found
 
 
