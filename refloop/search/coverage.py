@@ -60,12 +60,20 @@ def read_pending(path: Path) -> Pending | None:
 
 def scan_terms(query: str) -> list[str]:
     """The query's words as the full-text side sees them (identifiers split and joined),
-    lower case, short ones out."""
+    lower case, question words out, a plain English ending cut (a substring then matches
+    "hashed passwords" in `hash_password`, as the stemmed full-text side would)."""
     seen: dict[str, None] = {}
-    for term in identifier_terms(query).split():
-        if len(term) >= _SHORT and term.lower() not in STOP_WORDS:
-            seen.setdefault(term.lower())
+    for term in identifier_terms(query).lower().split():
+        if len(term) >= _SHORT and term not in STOP_WORDS:
+            seen.setdefault(_stem(term))
     return list(seen)
+
+
+def _stem(word: str) -> str:
+    for ending, shortest in (("ing", 6), ("ed", 5), ("s", 4)):
+        if word.endswith(ending) and len(word) >= shortest and not word.endswith("ss"):
+            return word[: -len(ending)]
+    return word
 
 
 @dataclass(frozen=True)

@@ -323,13 +323,15 @@ class CodeIndex:
         from refloop.contract.task import SearchAnswer, SemanticHit
 
         pending = read_pending(self.pending_path)
-        if pending is None and self.chunk_count() == 0 and not self._indexed_before():
+        stored = (self.index_dir / f"{self.table_name}.lance").is_dir()
+        if pending is None and not stored and not self._indexed_before():
             files = [relative for relative, _ in iter_sources(
                 self.workspace, CODE_SUFFIXES | TEXT_SUFFIXES, MAX_INDEXED_FILE_BYTES)]
             pending = Pending(tuple(files), len(files))
         if pending is None or not pending.files:
             return SearchAnswer(hits=self.search(query, limit))
-        indexed = self.search(query, limit)
+        # no table yet: the words alone, without waiting for LanceDB to import
+        indexed = self.search(query, limit) if stored else []
         scanned, read = scan_files(self.workspace, pending.files, query, limit)
         slots = scan_slots(limit, pending, len(indexed), len(scanned))
         hits = indexed[: limit - slots] + [

@@ -29,6 +29,8 @@ def test_query_words_are_split_like_the_full_text_side_without_question_words():
     assert scan_terms("How does parse_URLPath handle the port?") == [
         "parseurlpath", "parse", "url", "path", "handle", "port"]
     assert scan_terms("is it ?") == []
+    assert scan_terms("hashed passwords, loading the class") == [
+        "hash", "password", "load", "class"]
 
 
 def test_the_scan_ranks_blocks_by_the_share_of_query_words_they_hold(tmp_path: Path):
