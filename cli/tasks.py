@@ -183,11 +183,10 @@ async def replay_histories(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
-def review_request(args: argparse.Namespace) -> Any:
+def review_request(args: argparse.Namespace, settings: Settings | None = None) -> Any:
     """The code-review supervisor's unified task JSON from the command line."""
-    import subprocess
-
     from refloop.contract.code_review import CodeReviewInput
+    from refloop.tools.safe_git import GitError, git_diff
 
     workdir = Path(args.workdir).resolve()
     if not workdir.is_dir():
@@ -199,11 +198,10 @@ def review_request(args: argparse.Namespace) -> Any:
     if args.file:
         return CodeReviewInput(review_type="file", file_paths=args.file, **common)
     if args.git_range:
-        done = subprocess.run(["git", "diff", args.git_range], cwd=workdir,
-                              capture_output=True, text=True)
-        if done.returncode != 0:
-            fail(f"--git-range: git diff failed: {done.stderr.strip()}")
-        diff = done.stdout
+        try:  # sandboxed, and no program the repository's config names runs
+            diff = git_diff(workdir, args.git_range, settings or Settings())
+        except GitError as err:
+            fail(f"--git-range: git diff failed: {err}")
     elif args.diff == "-":
         diff = sys.stdin.read()
     else:
@@ -222,7 +220,7 @@ async def run_review(args: argparse.Namespace, settings: Settings) -> int:
     from refloop.worker.stack import embedded_stack
     from refloop.workflows.code_review import CodeReviewWorkflow
 
-    request = review_request(args)
+    request = review_request(args, settings)
     workflow_id = f"review-{uuid.uuid4().hex[:12]}"
     async with embedded_stack(settings, with_worker=settings.temporal_address is None) as stack:
         err_console.print(f"[bold]code review[/] {workflow_id} ({request.review_type})")
