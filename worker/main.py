@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
@@ -14,7 +16,9 @@ from refloop.runtime.client import connect
 from refloop.search.runtime import start_warm_up
 from refloop.settings import Settings
 from refloop.worker.model_endpoint import model_endpoint
+from refloop.worker.ownership import watching, worker_identity
 from refloop.worker.plugin import refloop_plugin
+from refloop.worker.search_attributes import ensure_search_attributes
 
 log = logging.getLogger("refloop.worker")
 
@@ -24,7 +28,9 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
     dependencies; it stops its pooled MCP servers when it stops."""
     return Worker(
         client,
-        task_queue=task_queue or settings.refloop_task_queue,
+        task_queue=task_queue or settings.task_queue,
+        # The store this worker writes to, so a worker of another store on its queue shows
+        identity=worker_identity(settings.store_id),
         plugins=[refloop_plugin(settings, client.data_converter)],
         activity_executor=ThreadPoolExecutor(8),
         max_cached_workflows=settings.refloop_worker_max_cached_workflows,
@@ -33,6 +39,16 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
         # A dead worker's cached workflows move to another worker after this (default 10 s).
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=3),
     )
+
+
+@contextlib.asynccontextmanager
+async def serving(client: Client, settings: Settings,
+                  task_queue: str | None = None) -> AsyncIterator[Worker]:
+    """A running worker, its queue watched for workers of another store."""
+    queue = task_queue or settings.task_queue
+    async with build_worker(client, settings, queue) as worker, \
+            watching(client, queue, settings.store_id):
+        yield worker
 
 
 async def run_worker(settings: Settings) -> None:
@@ -44,12 +60,14 @@ async def run_worker(settings: Settings) -> None:
     if settings.refloop_semantic_index:  # loads while we connect
         start_warm_up(settings.refloop_embedding_model)
     client = await connect(settings.temporal_address, settings.temporal_namespace)
+    await ensure_search_attributes(client, settings.temporal_namespace)
     with model_endpoint(settings) as effective:
         log.warning(
-            "worker on %s, task queue %s, model endpoint %s",
+            "worker on %s, task queue %s, store %s, model endpoint %s",
             settings.temporal_address,
-            settings.refloop_task_queue,
+            settings.task_queue,
+            settings.store_id,
             effective.openai_base_url,
         )
-        async with build_worker(client, effective):
+        async with serving(client, effective):
             await asyncio.Event().wait()
