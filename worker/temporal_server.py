@@ -37,6 +37,7 @@ DB_FILE = "temporal.db"
 # Each workflow task is a few SQLite writes: WAL without fsync per write halves the round
 # trip (the data dir is a local cache of a dev server, not a production store).
 SQLITE_PRAGMAS = ("journal_mode=wal", "synchronous=off")
+DYNAMIC_CONFIG: dict[str, str] = {}
 
 
 def temporal_cli() -> str | None:
@@ -141,7 +142,12 @@ class EmbeddedTemporal:
     """Starts, adopts or attaches to the local dev server; stops only what it owns."""
 
     def __init__(self, data_dir: Path, port: int = 7233, ui_port: int | None = 8233,
-                 persistent: bool = True) -> None:
+                 persistent: bool = True, pragmas: tuple[str, ...] = SQLITE_PRAGMAS,
+                 dynamic_config: dict[str, str] | None = None,
+                 metrics_port: int | None = None) -> None:
+        self.pragmas = pragmas
+        self.dynamic_config = DYNAMIC_CONFIG if dynamic_config is None else dynamic_config
+        self.metrics_port = metrics_port
         self.data_dir = data_dir
         self.port = port
         self.ui_port = ui_port  # None: headless
@@ -204,8 +210,12 @@ class EmbeddedTemporal:
         command += ["--ui-port", str(self.ui_port)] if self.ui_port else ["--headless"]
         if self.db_path:
             command += ["--db-filename", self.db_path]
-            for pragma in SQLITE_PRAGMAS:
+            for pragma in self.pragmas:
                 command += ["--sqlite-pragma", pragma]
+        for key, value in self.dynamic_config.items():
+            command += ["--dynamic-config-value", f"{key}={value}"]
+        if self.metrics_port:
+            command += ["--metrics-port", str(self.metrics_port)]
         for name, kind in SEARCH_ATTRIBUTES.items():
             command += ["--search-attribute", f"{name}={kind}"]
         log_file = (self.data_dir / "temporal.log").open("ab")
