@@ -4,6 +4,7 @@ second server on the same SQLite file; `refloop history` finds it; stop stops on
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -37,6 +38,28 @@ async def test_a_second_process_on_the_same_data_dir_attaches(tmp_path: Path):
         first.stop()
     assert not is_our_server(record.pid, None) and not (data / STATE_FILE).exists()
     assert find_running_address(data, free_port()) is None
+
+
+def command_line(pid: int) -> list[bytes]:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+
+
+async def test_the_server_syncs_every_commit_and_dispatches_activities_eagerly(tmp_path: Path):
+    """Durable: WAL with a sync per commit (never synchronous=off); eager activity
+    dispatch asked for explicitly, not left to the dev server's default."""
+    server = EmbeddedTemporal(tmp_path, port=free_port(), ui_port=None)
+    await server.start()
+    try:
+        assert server.owned_pid is not None
+        words = command_line(server.owned_pid)
+        pragmas = {words[n + 1] for n, word in enumerate(words) if word == b"--sqlite-pragma"}
+        assert pragmas == {b"journal_mode=wal", b"synchronous=full"}
+        config = words[words.index(b"--dynamic-config-value") + 1]
+        assert config == b"system.enableActivityEagerExecution=true"
+        with sqlite3.connect(f"file:{server.db_path}?mode=ro", uri=True) as db:
+            assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    finally:
+        server.stop()
 
 
 async def test_a_missing_binary_names_the_package(tmp_path: Path, monkeypatch):
