@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
@@ -11,12 +13,19 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from refloop.runtime.client import connect
-from refloop.search.runtime import start_warm_up
 from refloop.settings import Settings
 from refloop.worker.model_endpoint import model_endpoint
 from refloop.worker.plugin import refloop_plugin
 
 log = logging.getLogger("refloop.worker")
+
+# Set, not derived: without it the SDK hashes the bytecode of every loaded module as the
+# worker is built (about a sixth of a fresh worker's CPU). Nothing here versions on it.
+BUILD_ID = "refloop"
+# The search warm-up (LanceDB, onnxruntime, the embedding model: about a CPU-second)
+# starts this long after the worker polls: a task already waiting takes its first steps
+# first, and a task's first search comes several model calls in.
+WARM_UP_AFTER_S = 1.0
 
 
 def build_worker(client: Client, settings: Settings, task_queue: str | None = None) -> Worker:
@@ -32,7 +41,21 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
         graceful_shutdown_timeout=timedelta(seconds=settings.refloop_graceful_shutdown_s),
         # A dead worker's cached workflows move to another worker after this (default 10 s).
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=3),
+        build_id=BUILD_ID,
     )
+
+
+@contextlib.asynccontextmanager
+async def polling_worker(client: Client, settings: Settings) -> AsyncIterator[Worker]:
+    """The worker, running; the search warm-up is scheduled once it polls (the
+    long-lived `refloop worker` and `refloop up`)."""
+    async with build_worker(client, settings) as worker:
+        if settings.refloop_semantic_index:
+            from refloop.search.runtime import start_warm_up
+
+            asyncio.get_running_loop().call_later(
+                WARM_UP_AFTER_S, start_warm_up, settings.refloop_embedding_model)
+        yield worker
 
 
 async def run_worker(settings: Settings) -> None:
@@ -41,8 +64,6 @@ async def run_worker(settings: Settings) -> None:
     if not settings.temporal_address:
         raise SystemExit("refloop worker needs a Temporal server: set TEMPORAL_ADDRESS or "
                          "start `refloop up`")
-    if settings.refloop_semantic_index:  # loads while we connect
-        start_warm_up(settings.refloop_embedding_model)
     client = await connect(settings.temporal_address, settings.temporal_namespace)
     with model_endpoint(settings) as effective:
         log.warning(
@@ -51,5 +72,5 @@ async def run_worker(settings: Settings) -> None:
             settings.refloop_task_queue,
             effective.openai_base_url,
         )
-        async with build_worker(client, effective):
+        async with polling_worker(client, effective):
             await asyncio.Event().wait()

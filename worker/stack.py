@@ -12,7 +12,7 @@ from temporalio.client import Client
 
 from refloop.runtime.client import connect
 from refloop.settings import Settings
-from refloop.worker.main import build_worker
+from refloop.worker.main import build_worker, polling_worker
 from refloop.worker.model_endpoint import model_endpoint
 from refloop.worker.temporal_server import EmbeddedTemporal
 
@@ -26,7 +26,9 @@ class Stack:
 
 
 @contextlib.asynccontextmanager
-async def embedded_stack(settings: Settings, with_worker: bool = True) -> AsyncIterator[Stack]:
+async def embedded_stack(settings: Settings, with_worker: bool = True,
+                         long_lived: bool = False) -> AsyncIterator[Stack]:
+    """`long_lived` (`refloop up`): the worker warms the search up once it polls."""
     temporal = None
     address = settings.temporal_address
     if address is None:
@@ -37,7 +39,9 @@ async def embedded_stack(settings: Settings, with_worker: bool = True) -> AsyncI
         with model_endpoint(settings) as effective:
             client = await connect(address, settings.temporal_namespace)
             if with_worker:
-                async with build_worker(client, effective):
+                worker = (polling_worker(client, effective) if long_lived
+                          else build_worker(client, effective))
+                async with worker:
                     yield Stack(client, effective, temporal)
             else:
                 yield Stack(client, effective, temporal)

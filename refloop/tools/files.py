@@ -5,8 +5,6 @@ from __future__ import annotations
 import fnmatch
 import time
 
-import regex
-
 from refloop.contract.activity_io import ToolResult
 from refloop.contract.errors import ToolError
 from refloop.contract.tool_catalog import GlobArgs, GrepArgs, PathArgs, ReadFileArgs, WriteFileArgs
@@ -80,6 +78,8 @@ async def glob_file_search(ctx: ToolContext, args: GlobArgs) -> ToolResult:
 
 @tool("grep")
 async def grep(ctx: ToolContext, args: GrepArgs) -> ToolResult:
+    import regex  # its pure-Python core is a tenth of a fresh worker's imports: grep only
+
     try:
         compiled = regex.compile(args.pattern)
     except (regex.error, RecursionError, OverflowError) as err:
