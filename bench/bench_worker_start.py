@@ -57,9 +57,10 @@ async def one_start(root: Path, address: str, llm: ScriptedLLMProcess, semantic:
            "REFLOOP_SEMANTIC_INDEX": "true" if semantic else "false"}
     samples: list[tuple[float, float]] = []
     launched = time.time()
-    process = subprocess.Popen(  # noqa: ASYNC220 (returns at once; polled below)
-        [python, "-m", "refloop", "worker"], env=env,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = root / f"worker{n}.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(  # noqa: ASYNC220 (returns at once; polled below)
+            [python, "-m", "refloop", "worker"], env=env, stdout=out, stderr=out, cwd=root)
     try:
         while True:
             cpu = cpu_seconds(process.pid)
@@ -70,7 +71,8 @@ async def one_start(root: Path, address: str, llm: ScriptedLLMProcess, semantic:
                 arrived = min(r["time"] for r in requests)
                 break
             if process.poll() is not None:
-                raise RuntimeError(f"the worker exited with {process.returncode}")
+                raise RuntimeError(f"the worker exited with {process.returncode}:\n"
+                                   + log.read_text(errors="replace")[-3000:])
             if time.time() - launched > 120:
                 raise RuntimeError("no model request within 120 s")
             await asyncio.sleep(0.02)
