@@ -50,12 +50,19 @@ async def polling_worker(client: Client, settings: Settings) -> AsyncIterator[Wo
     """The worker, running; the search warm-up is scheduled once it polls (the
     long-lived `refloop worker` and `refloop up`)."""
     async with build_worker(client, settings) as worker:
+        timer = None
         if settings.refloop_semantic_index:
             from refloop.search.runtime import start_warm_up
 
-            asyncio.get_running_loop().call_later(
+            timer = asyncio.get_running_loop().call_later(
                 WARM_UP_AFTER_S, start_warm_up, settings.refloop_embedding_model)
-        yield worker
+        try:
+            yield worker
+        finally:
+            # A worker stopped within the delay never starts the load: cut off at exit
+            # inside the model runtime's native threads, it would abort the process.
+            if timer is not None:
+                timer.cancel()
 
 
 async def run_worker(settings: Settings) -> None:
