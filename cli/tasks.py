@@ -82,7 +82,7 @@ async def run_task(args: argparse.Namespace, settings: Settings) -> int:
             AgentTaskWorkflow.run,
             task,
             id=workflow_id,
-            task_queue=stack.settings.refloop_task_queue,
+            task_queue=stack.settings.task_queue,
             **start_metadata(task.task, task.workspace),
         )
         web_ui = stack.temporal.workflow_url(workflow_id) if stack.temporal else None
@@ -107,10 +107,14 @@ async def run_task(args: argparse.Namespace, settings: Settings) -> int:
             history = await handle.fetch_history()
             Path(args.save_history).write_text(dump_history(history), encoding="utf-8")
         owned = stack.temporal is not None and stack.temporal.owned_pid is not None
+        moved = stack.temporal is not None and stack.temporal.asked_port is not None
     emit_result(result, args.json)
     if web_ui:
+        # A server on a free port (another data dir held the asked one) may be elsewhere next
+        # time: the link's port is then the one `refloop up` prints.
         later = (" (this command's server has stopped: `refloop up` serves the task from "
-                 f"{settings.refloop_data_dir})") if owned else ""
+                 f"{settings.refloop_data_dir}"
+                 + (", on the Web UI port it prints)" if moved else ")")) if owned else ""
         err_console.print(f"[bold]Web UI[/] {web_ui}{later}")
     return 0 if result.status == "completed" else 1
 
@@ -143,11 +147,10 @@ async def replay_histories(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
-def review_request(args: argparse.Namespace) -> Any:
+def review_request(args: argparse.Namespace, settings: Settings | None = None) -> Any:
     """The code-review supervisor's unified task JSON from the command line."""
-    import subprocess
-
     from refloop.contract.code_review import CodeReviewInput
+    from refloop.tools.safe_git import GitError, git_diff
 
     workdir = Path(args.workdir).resolve()
     if not workdir.is_dir():
@@ -159,11 +162,10 @@ def review_request(args: argparse.Namespace) -> Any:
     if args.file:
         return CodeReviewInput(review_type="file", file_paths=args.file, **common)
     if args.git_range:
-        done = subprocess.run(["git", "diff", args.git_range], cwd=workdir,
-                              capture_output=True, text=True)
-        if done.returncode != 0:
-            fail(f"--git-range: git diff failed: {done.stderr.strip()}")
-        diff = done.stdout
+        try:  # sandboxed, and no program the repository's config names runs
+            diff = git_diff(workdir, args.git_range, settings or Settings())
+        except GitError as err:
+            fail(f"--git-range: git diff failed: {err}")
     elif args.diff == "-":
         diff = sys.stdin.read()
     else:
@@ -182,13 +184,13 @@ async def run_review(args: argparse.Namespace, settings: Settings) -> int:
     from refloop.worker.stack import embedded_stack
     from refloop.workflows.code_review import CodeReviewWorkflow
 
-    request = review_request(args)
+    request = review_request(args, settings)
     workflow_id = f"review-{uuid.uuid4().hex[:12]}"
     async with embedded_stack(settings, with_worker=settings.temporal_address is None) as stack:
         err_console.print(f"[bold]code review[/] {workflow_id} ({request.review_type})")
         result: CodeReviewResult = await stack.client.execute_workflow(
             CodeReviewWorkflow.run, request, id=workflow_id,
-            task_queue=stack.settings.refloop_task_queue, result_type=CodeReviewResult,
+            task_queue=stack.settings.task_queue, result_type=CodeReviewResult,
             **start_metadata(f"code review ({request.review_type}) {args.desc}".strip()))
     for attempt in result.attempts:
         err_console.print(f"[yellow]attempt {attempt['attempt']} ({attempt['agent']}): "

@@ -15,6 +15,7 @@ from temporalio.worker import Worker
 from refloop.runtime.client import connect
 from refloop.settings import Settings
 from refloop.worker.model_endpoint import model_endpoint
+from refloop.worker.ownership import watching, worker_identity
 from refloop.worker.plugin import refloop_plugin
 
 log = logging.getLogger("refloop.worker")
@@ -33,7 +34,9 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
     dependencies; it stops its pooled MCP servers when it stops."""
     return Worker(
         client,
-        task_queue=task_queue or settings.refloop_task_queue,
+        task_queue=task_queue or settings.task_queue,
+        # The store this worker writes to, so a worker of another store on its queue shows
+        identity=worker_identity(settings.store_id),
         plugins=[refloop_plugin(settings, client.data_converter)],
         activity_executor=ThreadPoolExecutor(8),
         max_cached_workflows=settings.refloop_worker_max_cached_workflows,
@@ -46,12 +49,16 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
 
 
 @contextlib.asynccontextmanager
-async def polling_worker(client: Client, settings: Settings) -> AsyncIterator[Worker]:
-    """The worker, running; the search warm-up is scheduled once it polls (the
-    long-lived `refloop worker` and `refloop up`)."""
-    async with build_worker(client, settings) as worker:
+async def serving(client: Client, settings: Settings, task_queue: str | None = None,
+                  warm_search: bool = False) -> AsyncIterator[Worker]:
+    """A running worker, its queue watched for workers of another store; `warm_search`
+    (the long-lived `refloop worker` and `refloop up`): the search warm-up is scheduled
+    once it polls."""
+    queue = task_queue or settings.task_queue
+    async with build_worker(client, settings, queue) as worker, \
+            watching(client, queue, settings.store_id):
         timer = None
-        if settings.refloop_semantic_index:
+        if warm_search and settings.refloop_semantic_index:
             from refloop.search.runtime import start_warm_up
 
             timer = asyncio.get_running_loop().call_later(
@@ -74,10 +81,11 @@ async def run_worker(settings: Settings) -> None:
     client = await connect(settings.temporal_address, settings.temporal_namespace)
     with model_endpoint(settings) as effective:
         log.warning(
-            "worker on %s, task queue %s, model endpoint %s",
+            "worker on %s, task queue %s, store %s, model endpoint %s",
             settings.temporal_address,
-            settings.refloop_task_queue,
+            settings.task_queue,
+            settings.store_id,
             effective.openai_base_url,
         )
-        async with polling_worker(client, effective):
+        async with serving(client, effective, warm_search=True):
             await asyncio.Event().wait()

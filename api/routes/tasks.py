@@ -164,7 +164,7 @@ async def start_task(body: TaskCreate, client, store: Store, settings: Settings,
     with tracer.start_as_current_span("start task", context=propagate.extract(headers or {})):
         try:
             await client.start_workflow(AgentTaskWorkflow.run, inp, id=workflow_id,
-                                        task_queue=settings.refloop_task_queue,
+                                        task_queue=settings.task_queue,
                                         **start_metadata(inp.task, inp.workspace))
         except RPCError as err:  # the row must not claim a task that never started
             await asyncio.to_thread(store.record_task, RecordTaskInput(

@@ -1,6 +1,6 @@
 """A fresh worker: nothing its first poll does not need is on the way to it. The search
 warm-up (LanceDB, onnxruntime, the model), FastAPI (the scripted model's server) and the
-regex engine (grep's) load later or never; the warm-up starts once the worker polls."""
+regex engine load later or never; the warm-up starts once the worker polls."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ async def main():
                         openai_base_url="http://127.0.0.1:9/v1", refloop_task_queue="probe",
                         refloop_semantic_index=True)
     client = await connect(address, "default")
-    async with worker_main.polling_worker(client, settings):
+    async with worker_main.serving(client, settings, warm_search=True):
         out["warming_as_it_polls"] = sorted(runtime._WARMING)
         began = time.monotonic()
         while not runtime._WARMING and time.monotonic() - began < 30:
