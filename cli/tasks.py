@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import uuid
 from pathlib import Path
@@ -47,6 +48,42 @@ def chosen_mcp_servers(value: str | None, settings: Settings) -> list[str]:
         fail(f"--mcp: {err}")
 
 
+async def queue_pollers(client: Any, namespace: str, queue: str) -> set[str]:
+    """Identities of the workers polling `queue` for activities (model calls run there)."""
+    from temporalio.api.enums.v1 import TaskQueueType
+    from temporalio.api.taskqueue.v1 import TaskQueue
+    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+
+    described = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
+        namespace=namespace, task_queue=TaskQueue(name=queue),
+        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY))
+    return {poller.identity for poller in described.pollers}
+
+
+async def whose_model(stack: Any, model: str | None, scripted: bool) -> str:
+    """The line that says which model runs the task: this command's only when no other
+    worker serves its queue (a `refloop up` beside it would take the calls, with its own
+    model settings), so it never names a model it does not use."""
+    settings = stack.settings
+    queue = settings.task_queue
+    try:
+        mine = f"{os.getpid()}@"  # this process's worker, whatever it appends
+        others = {identity for identity in await queue_pollers(
+            stack.client, settings.temporal_namespace, queue) if not identity.startswith(mine)}
+    except Exception:  # noqa: BLE001 (no answer: say what is known)
+        others = set()
+    if others or settings.temporal_address:
+        names = ", ".join(sorted(others)) or "the queue's workers"
+        return (f"[bold magenta]model: the workers serving task queue {queue!r} ({names}) "
+                "run this task with their own model settings (a `refloop up` beside this "
+                "command: the server's model), not this command's[/]")
+    name = model or settings.refloop_model
+    if scripted:
+        return (f"[bold magenta]model: SCRIPTED offline test double ({name}) at "
+                f"{settings.openai_base_url}[/]")
+    return f"[bold]model[/]: {name} at {settings.openai_base_url}"
+
+
 async def run_task(args: argparse.Namespace, settings: Settings) -> int:
     from temporalio.client import WorkflowFailureError
     from temporalio.exceptions import ApplicationError
@@ -76,8 +113,7 @@ async def run_task(args: argparse.Namespace, settings: Settings) -> int:
     workflow_id = f"task-{uuid.uuid4().hex[:12]}"
     # With TEMPORAL_ADDRESS a separate `refloop worker` does the work.
     async with embedded_stack(settings, with_worker=settings.temporal_address is None) as stack:
-        if settings.uses_scripted_model:
-            err_console.print("[bold magenta]model: SCRIPTED offline test double[/]")
+        err_console.print(await whose_model(stack, task.model, settings.uses_scripted_model))
         handle = await stack.client.start_workflow(
             AgentTaskWorkflow.run,
             task,

@@ -17,6 +17,7 @@ from refloop.settings import Settings
 from refloop.worker.model_endpoint import model_endpoint
 from refloop.worker.ownership import watching, worker_identity
 from refloop.worker.plugin import refloop_plugin
+from refloop.worker.search_attributes import ensure_search_attributes
 
 log = logging.getLogger("refloop.worker")
 
@@ -79,6 +80,7 @@ async def run_worker(settings: Settings) -> None:
         raise SystemExit("refloop worker needs a Temporal server: set TEMPORAL_ADDRESS or "
                          "start `refloop up`")
     client = await connect(settings.temporal_address, settings.temporal_namespace)
+    await ensure_search_attributes(client, settings.temporal_namespace)
     with model_endpoint(settings) as effective:
         log.warning(
             "worker on %s, task queue %s, store %s, model endpoint %s",

@@ -31,8 +31,8 @@ async def call_activity(activity: ActivityCall[ArgT, ResultT], arg: ArgT, *,
 
 
 def start_activity(activity: ActivityCall[ArgT, ResultT], arg: ArgT, *,
-          summary: str | None = None) -> workflow.ActivityHandle[ResultT]:
+          summary: str | None = None, **extra: Any) -> workflow.ActivityHandle[ResultT]:
     """Start the activity and return its handle (it runs alongside the workflow)."""
-    kwargs: dict[str, Any] = activity.options.kwargs()
+    kwargs: dict[str, Any] = {**activity.options.kwargs(), **extra}
     return workflow.start_activity(activity.name, arg, result_type=activity.result_type,
                                    summary=summary, **kwargs)

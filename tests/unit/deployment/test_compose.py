@@ -80,3 +80,17 @@ def test_a_real_compose_parser_accepts_the_file_and_requires_the_api_token(tmp_p
     missing = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True,
                              timeout=60)
     assert missing.returncode != 0 and "REFLOOP_API_TOKEN" in missing.stderr
+
+
+def test_temporal_and_its_web_ui_are_not_published_on_all_interfaces():
+    """Outsiders reached 7233 and 8080 without authentication and approved writes through
+    `decide_approval`, bypassing the API token."""
+    for name in ("temporal", "temporal-ui"):
+        for port in SERVICES[name].get("ports", []):
+            assert str(port).startswith("127.0.0.1:"), (name, port)
+
+
+def test_the_ui_and_worker_services_have_health_checks():
+    for name in ("temporal-ui", "worker", "api"):
+        assert SERVICES[name]["healthcheck"]["test"], name
+    assert "refloop.worker.health" in " ".join(SERVICES["worker"]["healthcheck"]["test"])
