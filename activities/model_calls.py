@@ -95,7 +95,9 @@ def log_failed_attempt(err: LLMError) -> None:
     maximum = _policy().maximum_attempts
     name = info.activity_type.rsplit(".", 1)[-1]
     of = f"/{maximum}" if maximum else ""
-    message = " ".join(str(err).split())[:240]
+    # The worker log may quote the endpoint's own words; API clients never see them.
+    said = f"{err}: {err.body}" if err.body else str(err)
+    message = " ".join(said.split())[:240]
     attempt_log.warning("%s attempt %d%s failed: %s; %s", name, info.attempt, of, message,
                         _next_retry(err))
 
