@@ -3,36 +3,102 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from typing import Any
 
+from temporalio import activity
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from refloop.contract import activity_calls
+from refloop.contract.hosts import host_queue, model_queue
 from refloop.runtime.client import connect
+from refloop.runtime.workspaces import workspace_roots
 from refloop.search.runtime import start_warm_up
 from refloop.settings import Settings
+from refloop.store.db import store_for
+from refloop.worker.hosts import HostIdentity, guarded, host_presence
 from refloop.worker.model_endpoint import model_endpoint
-from refloop.worker.plugin import refloop_plugin
+from refloop.worker.plugin import activities_for, refloop_plugin
 
 log = logging.getLogger("refloop.worker")
 
 
-def build_worker(client: Client, settings: Settings, task_queue: str | None = None) -> Worker:
+class RefloopWorker:
+    """One refloop worker: three Temporal workers on one client.
+
+    - the shared queue: workflows and every activity (tasks without a host, and runs
+      recorded before the host queues, schedule everything there);
+    - the model queue: model calls, under the fleet's rate limit (REFLOOP_LLM_RATE_PER_S,
+      which the Temporal server applies to the queue whichever worker polls);
+    - this host's queue: the workspace activities of tasks naming this host, refused
+      outside its roots.
+
+    `async with` runs them (with `announce`, the host's row is kept in the hosts table
+    first) and gives the shared queue's worker.
+    """
+
+    def __init__(self, client: Client, settings: Settings, task_queue: str | None = None,
+                 announce: bool = False) -> None:
+        shared = task_queue or settings.refloop_task_queue
+        host_id = settings.refloop_host_id
+        self.host = HostIdentity(host_id, tuple(workspace_roots(settings)),
+                                 (shared, model_queue(shared), host_queue(shared, host_id)))
+        self.settings, self.announce = settings, announce
+        built = activities_for(settings)
+        common: dict[str, Any] = {
+            "activity_executor": ThreadPoolExecutor(8),
+            "identity": self.host.identity,  # histories show the host of every attempt
+            # On SIGTERM/SIGINT, in-flight activities get this long before they are cancelled.
+            "graceful_shutdown_timeout": timedelta(seconds=settings.refloop_graceful_shutdown_s),
+        }
+        self.shared = Worker(
+            client, task_queue=shared,
+            plugins=[refloop_plugin(settings, client.data_converter, built)],
+            max_cached_workflows=settings.refloop_worker_max_cached_workflows,
+            # A dead worker's cached workflows move to another worker after this (default 10 s).
+            sticky_queue_schedule_to_start_timeout=timedelta(seconds=3),
+            **common)
+        activities = built[0]
+        self.model = Worker(
+            client, task_queue=model_queue(shared),
+            activities=[fn for fn in activities if runs_on(fn) == "model"],
+            max_task_queue_activities_per_second=settings.refloop_llm_rate_per_s, **common)
+        self.on_host = Worker(
+            client, task_queue=host_queue(shared, host_id),
+            activities=[guarded(fn, self.host) for fn in activities
+                        if runs_on(fn) == "workspace"], **common)
+        self._stack = contextlib.AsyncExitStack()
+
+    async def __aenter__(self) -> Worker:
+        stack = self._stack
+        if self.announce:  # before polling: a task naming this host finds it at once
+            store = store_for(self.settings.effective_database_url)
+            await stack.enter_async_context(
+                host_presence(store, self.host, self.settings.refloop_host_heartbeat_s))
+        for worker in (self.shared, self.model, self.on_host):
+            await stack.enter_async_context(worker)
+        return self.shared
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._stack.aclose()
+
+
+def runs_on(fn: Callable[..., Any]) -> str:
+    """Where a registered activity runs (its ActivityCall's `runs_on`)."""
+    return activity_calls.runs_on(activity._Definition.must_from_callable(fn).name)
+
+
+def build_worker(client: Client, settings: Settings, task_queue: str | None = None,
+                 announce: bool = False) -> RefloopWorker:
     """A worker with every workflow and activity (the refloop plugin), built with its
-    dependencies; it stops its pooled MCP servers when it stops."""
-    return Worker(
-        client,
-        task_queue=task_queue or settings.refloop_task_queue,
-        plugins=[refloop_plugin(settings, client.data_converter)],
-        activity_executor=ThreadPoolExecutor(8),
-        max_cached_workflows=settings.refloop_worker_max_cached_workflows,
-        # On SIGTERM/SIGINT, in-flight activities get this long before they are cancelled.
-        graceful_shutdown_timeout=timedelta(seconds=settings.refloop_graceful_shutdown_s),
-        # A dead worker's cached workflows move to another worker after this (default 10 s).
-        sticky_queue_schedule_to_start_timeout=timedelta(seconds=3),
-    )
+    dependencies; it stops its pooled MCP servers when it stops. `announce`: it records
+    itself in the hosts table while it runs (`refloop worker`, `refloop up`)."""
+    return RefloopWorker(client, settings, task_queue, announce)
 
 
 async def run_worker(settings: Settings) -> None:
@@ -46,10 +112,11 @@ async def run_worker(settings: Settings) -> None:
     client = await connect(settings.temporal_address, settings.temporal_namespace)
     with model_endpoint(settings) as effective:
         log.warning(
-            "worker on %s, task queue %s, model endpoint %s",
+            "worker on %s, task queue %s, host %s, model endpoint %s",
             settings.temporal_address,
             settings.refloop_task_queue,
+            settings.refloop_host_id,
             effective.openai_base_url,
         )
-        async with build_worker(client, effective):
+        async with build_worker(client, effective, announce=True):
             await asyncio.Event().wait()

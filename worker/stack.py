@@ -37,7 +37,7 @@ async def embedded_stack(settings: Settings, with_worker: bool = True) -> AsyncI
         with model_endpoint(settings) as effective:
             client = await connect(address, settings.temporal_namespace)
             if with_worker:
-                async with build_worker(client, effective):
+                async with build_worker(client, effective, announce=True):
                     yield Stack(client, effective, temporal)
             else:
                 yield Stack(client, effective, temporal)
