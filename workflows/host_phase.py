@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from refloop.contract import activity_calls, hosts
@@ -83,6 +83,7 @@ class HostPhase(AgentBase):
             await call_activity(activity_calls.CHECK_HOST,
                                 HostCheckInput(host=inp.host, workspace=inp.workspace),
                                 summary=f"host {inp.host}")
-        except ActivityError as err:
+        # A local activity's failure arrives as the activity's own ApplicationError.
+        except (ActivityError, ApplicationError) as err:
             raise_if_cancelled(err)
             raise TaskFailed("host_refused", describe_failure(err)) from err
