@@ -1,7 +1,7 @@
 """Model calls in activities: core errors become Temporal failures (retryable or
 non-retryable, with retry hints).
 
-Every model call of an activity runs under a ledger (`refloop.llm_endpoint.RequestLedger`):
+Every model call of an activity runs under a ledger (`refloop.llm.ledger.RequestLedger`):
 each HTTP request is counted as it goes out, heartbeated, carried into the next attempt
 through the heartbeat details, and reported with the failure when the activity gives up,
 so the workflow's stats count every request, answered or not.

@@ -50,7 +50,7 @@ class Settings(BaseSettings):
     refloop_review_model: str | None = None
     refloop_llm_timeout_s: float = Field(default=120.0, gt=0)
     refloop_structured_max_reasks: int = Field(default=2, ge=0, le=10)
-    # Endpoint capabilities (refloop/llm_endpoint.py): auto negotiates and remembers per
+    # Endpoint capabilities (refloop.llm.endpoint): auto negotiates and remembers per
     # (base URL, model); a pinned value is used as is.
     refloop_structured_mode: Literal["auto", "json_schema", "json_object_schema",
                                      "json_object", "prompt"] = "auto"
@@ -72,7 +72,7 @@ class Settings(BaseSettings):
     # API
     refloop_api_token: str | None = None
     # Directories API tasks may work in (comma or os.pathsep separated); unset: the
-    # server's start directory and <data dir>/workspaces (see refloop/workspaces.py)
+    # server's start directory and <data dir>/workspaces (see refloop.runtime.workspaces)
     refloop_workspace_roots: str | None = None
     # Completeness reflection
     enable_reflection: bool = True

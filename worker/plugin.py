@@ -1,8 +1,9 @@
 """Everything a refloop worker needs, in one plugin: activities, workflows, the data
 converter, the sandbox and its pass-through modules, and the tracing interceptor.
 
-The worker (`worker.main.build_worker`), the replayer (`worker.replay`) and the tests all
-register through `refloop_plugin`, so none of them can miss an activity or a setting.
+The worker (`refloop.worker.main.build_worker`), the replayer (`refloop.worker.replay`)
+and the tests all register through `refloop_plugin`, so none of them can miss an activity
+or a setting.
 """
 
 from __future__ import annotations

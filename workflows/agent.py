@@ -21,6 +21,7 @@ with workflow.unsafe.imports_passed_through():
         ApprovalDecision,
         ClassifyIntentInput,
         MakePlanInput,
+        QualityReview,
         RunToolInput,
         SummarizeInput,
         ToolResult,
@@ -33,7 +34,7 @@ with workflow.unsafe.imports_passed_through():
     from refloop.workflows.state import AgentState
 
 from refloop.contract.policies import CARRIED_EVENTS, MAX_REPLANS, TOOL_RESULT_CHARS
-from refloop.workflows import accounting, completeness_logic, logic, review_logic, triggers
+from refloop.workflows import accounting, completeness_logic, logic, triggers
 from refloop.workflows.agent_base import TaskFailed, describe_failure, raise_if_cancelled
 from refloop.workflows.approval_phase import ApprovalPhase, validate_decision
 from refloop.workflows.calls import call_activity
@@ -317,20 +318,13 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
                          structured: bool) -> str | None:
         """Run the turn's calls one at a time (with review on, each edit is reviewed before
         the next call); their results go back to the model. Returns the review reflection."""
-        reviews = []
+        reviews: list[QualityReview] = []
         for index, call in enumerate(calls):
             result = await self._run_tool_call(call, iteration, index)
             text = logic.format_tool_result(call.name, result, TOOL_RESULT_CHARS)
-            review = await self._maybe_review(call, result)
-            if review is not None:
-                reviews.append(review)
-                text += "\n\n" + review_logic.review_feedback(review)
+            text += await self._review_feedback(call, result, reviews)
             self._append(logic.tool_result_message(call, structured, text))
-        reflection = review_logic.reflect_on_quality_results(reviews,
-                                                             set(self.state.reviews.capped))
-        if reflection:
-            self._emit("reflection", {"trigger": "quality_review", "message": reflection})
-        return reflection
+        return self._quality_reflection(reviews)
 
     def _fire_triggers(self, iteration: int) -> list[triggers.Trigger]:
         inp, state = self.state.input, self.state

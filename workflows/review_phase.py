@@ -21,6 +21,24 @@ from refloop.workflows.calls import call_activity
 
 
 class QualityReviewPhase(AgentBase):
+    async def _review_feedback(self, call: ToolCall, result: ToolResult,
+                               reviews: list[QualityReview]) -> str:
+        """The call's review (if it gets one) as the text the model reads after the tool's
+        result; the review joins `reviews`."""
+        review = await self._maybe_review(call, result)
+        if review is None:
+            return ""
+        reviews.append(review)
+        return "\n\n" + review_logic.review_feedback(review)
+
+    def _quality_reflection(self, reviews: list[QualityReview]) -> str | None:
+        """The reflection a turn's failed reviews call for, emitted as an event."""
+        reflection = review_logic.reflect_on_quality_results(reviews,
+                                                             set(self.state.reviews.capped))
+        if reflection:
+            self._emit("reflection", {"trigger": "quality_review", "message": reflection})
+        return reflection
+
     async def _maybe_review(self, call: ToolCall, result: ToolResult) -> QualityReview | None:
         """The enforced hook: a review activity after every successful edit."""
         inp = self.state.input

@@ -3,7 +3,7 @@
 `openai.AsyncOpenAI` with `max_retries=0` so Temporal owns every retry; errors are
 classified retryable or not; each request carries `X-Refloop-Purpose` and a `max_tokens`
 cap. What each endpoint supports (structured-output mode, `tool_choice`, native tools) is
-negotiated and remembered per (base URL, model) in `refloop.llm_endpoint`; every request
+negotiated and remembered per (base URL, model) in `refloop.llm.endpoint`; every request
 goes into the calling activity's ledger, answered or not.
 """
 

@@ -1,6 +1,6 @@
 """Code search: hybrid retrieval (vectors and full text, fused) over chunks in LanceDB.
 
-Chunks come from `refloop.code_chunks`: windows of a few lines within the embedding
+Chunks come from `refloop.search.chunks`: windows of a few lines within the embedding
 model's window, each mapped back to the definition it belongs to, so results are merged
 per definition. The
 lexical side is LanceDB's own full-text index over identifier-split text; the vector side

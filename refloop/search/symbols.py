@@ -3,7 +3,7 @@ workspace's source files.
 
 Python is parsed with tree-sitter when the `semantic` extra is installed, else with the
 standard `ast` module (same definitions either way). Other languages get their symbols
-from a definition regex. The semantic index's chunks are `refloop.code_chunks`.
+from a definition regex. The semantic index's chunks are `refloop.search.chunks`.
 """
 
 from __future__ import annotations
