@@ -122,7 +122,7 @@ async def run_suite(scenarios: list[EvalScenario]) -> list[RunOutcome]:
                         TaskInput(task=scenario.task, workspace=str(workspace), model=name,
                                   max_iterations=scenario.max_iterations, triggers=triggers,
                                   enable_reflection=False),
-                        id=f"eval-{name}", task_queue=stack.settings.refloop_task_queue,
+                        id=f"eval-{name}", task_queue=stack.settings.task_queue,
                     )
                     try:
                         result = await handle.result()

@@ -123,8 +123,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.command in ("worker", "api", "history") and not settings.temporal_address:
         from refloop.worker.temporal_server import find_running_address
 
-        # The server a running `refloop up` (or anything on the Temporal port) serves.
-        found = find_running_address(settings.refloop_data_dir, settings.refloop_temporal_port)
+        # The server a running `refloop up` of this data dir serves, wherever its port.
+        found = find_running_address(settings.refloop_data_dir)
         settings = settings.model_copy(update={"temporal_address": found})
     if args.command == "scripted-llm":
         from refloop.llm.scripted import serve

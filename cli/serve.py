@@ -55,7 +55,7 @@ async def run_up(args: argparse.Namespace, settings: Settings) -> int:
         ui = stack.temporal.ui_url if stack.temporal else None
         err_console.print(f"[bold]refloop up[/]: Temporal {where}, Web UI {ui or '(none)'}, "
                           f"API http://{args.host}:{args.port} (docs at /docs); worker on "
-                          f"{settings.refloop_task_queue}; Ctrl-C to stop")
+                          f"{settings.task_queue}; Ctrl-C to stop")
         await serve_api(stack.settings, stack.client, args.host, args.port)
     return 0
 

@@ -87,7 +87,7 @@ async def run_task(args: argparse.Namespace, settings: Settings) -> int:
             AgentTaskWorkflow.run,
             task,
             id=workflow_id,
-            task_queue=stack.settings.refloop_task_queue,
+            task_queue=stack.settings.task_queue,
             **start_metadata(task.task, task.workspace),
         )
         web_ui = stack.temporal.workflow_url(workflow_id) if stack.temporal else None
@@ -112,10 +112,14 @@ async def run_task(args: argparse.Namespace, settings: Settings) -> int:
             history = await handle.fetch_history()
             Path(args.save_history).write_text(dump_history(history), encoding="utf-8")
         owned = stack.temporal is not None and stack.temporal.owned_pid is not None
+        moved = stack.temporal is not None and stack.temporal.asked_port is not None
     emit_result(result, args.json)
     if web_ui:
+        # A server on a free port (another data dir held the asked one) may be elsewhere next
+        # time: the link's port is then the one `refloop up` prints.
         later = (" (this command's server has stopped: `refloop up` serves the task from "
-                 f"{settings.refloop_data_dir})") if owned else ""
+                 f"{settings.refloop_data_dir}"
+                 + (", on the Web UI port it prints)" if moved else ")")) if owned else ""
         err_console.print(f"[bold]Web UI[/] {web_ui}{later}")
     return 0 if result.status == "completed" else 1
 
@@ -193,7 +197,7 @@ async def run_review(args: argparse.Namespace, settings: Settings) -> int:
         err_console.print(f"[bold]code review[/] {workflow_id} ({request.review_type})")
         result: CodeReviewResult = await stack.client.execute_workflow(
             CodeReviewWorkflow.run, request, id=workflow_id,
-            task_queue=stack.settings.refloop_task_queue, result_type=CodeReviewResult,
+            task_queue=stack.settings.task_queue, result_type=CodeReviewResult,
             **start_metadata(f"code review ({request.review_type}) {args.desc}".strip()))
     for attempt in result.attempts:
         err_console.print(f"[yellow]attempt {attempt['attempt']} ({attempt['agent']}): "

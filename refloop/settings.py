@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -17,6 +18,18 @@ if TYPE_CHECKING:
     from refloop.contract.task import TaskInput
 
 
+DEFAULT_TASK_QUEUE = "refloop"
+
+
+def store_identity(database_url: str) -> str:
+    """8 hex characters of the URL's sha256, its password left out (one store, whatever
+    the secret)."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(database_url).set(password=None)
+    return hashlib.sha256(url.render_as_string().encode()).hexdigest()[:8]
+
+
 class SettingsError(SystemExit):
     """Raised at start-up for an invalid variable; the message names the variable."""
 
@@ -27,7 +40,9 @@ class Settings(BaseSettings):
     # Temporal
     temporal_address: str | None = None
     temporal_namespace: str = "default"
-    refloop_task_queue: str = "refloop"
+    # Unset: `refloop` with DATABASE_URL (workers of one database share it), else
+    # `refloop-<store id>`, unique to the data dir's SQLite store (see `task_queue`)
+    refloop_task_queue: str | None = None
     # Hosts (refloop/contract/hosts.py): this worker's host id; how often it records itself
     # in the hosts table (live: a beat within 3 intervals); how long a task's workspace call
     # may wait for a worker of its host before the task shows `waiting_for_host`.
@@ -199,6 +214,22 @@ class Settings(BaseSettings):
             return self.database_url
         self.refloop_data_dir.mkdir(parents=True, exist_ok=True)
         return f"sqlite:///{(self.refloop_data_dir / 'refloop.db').resolve()}"
+
+    @property
+    def store_id(self) -> str:
+        """The store's identity, announced by workers: a hash of DATABASE_URL without its
+        password, or of the SQLite file's path."""
+        return store_identity(self.effective_database_url)
+
+    @property
+    def task_queue(self) -> str:
+        """Workers of different stores never share a queue (a task's rows and blobs would
+        split between them): without DATABASE_URL the store is the data dir's SQLite file,
+        so the default queue is the data dir's own, even on a shared Temporal server."""
+        if self.refloop_task_queue:
+            return self.refloop_task_queue
+        return DEFAULT_TASK_QUEUE if self.database_url else \
+            f"{DEFAULT_TASK_QUEUE}-{self.store_id}"
 
     @property
     def index_dir(self) -> Path:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -34,11 +33,7 @@ class HostIdentity:
     host_id: str
     roots: tuple[Path, ...]
     task_queues: tuple[str, ...]
-
-    @property
-    def identity(self) -> str:
-        """The worker identity histories show for every activity it ran: pid@host."""
-        return f"{os.getpid()}@{self.host_id}"
+    identity: str  # the worker identity histories show for every activity it ran
 
 
 def workspace_of(arg: Any) -> str | None:

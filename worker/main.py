@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
@@ -23,6 +23,7 @@ from refloop.settings import Settings
 from refloop.store.db import store_for
 from refloop.worker.hosts import HostIdentity, guarded, host_presence
 from refloop.worker.model_endpoint import model_endpoint
+from refloop.worker.ownership import watching, worker_identity
 from refloop.worker.plugin import activities_for, refloop_plugin
 
 log = logging.getLogger("refloop.worker")
@@ -44,15 +45,17 @@ class RefloopWorker:
 
     def __init__(self, client: Client, settings: Settings, task_queue: str | None = None,
                  announce: bool = False) -> None:
-        shared = task_queue or settings.refloop_task_queue
+        shared = task_queue or settings.task_queue
         host_id = settings.refloop_host_id
+        # Histories show the host of every attempt; the store shows a foreign poller.
         self.host = HostIdentity(host_id, tuple(workspace_roots(settings)),
-                                 (shared, model_queue(shared), host_queue(shared, host_id)))
+                                 (shared, model_queue(shared), host_queue(shared, host_id)),
+                                 worker_identity(settings.store_id, host_id))
         self.settings, self.announce = settings, announce
         built = activities_for(settings)
         common: dict[str, Any] = {
             "activity_executor": ThreadPoolExecutor(8),
-            "identity": self.host.identity,  # histories show the host of every attempt
+            "identity": self.host.identity,
             # On SIGTERM/SIGINT, in-flight activities get this long before they are cancelled.
             "graceful_shutdown_timeout": timedelta(seconds=settings.refloop_graceful_shutdown_s),
         }
@@ -101,6 +104,17 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
     return RefloopWorker(client, settings, task_queue, announce)
 
 
+@contextlib.asynccontextmanager
+async def serving(client: Client, settings: Settings,
+                  task_queue: str | None = None) -> AsyncIterator[Worker]:
+    """A running worker, recorded in the hosts table, its queue watched for workers of
+    another store."""
+    queue = task_queue or settings.task_queue
+    async with build_worker(client, settings, queue, announce=True) as worker, \
+            watching(client, queue, settings.store_id):
+        yield worker
+
+
 async def run_worker(settings: Settings) -> None:
     """`refloop worker`: needs TEMPORAL_ADDRESS; runs until cancelled (SIGTERM/SIGINT),
     then drains in-flight activities for the graceful shutdown timeout."""
@@ -112,11 +126,11 @@ async def run_worker(settings: Settings) -> None:
     client = await connect(settings.temporal_address, settings.temporal_namespace)
     with model_endpoint(settings) as effective:
         log.warning(
-            "worker on %s, task queue %s, host %s, model endpoint %s",
+            "worker on %s, task queue %s, store %s, model endpoint %s",
             settings.temporal_address,
-            settings.refloop_task_queue,
-            settings.refloop_host_id,
+            settings.task_queue,
+            settings.store_id,
             effective.openai_base_url,
         )
-        async with build_worker(client, effective, announce=True):
+        async with serving(client, effective):
             await asyncio.Event().wait()

@@ -12,7 +12,7 @@ from temporalio.client import Client
 
 from refloop.runtime.client import connect
 from refloop.settings import Settings
-from refloop.worker.main import build_worker
+from refloop.worker.main import serving
 from refloop.worker.model_endpoint import model_endpoint
 from refloop.worker.temporal_server import EmbeddedTemporal
 
@@ -37,7 +37,7 @@ async def embedded_stack(settings: Settings, with_worker: bool = True) -> AsyncI
         with model_endpoint(settings) as effective:
             client = await connect(address, settings.temporal_namespace)
             if with_worker:
-                async with build_worker(client, effective, announce=True):
+                async with serving(client, effective):
                     yield Stack(client, effective, temporal)
             else:
                 yield Stack(client, effective, temporal)

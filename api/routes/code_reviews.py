@@ -74,7 +74,7 @@ async def start_review(body: CodeReviewRequest, client: ClientDep, store: StoreD
         raise HTTPException(status.HTTP_409_CONFLICT, f"task ID {task_id!r} is taken")
     try:
         await client.start_workflow(CodeReviewWorkflow.run, request, id=workflow_id,
-                                    task_queue=settings.refloop_task_queue,
+                                    task_queue=settings.task_queue,
                                     **start_metadata(f"code review ({request.review_type}) "
                                                      f"{request.task_desc}".strip()))
     except (WorkflowAlreadyStartedError, RPCError) as err:

@@ -16,7 +16,7 @@ from pathlib import Path
 from fastapi import APIRouter, HTTPException, status
 
 from refloop.api.deps import StoreDep
-from refloop.contract.hosts import HostInfo, HostRefused, check_host, choose_host
+from refloop.contract.hosts import HostInfo, HostRefused, NoHostHolds, check_host, choose_host
 from refloop.runtime.workspaces import WorkspaceError, system_refusal
 from refloop.store.db import Store
 from refloop.store.hosts import list_hosts
@@ -47,14 +47,18 @@ def unprocessable(err: Exception) -> HTTPException:
     return HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(err))
 
 
-async def session_host(store: Store, raw: str, requested: str | None) -> tuple[str, str] | None:
-    """(workspace, host) for a session, or None: no host is live and none was named."""
+async def session_host(store: Store, raw: str, requested: str | None
+                       ) -> tuple[str, str] | NoHostHolds | None:
+    """(workspace, host) for a session; None: no host is live and none was named;
+    NoHostHolds: no live host holds it (the API's own roots may: one machine)."""
     known = await asyncio.to_thread(list_hosts, store)
     if requested is None and not any(host.live for host in known):
         return None
     try:
         path = host_path(raw)
         return path, choose_host(path, known, requested)
+    except NoHostHolds as err:
+        return err
     except (WorkspaceError, HostRefused) as err:
         raise unprocessable(err) from err
 

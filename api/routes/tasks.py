@@ -27,6 +27,7 @@ from refloop.api.schemas import (
 )
 from refloop.api.sse import event_stream
 from refloop.contract.activity_io import ApprovalDecision, ModelEndpoint
+from refloop.contract.hosts import NoHostHolds
 from refloop.contract.task import RecordTaskInput, TaskInput
 from refloop.contract.visibility import start_metadata
 from refloop.runtime.telemetry import tracer
@@ -65,6 +66,9 @@ async def start_session(body: SessionStart, store: StoreDep,
     placed = None
     if body.workspace is not None or body.host is not None:  # on a host's disk, if any live
         placed = await session_host(store, body.workspace or "", body.host)
+    unheld = placed if isinstance(placed, NoHostHolds) else None
+    if unheld is not None:  # today's rule decides: the API's own roots, no host
+        placed = None
     host = placed[1] if placed is not None else None
     try:
         if placed is not None and host != settings.refloop_host_id:
@@ -74,7 +78,8 @@ async def start_session(body: SessionStart, store: StoreDep,
                 lambda: resolve_workspace(body.workspace, settings)
                 if body.workspace is not None else fresh_workspace(settings))
     except WorkspaceError as err:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(err)) from err
+        why = f"{unheld}; {err}" if unheld is not None else str(err)
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, why) from err
     return await asyncio.to_thread(_new_session, body, store, settings, str(workspace), host)
 
 
@@ -184,7 +189,7 @@ async def start_task(body: TaskCreate, client, store: Store, settings: Settings,
     with tracer.start_as_current_span("start task", context=propagate.extract(headers or {})):
         try:
             await client.start_workflow(AgentTaskWorkflow.run, inp, id=workflow_id,
-                                        task_queue=settings.refloop_task_queue,
+                                        task_queue=settings.task_queue,
                                         **start_metadata(inp.task, inp.workspace))
         except RPCError as err:  # the row must not claim a task that never started
             await asyncio.to_thread(store.record_task, RecordTaskInput(

@@ -60,6 +60,10 @@ class HostRefused(ValueError):
     """A host that cannot take the workspace; the message names the candidates."""
 
 
+class NoHostHolds(HostRefused):
+    """No live host's roots hold the workspace."""
+
+
 def holds(roots: Sequence[str], path: str) -> bool:
     """Whether `path` (absolute) is inside one of `roots` (lexically: the host resolves
     links itself and refuses a workspace that leaves its roots)."""
@@ -99,6 +103,6 @@ def choose_host(path: str, hosts: Sequence[HostInfo], requested: str | None = No
     if len(holding) == 1:
         return holding[0].host_id
     if not holding:
-        raise HostRefused(f"no live host holds {path}; hosts: {_described(hosts)}")
+        raise NoHostHolds(f"no live host holds {path}; hosts: {_described(hosts)}")
     raise HostRefused(f"several live hosts hold {path}: "
                       f"{', '.join(h.host_id for h in holding)}; name one with `host`")

@@ -173,15 +173,20 @@ async def test_kill_9_of_refloop_up_mid_task_then_restart_completes_the_task(
         up.cleanup()
 
 
-async def test_refloop_up_attaches_to_a_server_already_on_its_port(
+async def test_refloop_up_never_joins_a_server_already_on_its_port(
         scripted_llm, temporal_server: str, tmp_path: Path):
-    """A Temporal server already answers on the port: `refloop up` uses it, says so, and
-    leaves it running when it stops."""
-    up = Up(tmp_path, scripted_llm.base_url,
-            REFLOOP_TEMPORAL_PORT=temporal_server.rpartition(":")[2])
+    """A Temporal server of another data dir already answers on the port: `refloop up`
+    never joins it (its tasks would land in that data dir's database); it runs its own on
+    free ports, says so, and leaves the other one running when it stops."""
+    taken = temporal_server.rpartition(":")[2]
+    up = Up(tmp_path, scripted_llm.base_url, REFLOOP_TEMPORAL_PORT=taken)
     try:
         up.start()
-        assert "attached to a Temporal server already answering" in up.log.read_text()
+        log = up.log.read_text()
+        assert f"{temporal_server} serves another data dir" in log, log
+        assert "never joined" in log and "attached to" not in log
+        own = json.loads((up.data_dir / STATE_FILE).read_text())
+        assert own["address"] != temporal_server and own["asked_port"] == int(taken)
         assert up.terminate() == 143
     finally:
         up.cleanup()

@@ -1,15 +1,22 @@
 """One dev server per data dir: a second owner attaches to the first instead of starting a
-second server on the same SQLite file; `refloop history` finds it; stop stops only it."""
+second server on the same SQLite file; `refloop history` finds it; stop stops only it.
+One data dir per server: a server of another data dir, or anything else, on the port is
+never joined."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import sys
+import threading
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from refloop.runtime.net import free_port
+from refloop.worker.ownership import OWNER_FILE, belongs, owner_id, owning_data_dir
 from refloop.worker.temporal_server import (
     STATE_FILE,
     EmbeddedTemporal,
@@ -27,7 +34,7 @@ async def test_a_second_process_on_the_same_data_dir_attaches(tmp_path: Path):
         record = read_record(data)
         assert record and record.pid == first.owned_pid and is_our_server(record.pid, record.db)
         assert record.db == str((data / "temporal.db").resolve())
-        assert find_running_address(data, 1) == first.address  # no flags needed
+        assert find_running_address(data) == first.address  # no flags needed
         second = EmbeddedTemporal(data, port=free_port(), ui_port=free_port())
         assert await second.start() == first.address  # not a second server on the file
         assert second.owned_pid is None and second.ui_url == first.ui_url
@@ -36,7 +43,60 @@ async def test_a_second_process_on_the_same_data_dir_attaches(tmp_path: Path):
     finally:
         first.stop()
     assert not is_our_server(record.pid, None) and not (data / STATE_FILE).exists()
-    assert find_running_address(data, free_port()) is None
+    assert find_running_address(data) is None
+
+
+async def test_a_server_of_another_data_dir_on_the_port_is_never_joined(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture):
+    """Two projects, same default ports: the second data dir's server takes free ports and
+    says so in one line naming the first data dir; each server carries only its own data
+    dir's marker, and each data dir's commands find only their own server."""
+    one, two = tmp_path / "one" / "data", tmp_path / "two" / "data"
+    port, ui_port = free_port(), free_port()
+    first = EmbeddedTemporal(one, port=port, ui_port=ui_port)
+    await first.start()
+    second = EmbeddedTemporal(two, port=port, ui_port=ui_port)
+    try:
+        with caplog.at_level(logging.WARNING, logger="refloop.temporal"):
+            address = await second.start()
+        assert address != first.address and second.owned_pid not in (None, first.owned_pid)
+        assert second.asked_port == port and second.ui_url != first.ui_url
+        moved = [r.getMessage() for r in caplog.records if "never joined" in r.getMessage()]
+        assert len(moved) == 1 and f"serves another data dir ({one.resolve()})" in moved[0]
+        assert address in moved[0] and "--temporal-port" in moved[0]
+        assert (one / OWNER_FILE).read_text() != (two / OWNER_FILE).read_text()
+        assert await belongs(first.address, owner_id(one))
+        assert not await belongs(first.address, owner_id(two))
+        assert not await belongs(address, owner_id(one))
+        assert await owning_data_dir(address) == str(two.resolve())
+        assert find_running_address(two) == address and find_running_address(one) == (
+            first.address)
+        # Another process of the second data dir, asking for the same port, finds its own.
+        third = EmbeddedTemporal(two, port=port, ui_port=ui_port)
+        assert await third.start() == address and third.owned_pid is None
+        third.stop()
+    finally:
+        second.stop()
+        first.stop()
+
+
+async def test_anything_else_on_the_port_is_never_joined(tmp_path: Path,
+                                                         caplog: pytest.LogCaptureFixture):
+    """Not a refloop server (here not even Temporal): it is left alone, and named so."""
+    other = ThreadingHTTPServer(("127.0.0.1", free_port()), SimpleHTTPRequestHandler)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    taken = f"127.0.0.1:{other.server_address[1]}"
+    server = EmbeddedTemporal(tmp_path / "data", port=other.server_address[1], ui_port=None)
+    try:
+        with caplog.at_level(logging.WARNING, logger="refloop.temporal"):
+            assert await server.start() != taken
+        assert f"{taken} is a server of no refloop data dir" in caplog.text
+        assert await belongs(server.address, owner_id(tmp_path / "data"))
+    finally:
+        server.stop()
+        with contextlib.suppress(Exception):
+            other.shutdown()
+        other.server_close()
 
 
 async def test_a_missing_binary_names_the_package(tmp_path: Path, monkeypatch):
@@ -121,7 +181,7 @@ async def test_the_watchdogs_hard_exit_stops_the_server_and_keeps_its_workflows(
     data, port = tmp_path / "data", free_port()
     server_pid = int((await run_owner(HUNG_OWNER, data, port)).split()[-1])
     assert not is_our_server(server_pid, None), "the server outlived its command"
-    assert find_running_address(data, port) is None
+    assert find_running_address(data) is None
     restarted = EmbeddedTemporal(data, port=port, ui_port=None)
     try:
         client = await Client.connect(await restarted.start())

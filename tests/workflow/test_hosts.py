@@ -114,7 +114,7 @@ async def test_golden_each_tasks_workspace_activities_run_on_its_hosts_worker(
         on_workspace = [r for r in ran if r[0].startswith(("refloop.tool.", "refloop.workspace."))]
         assert {r[0] for r in on_workspace} >= {"refloop.tool.write_file",
                                                "refloop.workspace.describe"}
-        assert all(queue == host_queue(task_queue, host) and identity.endswith(f"@{host}")
+        assert all(queue == host_queue(task_queue, host) and f"@{host} " in identity
                    for _, queue, identity in on_workspace), on_workspace
         models = [r for r in ran if r[0].startswith("refloop.llm.")]
         assert models and all(queue == model_queue(task_queue) for _, queue, _ in models)

@@ -56,7 +56,7 @@ async def test_twenty_model_calls_over_two_workers_keep_to_two_a_second(
             origin = scheduled[attrs.scheduled_event_id]
             if origin.activity_task_scheduled_event_attributes.task_queue.name \
                     == model_queue(task_queue):
-                identities.add(attrs.identity.split("@")[-1])
+                identities.add(attrs.identity.split()[0].split("@")[-1])
                 waits.append(e.event_time.ToDatetime().timestamp()
                              - origin.event_time.ToDatetime().timestamp())
     assert len(waits) == 20

@@ -24,13 +24,16 @@ from temporalio.converter import (
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-from refloop.worker.main import build_worker
-from refloop.worker.plugin import SANDBOX_RESTRICTIONS
-from refloop.worker.runner import (
-    ContextFreeSandboxedWorkflowRunner,
-    ignores_serialization_context,
-    sandbox_runner,
-)
+# This module defines workflows: the sandbox re-imports it, so its worker-side imports
+# pass through (refloop's own workflow modules import only the contract).
+with workflow.unsafe.imports_passed_through():
+    from refloop.worker.main import build_worker
+    from refloop.worker.plugin import SANDBOX_RESTRICTIONS
+    from refloop.worker.runner import (
+        ContextFreeSandboxedWorkflowRunner,
+        ignores_serialization_context,
+        sandbox_runner,
+    )
 
 
 class PlainCodec(PayloadCodec):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from refloop.settings import SettingsError, load_settings
+from refloop.settings import Settings, SettingsError, load_settings
 
 
 def test_defaults_use_embedded_parts(monkeypatch, tmp_path):
@@ -15,8 +15,27 @@ def test_defaults_use_embedded_parts(monkeypatch, tmp_path):
     assert settings.temporal_address is None
     assert settings.uses_scripted_model
     assert settings.effective_database_url.startswith("sqlite:///")
-    assert settings.refloop_task_queue == "refloop"
+    assert settings.task_queue == f"refloop-{settings.store_id}"  # the data dir's own
     assert settings.review_model() == settings.refloop_model == settings.reflection_model()
+
+
+def test_workers_of_different_stores_get_different_default_queues(monkeypatch, tmp_path):
+    """The default queue is the data dir's own without DATABASE_URL (the store is its
+    SQLite file), `refloop` with one (every worker of that database shares it), and an
+    explicit REFLOOP_TASK_QUEUE always wins. The store id never depends on a password."""
+    for name in ("DATABASE_URL", "REFLOOP_TASK_QUEUE"):
+        monkeypatch.delenv(name, raising=False)
+    one = Settings(refloop_data_dir=tmp_path / "one")
+    two = Settings(refloop_data_dir=tmp_path / "two")
+    assert one.task_queue != two.task_queue and one.store_id != two.store_id
+    assert one.task_queue == Settings(refloop_data_dir=tmp_path / "one").task_queue
+    shared = "postgresql+psycopg://refloop:{}@db.example/refloop"
+    assert Settings(database_url=shared.format("a")).task_queue == "refloop"
+    assert Settings(database_url=shared.format("a")).store_id == Settings(
+        database_url=shared.format("b")).store_id
+    assert Settings(database_url="postgresql+psycopg://refloop@db.example/other").store_id \
+        != Settings(database_url=shared.format("a")).store_id
+    assert Settings(refloop_data_dir=tmp_path, refloop_task_queue="mine").task_queue == "mine"
 
 
 def test_role_models_fall_back_and_override(monkeypatch):
