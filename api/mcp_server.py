@@ -75,8 +75,7 @@ def build_mcp_server(deps: Callable[[], McpDeps]) -> MCPServer:
         """Start an agent task in a workspace directory; returns its task_id at once."""
         d = deps()
         with api_errors():
-            session = await asyncio.to_thread(
-                tasks.start_session,
+            session = await tasks.start_session(
                 SessionStart(workspace=workspace, approval_mode=approval_mode, model=model),
                 d.store, d.settings)
             accepted = await tasks.start_task(
