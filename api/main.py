@@ -18,11 +18,19 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from refloop.api.deps import require_token
-from refloop.api.guards import MAX_BODY_BYTES, BoundaryGuard, http_error, short_validation_error
+from refloop.api.guards import (
+    MAX_BODY_BYTES,
+    BoundaryGuard,
+    HostGuard,
+    allowed_hosts,
+    http_error,
+    short_validation_error,
+)
+from refloop.api.housekeeping import keep_house
 from refloop.api.mcp_server import McpDeps, build_mcp_server, http_endpoint
 from refloop.api.openapi import ERROR_RESPONSES, install_docs
 from refloop.api.reconcile import reconcile_all
-from refloop.api.routes import code_reviews, health, hosts, prompts, reviews, tasks
+from refloop.api.routes import code_reviews, health, prompts, reviews, tasks
 from refloop.settings import Settings
 from refloop.store.db import store_for
 
@@ -56,8 +64,10 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
         startup = None
         if app.state.client is not None:
             startup = asyncio.create_task(reconcile_all(app.state.client, app.state.store))
+        upkeep = asyncio.create_task(keep_house(settings, app.state.store))
         async with mcp_lifespan():
             yield
+        upkeep.cancel()
         if startup is not None and not startup.done():
             startup.cancel()
 
@@ -72,6 +82,8 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
     app.state.store = store_for(settings.effective_database_url)
     app.state.client = client
     app.add_middleware(BoundaryGuard)
+    hosts = allowed_hosts(settings.refloop_allowed_hosts)
+    app.add_middleware(HostGuard, hosts=lambda: hosts)  # added last: runs first
     app.add_exception_handler(RequestValidationError, short_validation_error)
     app.add_exception_handler(StarletteHTTPException, http_error)
     install_docs(app)

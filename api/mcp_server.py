@@ -18,13 +18,15 @@ from typing import Any, Literal
 from fastapi import HTTPException
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 from temporalio.client import Client
 
+from refloop.api.guards import short_echo
 from refloop.api.routes import code_reviews, tasks
 from refloop.api.schemas import ApprovalBody, SessionStart, TaskCreate
-from refloop.api.sse import FINAL_EVENTS, fetch_events
-from refloop.contract.code_review import CodeReviewInput
+from refloop.api.sse import FINAL_EVENTS, TemporalSilent, fetch_events
+from refloop.runtime.workspaces import is_safe_id
 from refloop.settings import Settings
 from refloop.store.db import Store
 
@@ -39,13 +41,40 @@ class McpDeps:
     settings: Settings
 
 
+def refusal(**inputs: Any) -> str | None:
+    """What HTTP's boundary refuses before any route (NUL bytes, lone surrogates, unsafe
+    IDs), and what only a stdio server must: a relative directory would be resolved
+    against the MCP client's working directory, not the server's."""
+    for name, value in inputs.items():
+        if value is None:
+            continue
+        text = json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else value
+        if "\x00" in text:
+            return f"NUL bytes are not accepted ({name})"
+        if any("\ud800" <= ch <= "\udfff" for ch in text):
+            return f"{name}: a string holds a lone UTF-16 surrogate"
+        if name == "task_id" and not is_safe_id(value):
+            return (f"task_id must be 1-128 letters, digits, '.', '_' or '-' "
+                    f"(got {short_echo(value)!r})")
+        if name in ("workspace", "working_directory") and not value.startswith(("/", "~")):
+            return f"{name} must be an absolute path (got {short_echo(value)!r})"
+    return None
+
+
 @contextlib.contextmanager
-def api_errors() -> Any:
-    """The API's refusals (404, 409, 422) as MCP tool errors with the same message."""
+def api_errors(**inputs: Any) -> Any:
+    """The API's refusals (404, 409, 422) as MCP tool errors with HTTP's words: the same
+    checks, the same messages, inputs quoted at most 80 characters."""
+    if (why := refusal(**inputs)) is not None:
+        raise ToolError(f"422: {why}")
     try:
         yield
     except HTTPException as err:
         raise ToolError(f"{err.status_code}: {err.detail}") from None
+    except ValidationError as err:
+        issues = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']} (got "
+                           f"{short_echo(e.get('input'))!r})" for e in err.errors()[:5])
+        raise ToolError(f"422: {issues}") from None
 
 
 def _task_view(state: Any) -> dict[str, Any]:
@@ -74,7 +103,8 @@ def build_mcp_server(deps: Callable[[], McpDeps]) -> MCPServer:
                          model: str | None = None) -> dict[str, Any]:
         """Start an agent task in a workspace directory; returns its task_id at once."""
         d = deps()
-        with api_errors():
+        with api_errors(task=task, workspace=workspace, approval_mode=approval_mode,
+                        mcp_servers=mcp_servers, max_iterations=max_iterations, model=model):
             session = await tasks.start_session(
                 SessionStart(workspace=workspace, approval_mode=approval_mode, model=model),
                 d.store, d.settings)
@@ -88,8 +118,8 @@ def build_mcp_server(deps: Callable[[], McpDeps]) -> MCPServer:
     async def get_task(task_id: str) -> dict[str, Any]:
         """A task's status, progress and (once ended) result with its answer."""
         d = deps()
-        with api_errors():
-            return _task_view(await tasks.get_task(task_id, d.client, d.store))
+        with api_errors(task_id=task_id):
+            return _task_view(await tasks.get_task(task_id, d.client, d.store, d.settings))
 
     @server.tool()
     async def task_events(task_id: str, after_seq: int = 0,
@@ -97,13 +127,17 @@ def build_mcp_server(deps: Callable[[], McpDeps]) -> MCPServer:
         """A task's events after `after_seq`; waits up to `wait_s` (max 30) for new ones.
         `ended` is true once the task has finished."""
         d = deps()
-        with api_errors():
+        with api_errors(task_id=task_id, after_seq=after_seq, wait_s=wait_s):
             row = await tasks.task_row(d.store, task_id)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, min(wait_s, MAX_WAIT_S))
         while True:
-            events, ended = await fetch_events(d.client, d.store, task_id, row.workflow_id,
-                                               after_seq)
+            try:
+                events, ended = await fetch_events(d.client, d.store, task_id,
+                                                   row.workflow_id, after_seq)
+            except TemporalSilent as err:  # said, as the HTTP stream says it
+                return {"events": [], "ended": False, "status": str(err),
+                        "temporal": "unreachable"}
             ended = ended or any(event.type in FINAL_EVENTS for event in events)
             if events or ended or loop.time() >= deadline:
                 return {"events": [event.model_dump(mode="json") for event in events],
@@ -115,7 +149,7 @@ def build_mcp_server(deps: Callable[[], McpDeps]) -> MCPServer:
                       comment: str | None = None) -> dict[str, Any]:
         """Decide a waiting call (the call_id of an approval_required event)."""
         d = deps()
-        with api_errors():
+        with api_errors(task_id=task_id, call_id=call_id, approved=approved, comment=comment):
             outcome = await tasks.decide(
                 task_id, ApprovalBody(call_id=call_id, approved=approved, comment=comment),
                 d.client, d.store)
@@ -125,7 +159,7 @@ def build_mcp_server(deps: Callable[[], McpDeps]) -> MCPServer:
     async def cancel_task(task_id: str) -> dict[str, Any]:
         """Cancel a running task."""
         d = deps()
-        with api_errors():
+        with api_errors(task_id=task_id):
             return await tasks.cancel_task(task_id, d.client, d.store)
 
     @server.tool()
@@ -136,10 +170,13 @@ def build_mcp_server(deps: Callable[[], McpDeps]) -> MCPServer:
                                 model: str | None = None) -> dict[str, Any]:
         """Start a code review of a diff, files or a snippet; returns its task_id."""
         d = deps()
-        body = CodeReviewInput(review_type=review_type, working_directory=working_directory,
-                               content=content, file_paths=file_paths or [],
-                               task_desc=task_desc, output_format=output_format, model=model)
-        with api_errors():
+        with api_errors(review_type=review_type, working_directory=working_directory,
+                        content=content, file_paths=file_paths, task_desc=task_desc,
+                        output_format=output_format, model=model):
+            body = code_reviews.CodeReviewRequest(
+                review_type=review_type, working_directory=working_directory,
+                content=content, file_paths=file_paths or [], task_desc=task_desc,
+                output_format=output_format, model=model)
             accepted = await code_reviews.start_review(body, d.client, d.store, d.settings)
         return accepted.model_dump(mode="json")
 
@@ -147,7 +184,7 @@ def build_mcp_server(deps: Callable[[], McpDeps]) -> MCPServer:
     async def get_code_review(task_id: str) -> dict[str, Any]:
         """A code review's status and, once done, its result."""
         d = deps()
-        with api_errors():
+        with api_errors(task_id=task_id):
             state = await code_reviews.get_review(task_id, d.client, d.store)
         return json.loads(state.model_dump_json())
 

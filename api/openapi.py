@@ -44,6 +44,8 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     404: problem("No such resource (or not of this route's kind)"),
     409: problem("The resource's state forbids this (duplicate ID, task already ended, ...)"),
     413: problem("Body larger than 1 MB (chunked bodies included)"),
+    421: problem("The Host header names no host this server answers for "
+                 "(REFLOOP_ALLOWED_HOSTS)"),
     422: problem("Invalid input: field issues (inputs quoted short), NUL bytes, workspace "
                  "outside the roots"),
     503: problem("Temporal is not connected or did not answer; try again"),
@@ -67,6 +69,46 @@ SwaggerUIBundle({ url: "/openapi.json", dom_id: "#swagger-ui",
 </script></body></html>"""
 
 
+# What a created resource leads to (OpenAPI links): clients and schemathesis' stateful
+# phase follow them. (method, path, status) -> [(method, path, parameters, request body)].
+# Event streams and approvals are left out: on a task no worker runs they wait for ever.
+TASK_ID = {"task_id": "$response.body#/task_id"}
+KEY = {"key": "$response.body#/id"}
+LINKS: dict[tuple[str, str, str], list[tuple[str, str, dict[str, str], dict | None]]] = {
+    **{("post", base, "201"): [(method, f"{base}/{{key}}", KEY, None)
+                               for method in ("get", "patch", "delete")]
+       for base in ("/prompts", "/model-configs")},
+    ("post", "/agent/interactive/start", "201"): [
+        ("post", "/agent/interactive/task", {},
+         {"session_id": "$response.body#/session_id", "task": "say hello"})],
+    ("post", "/agent/interactive/task", "202"): [
+        ("get", "/tasks/{task_id}", TASK_ID, None),
+        ("post", "/tasks/{task_id}/cancel", TASK_ID, None)],
+    ("post", "/code-reviews", "202"): [
+        ("get", "/code-reviews/{task_id}", TASK_ID, None),
+        ("get", "/tasks/{task_id}", TASK_ID, None)],
+}
+
+
+def add_links(schema: dict[str, Any]) -> None:
+    paths = schema["paths"]
+    for (method, path, code), targets in LINKS.items():
+        response = paths.get(path, {}).get(method, {}).get("responses", {}).get(code)
+        if response is None:
+            continue
+        links = response.setdefault("links", {})
+        for target_method, target_path, parameters, body in targets:
+            target = paths.get(target_path, {}).get(target_method)
+            if target is None:
+                continue
+            link: dict[str, Any] = {"operationId": target["operationId"]}
+            if parameters:
+                link["parameters"] = parameters
+            if body is not None:
+                link["requestBody"] = body
+            links[target["operationId"]] = link
+
+
 def build_openapi(app: FastAPI) -> dict[str, Any]:
     secured = bool(app.state.settings.refloop_api_token)
     cache: dict[bool, dict[str, Any]] = app.state.openapi_cache
@@ -74,6 +116,7 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
         return cache[secured]
     schema = get_openapi(title=app.title, version=app.version, description=app.description,
                          routes=app.routes)
+    add_links(schema)
     if secured:
         components = schema.setdefault("components", {})
         components.setdefault("securitySchemes", {})["bearer"] = {

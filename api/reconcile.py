@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
 from datetime import timedelta
+from typing import TypeVar
 
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
@@ -21,6 +23,7 @@ from refloop.contract.task import RecordTaskInput, TaskResult
 from refloop.store.db import TERMINAL_STATUSES, Store, TaskRecord, as_utc, utcnow
 
 log = logging.getLogger("refloop.api")
+T = TypeVar("T")
 OPEN_STATUSES = ("queued", "running", "waiting_approval", "waiting_for_host")
 # A row is written just before its workflow starts: a missing workflow only means "lost"
 # once the row is older than this.
@@ -31,6 +34,19 @@ CLOSED = {
     WorkflowExecutionStatus.TERMINATED: ("failed", "the workflow was terminated"),
     WorkflowExecutionStatus.TIMED_OUT: ("failed", "the workflow timed out"),
 }
+
+
+async def within(awaitable: Awaitable[T], seconds: float) -> T:
+    """The awaitable's result, or TimeoutError after `seconds` at the latest. Unlike
+    asyncio.wait_for it does not wait for the cancelled call to wind down: a Temporal call
+    retrying against a dead server takes its time to notice."""
+    task = asyncio.ensure_future(awaitable)
+    done, _ = await asyncio.wait({task}, timeout=seconds)
+    if not done:
+        task.cancel()
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())  # no warning
+        raise TimeoutError(f"no answer within {seconds:g}s")
+    return task.result()
 
 
 def is_not_found(err: BaseException) -> bool:
@@ -49,6 +65,16 @@ async def mark_lost(store: Store, row: TaskRecord, why: str) -> TaskRecord:
     return await _record(store, row, "lost", error=why)
 
 
+async def missing(store: Store, row: TaskRecord) -> TaskRecord:
+    """A row whose workflow Temporal does not know. Still `queued`: its start failed or was
+    cut short (nothing ever ran), so it failed; having run: its server lost it."""
+    if row.status == "queued":
+        return await _record(store, row, "failed", error=f"workflow {row.workflow_id} never "
+                             "started (its start failed or was interrupted)")
+    return await mark_lost(store, row, f"workflow {row.workflow_id} not found in Temporal "
+                                       "(its server lost it: a wiped namespace or database)")
+
+
 async def refresh(client: Client, store: Store, row: TaskRecord) -> TaskRecord:
     """The row, brought in line with its workflow (unchanged while it truly runs)."""
     if row.status in TERMINAL_STATUSES or row.status not in OPEN_STATUSES:
@@ -59,9 +85,7 @@ async def refresh(client: Client, store: Store, row: TaskRecord) -> TaskRecord:
     except RPCError as err:
         if not is_not_found(err) or utcnow() - as_utc(row.created_at) < START_GRACE:
             return row
-        return await mark_lost(store, row, f"workflow {row.workflow_id} not found in "
-                                           "Temporal (its server lost it, e.g. a restart of "
-                                           "the in-memory dev server)")
+        return await missing(store, row)
     status = description.status
     if status == WorkflowExecutionStatus.COMPLETED:
         result_type = CodeReviewResult if row.kind == "code_review" else TaskResult

@@ -88,6 +88,12 @@ class TaskState(BaseModel):
     error: str | None = None
     created_at: datetime
     finished_at: datetime | None = None
+    # The model the task runs with and the endpoint it goes to (a model config's, else the
+    # worker's own)
+    model: str | None = None
+    endpoint: str | None = None
+    # Temporal did not answer in time: the stored row, which may lag behind the task
+    from_database: bool = False
 
 
 class ApprovalBody(BaseModel):

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 
 from temporalio.client import Client
 
-from refloop.api.reconcile import OPEN_STATUSES, refresh
+from refloop.api.reconcile import OPEN_STATUSES, refresh, within
 from refloop.contract.task import Event
 from refloop.store.db import TERMINAL_STATUSES, Store, TaskRecord
 from refloop.workflows.agent import AgentTaskWorkflow
@@ -23,6 +23,7 @@ FINAL_EVENTS = frozenset({"completed", "failed", "lost", "incomplete", "cancelle
 POLL_S = 0.1
 HEARTBEAT_S = 15.0
 CHECK_S = 1.0  # how often a stream that cannot query its workflow asks Temporal about it
+TEMPORAL_ANSWER_S = 1.5  # then the stream says Temporal is unreachable and keeps trying
 
 
 def format_event(event: Event) -> str:
@@ -54,31 +55,65 @@ async def fetch_events(client: Client, store: Store, task_id: str, workflow_id: 
     if row.kind == "agent":
         try:
             handle = client.get_workflow_handle(workflow_id)
-            return await handle.query(AgentTaskWorkflow.events, after), False
+            return await within(handle.query(AgentTaskWorkflow.events, after),
+                                          TEMPORAL_ANSWER_S), False
+        except TimeoutError as err:
+            raise TemporalSilent(row.status) from err
         except Exception:  # not started on a worker yet, just closed, or gone: check below
             pass
     if check:
-        fresh = await refresh(client, store, row)
+        try:
+            fresh = await within(refresh(client, store, row), TEMPORAL_ANSWER_S)
+        except TimeoutError as err:
+            raise TemporalSilent(row.status) from err
         if fresh.status in TERMINAL_STATUSES:
             return ending(fresh, after), True
     return [], False
+
+
+class TemporalSilent(Exception):
+    """Temporal did not answer within TEMPORAL_ANSWER_S; the message is the row's status."""
+
+
+def status_frame(status: str, **data: object) -> str:
+    """A state change the event list does not carry as such (no `id`: resuming skips it)."""
+    return f"event: status\ndata: {json.dumps({'status': status, **data})}\n\n"
+
+
+# Events that change what the task is doing: the stream tells the new status.
+STATUS_AFTER = {"approval_required": "waiting_approval", "approval_decided": "running"}
 
 
 async def event_stream(client: Client, store: Store, task_id: str, workflow_id: str,
                        after: int = 0) -> AsyncIterator[str]:
     loop = asyncio.get_running_loop()
     last_sent = last_check = loop.time()
+    silent = False
     while True:
         check = loop.time() - last_check >= CHECK_S
         if check:
             last_check = loop.time()
-        events, ended = await fetch_events(client, store, task_id, workflow_id, after, check)
+        try:
+            events, ended = await fetch_events(client, store, task_id, workflow_id, after,
+                                               check)
+        except TemporalSilent as err:  # told once per outage; the stream keeps trying
+            if not silent:
+                silent = True
+                yield status_frame(str(err), temporal="unreachable", from_database=True)
+                last_sent = loop.time()
+            await asyncio.sleep(CHECK_S)
+            continue
+        if silent:
+            silent = False
+            yield status_frame("running", temporal="reachable")
         for event in events:
             yield format_event(event)
             after = event.seq
             last_sent = loop.time()
             if event.type in FINAL_EVENTS:
                 return
+            if event.type in STATUS_AFTER:
+                yield status_frame(STATUS_AFTER[event.type])
         if ended:
             return
         if loop.time() - last_sent >= HEARTBEAT_S:

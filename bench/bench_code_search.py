@@ -1,21 +1,29 @@
-"""Code search on third-party code: recall@1, recall@5 and MRR at definition level for
-search_semantic (hybrid, and each side alone) beside BM25 and grep in the same run, plus
-index throughput, the cost of a one-file re-index, query p50/p95 and the first query of a
-fresh worker, per embedding model.
+"""Code search on third-party code.
 
-    python -m bench.bench_code_search [--small] [--models minilm-int8,minilm] [--repeats 3]
-        [--queries tests/fixtures/code_search_queries_httpx.yaml] [--misses] [--starts 3]
+    python -m bench.bench_code_search [--corpora starlette,httpx,fastapi,sympy] [--small]
 
-The corpus is starlette as installed in the venv (42 labelled queries written from
-behaviour; --small: the quick subset `make test` runs); `--queries` names another query
-file (the held-out httpx queries, never used to tune the method). Recall is also reported
-per half of the queries: of the starlette queries, the even-numbered half was used to
-choose the fusion weights, the odd one was not. Modes: hybrid (score fusion, the
-default), rrf (rank fusion per definition), lance-rrf (LanceDB's own hybrid query and RRF
-reranker, per chunk), vector and text alone. Start-up: a fresh interpreter doing what
-`refloop worker` does (the warm-up starts as the command line is imported, then the
-worker's modules) times process launch -> search ready (warm-up finished), -> worker
-ready (it could poll), -> first query answered."""
+By default, the scale table: each corpus (a package as installed in the venv, with its
+labelled queries in tests/fixtures/code_search_queries*.yaml, written from behaviour before
+any search ran over it) indexed from nothing in a child process, as the index activity
+runs it: lines, chunks, CPU-seconds, wall, peak RSS, time to the first search result,
+recall@1 / recall@5 / MRR of the hybrid beside BM25 over whole definitions, paired per query
+(wins / losses / ties at 5); then query p50 / p95 on the FastAPI index while the next
+corpus (sympy) is being indexed. `--small`: the quick starlette slice `make test` runs.
+
+    python -m bench.bench_code_search --detail [--small] [--models minilm-int8,minilm]
+        [--repeats 3] [--queries tests/fixtures/code_search_queries_httpx.yaml] [--misses]
+        [--starts 3]
+
+`--detail`: one corpus (starlette by default; `--queries` names another query file) with
+every search mode beside BM25 and grep, index throughput, the cost of a one-file
+re-index, query p50/p95 and the first query of a fresh worker, per embedding model.
+Recall is also reported per half of the queries: of the starlette queries, the
+even-numbered half was used to choose the fusion weights, the odd one was not. Modes:
+hybrid (score fusion, the default), rrf (rank fusion per definition), lance-rrf (LanceDB's
+own hybrid query and RRF reranker, per chunk), vector and text alone. Start-up: a fresh
+interpreter doing what `refloop worker` does (the warm-up starts as the command line is
+imported, then the worker's modules) times process launch -> search ready (warm-up
+finished), -> worker ready (it could poll), -> first query answered."""
 
 from __future__ import annotations
 
@@ -41,7 +49,7 @@ from bench.code_search_eval import (
     score,
 )
 from refloop.search.index import CodeIndex
-from refloop.search.runtime import missing_extra
+from refloop.search.runtime import import_lancedb, missing_extra
 
 # LanceDB's hybrid query warns on every call about its score columns (its Rust log
 # reads LANCEDB_LOG; LANCE_LOG is the lance format's own and does not reach it).
@@ -123,8 +131,49 @@ def half_row(name: str, ranker, queries) -> str:
     return f"| {name} | {cells[0]} | {cells[1]} |"
 
 
+FIXTURES = QUERIES.parent
+CORPORA = {"starlette": QUERIES, "httpx": FIXTURES / "code_search_queries_httpx.yaml",
+           "fastapi": FIXTURES / "code_search_queries_fastapi.yaml",
+           "sympy": FIXTURES / "code_search_queries_sympy.yaml"}
+
+
+def scale(names: list[str], small: bool) -> None:
+    """The scale table (see the module's docstring)."""
+    from bench.code_search_scale import HEADER, measure, query_latencies
+    from refloop.search.embedders import embedder
+
+    count_tokens = embedder().count_tokens
+    import_lancedb()  # as a worker's warm-up has: the first search is not the import
+    latency = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        print(HEADER, flush=True)
+        runs = {}
+        for number, name in enumerate(names):
+            package, small_files, queries = load_queries(small, path=CORPORA[name])
+            corpus = copy_corpus(package, small_files if small else None, work / name / package)
+            resolve(queries, corpus)
+            during = None
+            if "fastapi" in runs and number == len(names) - 1:  # FastAPI's queries meanwhile
+                fastapi, fastapi_queries = runs["fastapi"]
+
+                def during(process, index=fastapi, queries=fastapi_queries):
+                    latency["timed"] = query_latencies(index, queries, process)
+            run = measure(name, corpus, work / name / "index", queries, count_tokens, during)
+            runs[name] = (CodeIndex(work / name / "index", corpus), queries)
+            print(run.row(), flush=True)
+    if latency:
+        p50, p95, timed = latency["timed"]
+        print(f"\nFastAPI hybrid queries while {names[-1]} was being indexed: p50 {p50:.0f} ms,"
+              f" p95 {p95:.0f} ms ({timed} queries)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
+    parser.add_argument("--corpora", default=",".join(CORPORA),
+                        help="the scale table's corpora, in order")
+    parser.add_argument("--detail", action="store_true",
+                        help="every mode, start-up and re-index costs on one corpus")
     parser.add_argument("--small", action="store_true", help="the quick corpus of make test")
     parser.add_argument("--models", default="minilm-int8,minilm")
     parser.add_argument("--repeats", type=int, default=3, help="query passes for p50/p95")
@@ -133,6 +182,10 @@ def main() -> None:
     parser.add_argument("--queries", type=Path, default=QUERIES,
                         help="a labelled query file (default: the starlette one)")
     args = parser.parse_args()
+    if not args.detail:
+        names = args.corpora.split(",")
+        scale(names if not args.small else names[:1], args.small)
+        return
     package, small_files, queries = load_queries(args.small, path=args.queries)
     _, _, name_queries = load_queries(False, names=True, path=args.queries)
     with tempfile.TemporaryDirectory() as tmp:

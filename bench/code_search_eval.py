@@ -48,6 +48,19 @@ class Scores:
     recall_at_5: float
     mrr: float
     misses: list[str]
+    ranks: list[int | None] = field(default_factory=list)  # per query, None: not in the top
+
+
+def paired(first: Scores, second: Scores, depth: int = 5) -> tuple[int, int, int]:
+    """Queries `first` finds in its top `depth` and `second` does not (wins), the reverse
+    (losses), and the rest (ties), over the same queries."""
+    def found(rank: int | None) -> bool:
+        return rank is not None and rank <= depth
+
+    wins = sum(found(a) and not found(b) for a, b in zip(first.ranks, second.ranks, strict=True))
+    losses = sum(found(b) and not found(a) for a, b in zip(first.ranks, second.ranks,
+                                                           strict=True))
+    return wins, losses, len(first.ranks) - wins - losses
 
 
 def load_queries(small: bool, names: bool = False,
@@ -104,16 +117,18 @@ def score(ranker: Ranker, queries: list[Query], depth: int = 10) -> Scores:
     top1 = top5 = 0
     reciprocal = 0.0
     misses = []
+    ranks = []
     for query in queries:
         ranked = ranker(query.text)[:depth]
         rank = next((i for i, hit in enumerate(ranked, 1) if hit in query.expected), None)
         top1 += rank == 1
         top5 += rank is not None and rank <= 5
         reciprocal += 1 / rank if rank else 0.0
+        ranks.append(rank)
         if rank is None or rank > 5:
             misses.append(f"{query.text!r} (rank {rank or '>' + str(depth)})")
     n = len(queries)
-    return Scores(top1 / n, top5 / n, reciprocal / n, misses)
+    return Scores(top1 / n, top5 / n, reciprocal / n, misses, ranks)
 
 
 # ---------------------------------------------------------------- rankers
@@ -130,7 +145,7 @@ class Unit:
     path: str
     start_line: int
     end_line: int
-    text: str  # every chunk document of the unit, joined
+    text: str  # the unit's header and its whole text (embedded or full-text only)
 
 
 def corpus_units(corpus: Path, count_tokens) -> tuple[list[dict], list[Unit]]:
@@ -142,8 +157,9 @@ def corpus_units(corpus: Path, count_tokens) -> tuple[list[dict], list[Unit]]:
         for chunk in chunk_source(relative, path.read_text(), count_tokens):
             chunks.append({"path": relative, "start_line": chunk.start_line,
                            "end_line": chunk.end_line, "document": chunk.document})
-            units.setdefault((relative, chunk.start_line, chunk.end_line), []).append(
-                chunk.text)
+            texts = units.setdefault((relative, chunk.start_line, chunk.end_line),
+                                     [chunk.header])
+            texts += [chunk.text, chunk.rest]
     return chunks, [Unit(p, s, e, "\n".join(texts)) for (p, s, e), texts in units.items()]
 
 
@@ -159,6 +175,20 @@ def bm25_ranker(chunks: list[dict]) -> Ranker:
         order = sorted(range(len(chunks)), key=lambda i: -scores[i])
         merged = merge_by_definition([chunks[i] for i in order[:200]], 10)
         return [(row["path"], row["start_line"]) for row in merged]
+    return rank
+
+
+def bm25_definitions_ranker(units: list[Unit]) -> Ranker:
+    """rank-bm25 (Okapi) over whole definitions (each unit's header and all its text), with
+    the same identifier-split terms: the plain lexical baseline."""
+    from rank_bm25 import BM25Okapi
+
+    model = BM25Okapi([identifier_terms(unit.text).split() for unit in units])
+
+    def rank(query: str) -> list[tuple[str, int]]:
+        scores = model.get_scores(identifier_terms(query).split())
+        order = sorted(range(len(units)), key=lambda i: -scores[i])[:10]
+        return [(units[i].path, units[i].start_line) for i in order]
     return rank
 
 

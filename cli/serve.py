@@ -28,6 +28,21 @@ _UVICORN_SERVES: list[bool] = []
 
 
 
+def server_config(app: Any, settings: Settings, host: str, port: int) -> Any:
+    """uvicorn's settings for the API. Open event streams must not hold a stop past the
+    grace period; slow or idle clients are cut off (headers, body, keep-alive), so none can
+    hold connections open (slowloris)."""
+    import uvicorn
+
+    from refloop.api.slow_clients import protocol_with
+
+    return uvicorn.Config(app, host=host, port=port, log_level="warning",
+                          timeout_graceful_shutdown=int(settings.refloop_graceful_shutdown_s),
+                          http=protocol_with(settings.refloop_http_header_timeout_s,
+                                             settings.refloop_http_body_timeout_s),
+                          timeout_keep_alive=int(settings.refloop_http_keep_alive_s))
+
+
 async def serve_api(settings: Settings, client: Any, host: str, port: int) -> None:
     import uvicorn
 
@@ -39,10 +54,7 @@ async def serve_api(settings: Settings, client: Any, host: str, port: int) -> No
         err_console.print(f"[bold yellow]REFLOOP_API_TOKEN is unset and {host} is not "
                           "loopback: generated a token for this run.[/] Open "
                           f"{console_url(host, port, generated)}")
-    # Open event streams must not hold a stop past the grace period.
-    config = uvicorn.Config(create_app(settings, client=client), host=host, port=port,
-                            log_level="warning",
-                            timeout_graceful_shutdown=int(settings.refloop_graceful_shutdown_s))
+    config = server_config(create_app(settings, client=client), settings, host, port)
     _UVICORN_SERVES.append(True)
     await uvicorn.Server(config).serve()
 
@@ -56,7 +68,29 @@ async def run_up(args: argparse.Namespace, settings: Settings) -> int:
         err_console.print(f"[bold]refloop up[/]: Temporal {where}, Web UI {ui or '(none)'}, "
                           f"API http://{args.host}:{args.port} (docs at /docs); worker on "
                           f"{settings.task_queue}; Ctrl-C to stop")
-        await serve_api(stack.settings, stack.client, args.host, args.port)
+        return await serve_supervised(stack, args.host, args.port)
+
+
+async def serve_supervised(stack: Any, host: str, port: int) -> int:
+    """The API while the embedded Temporal server is watched: restarted when it dies, or
+    the command exits non-zero (3) saying why, never a server that answers for nothing."""
+    from refloop.worker.temporal_server import TemporalServerLost
+
+    serving = asyncio.create_task(serve_api(stack.settings, stack.client, host, port))
+    temporal = stack.temporal
+    if temporal is None or temporal.owned_pid is None:  # not ours to supervise
+        await serving
+        return 0
+    watching = asyncio.create_task(temporal.supervise(stack.settings.refloop_temporal_restarts))
+    await asyncio.wait({serving, watching}, return_when=asyncio.FIRST_COMPLETED)
+    if watching.done() and isinstance(watching.exception(), TemporalServerLost):
+        err_console.print(f"[bold red]refloop up: {watching.exception()}; stopping.[/]")
+        serving.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await serving
+        return 3
+    watching.cancel()
+    await serving
     return 0
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import uuid
 from pathlib import Path
@@ -47,6 +48,42 @@ def chosen_mcp_servers(value: str | None, settings: Settings) -> list[str]:
         fail(f"--mcp: {err}")
 
 
+async def queue_pollers(client: Any, namespace: str, queue: str) -> set[str]:
+    """Identities of the workers polling `queue` for activities (model calls run there)."""
+    from temporalio.api.enums.v1 import TaskQueueType
+    from temporalio.api.taskqueue.v1 import TaskQueue
+    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+
+    described = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
+        namespace=namespace, task_queue=TaskQueue(name=queue),
+        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY))
+    return {poller.identity for poller in described.pollers}
+
+
+async def whose_model(stack: Any, model: str | None, scripted: bool) -> str:
+    """The line that says which model runs the task: this command's only when no other
+    worker serves its queue (a `refloop up` beside it would take the calls, with its own
+    model settings), so it never names a model it does not use."""
+    settings = stack.settings
+    queue = settings.task_queue
+    try:
+        mine = f"{os.getpid()}@"  # this process's worker, whatever it appends
+        others = {identity for identity in await queue_pollers(
+            stack.client, settings.temporal_namespace, queue) if not identity.startswith(mine)}
+    except Exception:  # noqa: BLE001 (no answer: say what is known)
+        others = set()
+    if others or settings.temporal_address:
+        names = ", ".join(sorted(others)) or "the queue's workers"
+        return (f"[bold magenta]model: the workers serving task queue {queue!r} ({names}) "
+                "run this task with their own model settings (a `refloop up` beside this "
+                "command: the server's model), not this command's[/]")
+    name = model or settings.refloop_model
+    if scripted:
+        return (f"[bold magenta]model: SCRIPTED offline test double ({name}) at "
+                f"{settings.openai_base_url}[/]")
+    return f"[bold]model[/]: {name} at {settings.openai_base_url}"
+
+
 async def run_task(args: argparse.Namespace, settings: Settings) -> int:
     from temporalio.client import WorkflowFailureError
     from temporalio.exceptions import ApplicationError
@@ -81,8 +118,7 @@ async def run_task(args: argparse.Namespace, settings: Settings) -> int:
         settings = settings.model_copy(update={"refloop_workspace_roots": ",".join(roots)})
     # With TEMPORAL_ADDRESS a separate `refloop worker` does the work.
     async with embedded_stack(settings, with_worker=settings.temporal_address is None) as stack:
-        if settings.uses_scripted_model:
-            err_console.print("[bold magenta]model: SCRIPTED offline test double[/]")
+        err_console.print(await whose_model(stack, task.model, settings.uses_scripted_model))
         handle = await stack.client.start_workflow(
             AgentTaskWorkflow.run,
             task,
@@ -152,11 +188,10 @@ async def replay_histories(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
-def review_request(args: argparse.Namespace) -> Any:
+def review_request(args: argparse.Namespace, settings: Settings | None = None) -> Any:
     """The code-review supervisor's unified task JSON from the command line."""
-    import subprocess
-
     from refloop.contract.code_review import CodeReviewInput
+    from refloop.tools.safe_git import GitError, git_diff
 
     workdir = Path(args.workdir).resolve()
     if not workdir.is_dir():
@@ -168,11 +203,10 @@ def review_request(args: argparse.Namespace) -> Any:
     if args.file:
         return CodeReviewInput(review_type="file", file_paths=args.file, **common)
     if args.git_range:
-        done = subprocess.run(["git", "diff", args.git_range], cwd=workdir,
-                              capture_output=True, text=True)
-        if done.returncode != 0:
-            fail(f"--git-range: git diff failed: {done.stderr.strip()}")
-        diff = done.stdout
+        try:  # sandboxed, and no program the repository's config names runs
+            diff = git_diff(workdir, args.git_range, settings or Settings())
+        except GitError as err:
+            fail(f"--git-range: git diff failed: {err}")
     elif args.diff == "-":
         diff = sys.stdin.read()
     else:
@@ -191,7 +225,7 @@ async def run_review(args: argparse.Namespace, settings: Settings) -> int:
     from refloop.worker.stack import embedded_stack
     from refloop.workflows.code_review import CodeReviewWorkflow
 
-    request = review_request(args)
+    request = review_request(args, settings)
     workflow_id = f"review-{uuid.uuid4().hex[:12]}"
     async with embedded_stack(settings, with_worker=settings.temporal_address is None) as stack:
         err_console.print(f"[bold]code review[/] {workflow_id} ({request.review_type})")

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import re
 import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -53,6 +55,9 @@ class Settings(BaseSettings):
     refloop_temporal_port: int = Field(default=7233, gt=0, lt=65536)
     refloop_ui_port: int = Field(default=8233, gt=0, lt=65536)
     refloop_api_port: int = Field(default=8000, gt=0, lt=65536)  # `refloop up`/`api`
+    # `refloop up` restarts its embedded server when it dies, at most this often in 10 min;
+    # past that it exits non-zero (0: exit at the first death)
+    refloop_temporal_restarts: int = Field(default=3, ge=0, le=100)
     # SIGTERM/SIGINT: in-flight activities get this long to finish before the worker stops
     refloop_graceful_shutdown_s: float = Field(default=10.0, ge=0)
     # Persistence; unset: SQLite file under the data dir
@@ -86,9 +91,20 @@ class Settings(BaseSettings):
     refloop_workflow_sandbox: bool = True
     # API
     refloop_api_token: str | None = None
+    # Host names the API answers for besides loopback ones (comma-separated; `*`: any, for
+    # a proxy that checks them). Any other Host header gets 421 (DNS rebinding).
+    refloop_allowed_hosts: str | None = None
+    # Slow clients: a request's headers must arrive within this many seconds, its body
+    # within the next; an idle keep-alive connection closes after the last.
+    refloop_http_header_timeout_s: float = Field(default=10.0, gt=0)
+    refloop_http_body_timeout_s: float = Field(default=30.0, gt=0)
+    refloop_http_keep_alive_s: float = Field(default=5.0, ge=1)
     # Directories API tasks may work in (comma or os.pathsep separated); unset: the
     # server's start directory and <data dir>/workspaces (see refloop.runtime.workspaces)
     refloop_workspace_roots: str | None = None
+    # Seconds: a fresh session workspace still empty this long is removed (a later
+    # task of the session makes it again)
+    refloop_session_ttl: float = Field(default=3600.0, gt=0)
     # Completeness reflection
     enable_reflection: bool = True
     reflection_max_supplements: int = Field(default=3, ge=0, le=10)
@@ -116,8 +132,10 @@ class Settings(BaseSettings):
     refloop_embedding_model: Literal["minilm-int8", "minilm"] = "minilm-int8"
     # System prompt's repo map budget, in tokens (0: no map)
     refloop_repo_map_tokens: int = Field(default=1024, ge=0, le=32_000)
-    # Variables a model config may name for its key (comma-separated); unset: none. A config
-    # with its own base URL and no allowed key variable gets no key at all.
+    # Variables a model config may name for its key, each bound to the base URLs its key may
+    # go to: "TEAM_KEY=https://llm.example/v1,TEAM_KEY=https://b.example/v1" (a name may
+    # repeat; a bare NAME may go only to the worker's own OPENAI_BASE_URL). Unset: none. A
+    # config with its own base URL and no allowed key variable gets no key at all.
     refloop_model_key_envs: str | None = None
     # Allowlist mode for run_cmd: comma-separated first words (e.g. "pytest,ls,cat"); unset: off
     refloop_cmd_allowlist: str | None = None
@@ -145,8 +163,30 @@ class Settings(BaseSettings):
 
     @property
     def model_key_envs(self) -> frozenset[str]:
-        return frozenset(n.strip() for n in (self.refloop_model_key_envs or "").split(",")
-                         if n.strip())
+        return frozenset(self.model_key_urls)
+
+    @property
+    def model_key_urls(self) -> dict[str, frozenset[str]]:
+        """Each key variable -> the normalised base URLs its key may go to (DEFAULT_ENDPOINT:
+        the worker's own OPENAI_BASE_URL)."""
+        return parse_model_key_envs(self.refloop_model_key_envs)
+
+    def key_refusal(self, api_key_env: str | None, base_url: str | None) -> str | None:
+        """Why a model config may not pair this key variable with this base URL, or None.
+        The API refuses such a config (422); the worker refuses to send the key."""
+        if not api_key_env:
+            return None
+        allowed = self.model_key_urls.get(api_key_env)
+        if allowed is None:
+            return f"{api_key_env} is not in REFLOOP_MODEL_KEY_ENVS"
+        default = normalise_url(self.openai_base_url) if self.openai_base_url else None
+        target = normalise_url(base_url) if base_url else default
+        if target is None and DEFAULT_ENDPOINT in allowed:
+            return None
+        if target in allowed or (DEFAULT_ENDPOINT in allowed and target == default):
+            return None
+        return (f"{api_key_env} may not be sent to {(base_url or 'the default endpoint')[:80]}"
+                " (REFLOOP_MODEL_KEY_ENVS binds it to other base URLs)")
 
     @property
     def cmd_allowlist(self) -> list[str] | None:
@@ -174,6 +214,12 @@ class Settings(BaseSettings):
         if value is not None and not value.startswith(("sqlite", "postgresql")):
             raise ValueError("must be a sqlite:// or postgresql+psycopg:// URL")
         return value
+
+    @field_validator("refloop_model_key_envs")
+    @classmethod
+    def _key_bindings(cls, value: str | None) -> str | None:
+        parse_model_key_envs(value)
+        return value or None
 
     @field_validator("refloop_max_tokens")
     @classmethod
@@ -238,6 +284,32 @@ class Settings(BaseSettings):
     @property
     def uses_scripted_model(self) -> bool:
         return self.openai_base_url is None
+
+
+DEFAULT_ENDPOINT = ""  # a bare NAME in REFLOOP_MODEL_KEY_ENVS: the worker's own endpoint
+KEY_ENV_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+
+
+def normalise_url(url: str) -> str:
+    """Scheme and host lower-cased, no trailing slash: one spelling per endpoint."""
+    parts = urlsplit(url.strip())
+    return urlunsplit((parts.scheme.lower(), parts.netloc.lower(), parts.path.rstrip("/"),
+                       parts.query, ""))
+
+
+def parse_model_key_envs(raw: str | None) -> dict[str, frozenset[str]]:
+    """"NAME=URL,NAME=URL2,OTHER" -> {NAME: {URL, URL2}, OTHER: {DEFAULT_ENDPOINT}}."""
+    bound: dict[str, set[str]] = {}
+    for entry in (raw or "").split(","):
+        name, sep, url = (part.strip() for part in entry.partition("="))
+        if not name:
+            continue
+        if not KEY_ENV_RE.match(name):
+            raise ValueError(f"{name[:40]!r} is not a variable name")
+        if sep and not url.startswith(("http://", "https://")):
+            raise ValueError(f"{name}'s base URL must start with http:// or https://")
+        bound.setdefault(name, set()).add(normalise_url(url) if sep else DEFAULT_ENDPOINT)
+    return {name: frozenset(urls) for name, urls in bound.items()}
 
 
 def load_settings() -> Settings:

@@ -25,6 +25,7 @@ from refloop.worker.hosts import HostIdentity, guarded, host_presence
 from refloop.worker.model_endpoint import model_endpoint
 from refloop.worker.ownership import watching, worker_identity
 from refloop.worker.plugin import activities_for, refloop_plugin
+from refloop.worker.search_attributes import ensure_search_attributes
 
 log = logging.getLogger("refloop.worker")
 
@@ -124,6 +125,7 @@ async def run_worker(settings: Settings) -> None:
     if settings.refloop_semantic_index:  # loads while we connect
         start_warm_up(settings.refloop_embedding_model)
     client = await connect(settings.temporal_address, settings.temporal_namespace)
+    await ensure_search_attributes(client, settings.temporal_namespace)
     with model_endpoint(settings) as effective:
         log.warning(
             "worker on %s, task queue %s, store %s, model endpoint %s",

@@ -17,10 +17,19 @@ def dump_history(history: WorkflowHistory) -> str:
     return json.dumps({"workflowId": history.workflow_id, **data})
 
 
+def started_workflow_id(data: dict) -> str | None:
+    """The workflow ID the history itself records (its first event), if it does."""
+    events = data.get("events") or [{}]
+    started = events[0].get("workflowExecutionStartedEventAttributes") or {}
+    return started.get("workflowId") or None
+
+
 def load_history(path: Path) -> WorkflowHistory:
+    """The history with its own workflow ID: a child's ID derives from its parent's, so a
+    file named anything else (`parent.json`) must not lend the run its name."""
     data = json.loads(path.read_text(encoding="utf-8"))
-    workflow_id = data.pop("workflowId", None) or path.stem
-    return WorkflowHistory.from_json(workflow_id, data)
+    saved = data.pop("workflowId", None)
+    return WorkflowHistory.from_json(started_workflow_id(data) or saved or path.stem, data)
 
 
 async def replay_files(paths: list[Path]) -> dict[str, str]:

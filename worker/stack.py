@@ -14,6 +14,7 @@ from refloop.runtime.client import connect
 from refloop.settings import Settings
 from refloop.worker.main import serving
 from refloop.worker.model_endpoint import model_endpoint
+from refloop.worker.search_attributes import ensure_search_attributes
 from refloop.worker.temporal_server import EmbeddedTemporal
 
 log = logging.getLogger("refloop.stack")
@@ -37,6 +38,7 @@ async def embedded_stack(settings: Settings, with_worker: bool = True) -> AsyncI
         with model_endpoint(settings) as effective:
             client = await connect(address, settings.temporal_namespace)
             if with_worker:
+                await ensure_search_attributes(client, settings.temporal_namespace)
                 async with serving(client, effective):
                     yield Stack(client, effective, temporal)
             else:

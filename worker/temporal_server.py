@@ -57,6 +57,15 @@ def temporal_cli() -> str | None:
     return shutil.which("temporal")
 
 
+# All the dev server needs of our environment; model keys, DATABASE_URL and the API token
+# stay with refloop (a crash dump or a `ps e` of the server shows none of them).
+SERVER_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "TEMPORAL_CLI_HOME")
+
+
+def server_environment() -> dict[str, str]:
+    return {name: os.environ[name] for name in SERVER_ENV if name in os.environ}
+
+
 @dataclass
 class ServerRecord:
     """`temporal.json`: the server a `refloop up` runs, for other commands to find."""
@@ -147,6 +156,10 @@ def _alive(pid: int) -> bool:
     with contextlib.suppress(OSError):
         return state.read_text().split(") ", 1)[1][:1] != "Z"
     return True
+
+
+class TemporalServerLost(RuntimeError):
+    """The embedded server died and could not be brought back."""
 
 
 class EmbeddedTemporal:
@@ -257,6 +270,7 @@ class EmbeddedTemporal:
         self.process = subprocess.Popen(  # noqa: ASYNC220 (returns at once; waited below)
             command, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file,
             start_new_session=True,  # Ctrl-C in a terminal reaches refloop, which stops it
+            env=server_environment(),
         )
         log_file.close()
         self.owned_pid = self.process.pid
@@ -319,6 +333,36 @@ class EmbeddedTemporal:
         if self._lock is not None:
             os.close(self._lock)
             self._lock = None
+
+    async def supervise(self, restarts: int = 3, window_s: float = 600.0,
+                        every_s: float = 1.0) -> None:
+        """While this process owns the server: restart it on the same data dir when it
+        dies, at most `restarts` times in `window_s`; past that, raise TemporalServerLost
+        (the caller exits non-zero). Returns at once when the server is not ours."""
+        loop = asyncio.get_running_loop()
+        recent: list[float] = []
+        while self.owned_pid is not None:
+            await asyncio.sleep(every_s)
+            pid = self.owned_pid
+            if pid is None or _alive(pid):
+                continue
+            code = self.process.poll() if self.process is not None else None
+            _OWNED_PIDS.discard(pid)
+            recent = [t for t in recent if loop.time() - t < window_s] + [loop.time()]
+            log_tail = self.data_dir / "temporal.log"
+            if len(recent) > restarts:
+                raise TemporalServerLost(
+                    f"the embedded Temporal server (PID {pid}) exited (code {code}) "
+                    f"{len(recent)} times in {window_s:.0f} s; giving up (see {log_tail})")
+            log.error("the embedded Temporal server (PID %d) exited (code %s); restarting it "
+                      "on the same data dir (%d/%d)", pid, code, len(recent), restarts)
+            try:
+                await self._spawn(60.0)
+            except Exception as err:
+                raise TemporalServerLost(f"the embedded Temporal server (PID {pid}) exited "
+                                         f"and could not be restarted: {err}") from err
+            log.error("embedded Temporal restarted (PID %s) at %s", self.owned_pid,
+                      self.address)
 
     def stop(self) -> None:
         """Stop the server this process started or adopted; leave any other alone."""

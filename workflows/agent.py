@@ -77,7 +77,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
     @workflow.query(description="Status, current plan step, plan, stats and event count.")
     def progress(self) -> TaskProgress:
         return TaskProgress(
-            status=self.state.status,
+            status=self._visible_status(),  # waiting_approval while a call waits
             current_step=self._current_step(),
             plan=self.state.planning.plan,
             stats=self.state.stats,
@@ -533,6 +533,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
         if missing and workflow.patched("incomplete-task-status"):
             return await self._finish_incomplete(missing)
         self._stop_indexing()
+        await self._settle_indexing()
         self.state.status = "completed"
         self._emit("completed", {"answer": logic.truncate(self.state.conversation.answer, 2000)})
         result = self._result("completed", "final_answer", self.state.conversation.answer)
@@ -543,6 +544,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
     async def _finish_incomplete(self, missing: list[str]) -> TaskResult:
         """Ran to the end, but the work is not done: never reported as completed."""
         self._stop_indexing()
+        await self._settle_indexing()
         self.state.status = "incomplete"
         self._emit("incomplete", {"missing": missing,
                                   "answer": logic.truncate(self.state.conversation.answer, 2000)})
@@ -554,6 +556,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
 
     async def _finish_failed(self, stop_reason: str, message: str) -> TaskResult:
         self._stop_indexing()
+        await self._settle_indexing()
         self.state.status = "failed"
         self._emit("failed", {"stop_reason": stop_reason, "error": message})
         result = self._result("failed", stop_reason, message)

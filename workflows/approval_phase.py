@@ -12,6 +12,7 @@ with workflow.unsafe.imports_passed_through():
     from refloop.contract.tool_properties import ToolProperties
 
 from refloop.workflows.agent_base import AgentBase
+from refloop.workflows.logic import tool_call_summary
 
 
 def needs_approval(mode: str, call: ToolCall, properties: ToolProperties | None) -> bool:
@@ -51,6 +52,8 @@ class ApprovalPhase(AgentBase):
             await workflow.wait_condition(
                 lambda: pending[call_key] is not None,
                 timeout=timedelta(seconds=inp.approval_timeout_s),
+                # The Web UI shows the timer by this name (else an unlabelled 10 minutes).
+                timeout_summary=f"waiting for approval: {tool_call_summary(call)}",
             )
         except TimeoutError:
             pending[call_key] = ApprovalDecision(

@@ -110,11 +110,11 @@ async def call_activity(activity: ActivityCall[ArgT, ResultT], arg: ArgT, *,
 
 
 def start_activity(activity: ActivityCall[ArgT, ResultT], arg: ArgT, *,
-                   summary: str | None = None,
-                   bounded: bool = False) -> workflow.ActivityHandle[ResultT]:
+                   summary: str | None = None, bounded: bool = False,
+                   **extra: Any) -> workflow.ActivityHandle[ResultT]:
     """Start the activity and return its handle (it runs alongside the workflow).
     `bounded`: it fails if no worker of its host picks it up within the host bound."""
-    kwargs: dict[str, Any] = activity.options.kwargs()
+    kwargs: dict[str, Any] = {**activity.options.kwargs(), **extra}
     router = _router()
     if router is not None:
         kwargs["task_queue"] = router.activity_queue(activity)

@@ -122,6 +122,18 @@ def supplement_objective(task: str, supplements: list[Supplement]) -> str:
     return f"{task}\n\n{SUPPLEMENT_HEADER}\n" + "\n".join(lines)
 
 
+def supplement_metadata(round_number: int, supplements: list[Supplement]
+                        ) -> dict[str, str]:
+    """The Web UI's summary and details of a supplement child, in English: what it adds and
+    why (the objective itself carries the judge's marker, which is for the model)."""
+    actions = "; ".join(s.action for s in supplements) or "nothing listed"
+    details = "\n".join(f"{n}. {s.action} (reason: {s.reason})"
+                        for n, s in enumerate(supplements, start=1))
+    return {"static_summary": f"supplement {round_number}: {actions}"[:200],
+            "static_details": f"Supplement round {round_number}: actions the completeness "
+                              f"check found missing.\n\n{details}"}
+
+
 def drop_repeated_steps(plan: Plan, done_steps: list[tuple[str, str]]) -> Plan | None:
     """A supplement plan must not redo completed work: identical (goal, tool) steps go."""
     done = {(goal.strip().lower(), tool) for goal, tool in done_steps}

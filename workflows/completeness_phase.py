@@ -6,7 +6,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
-    from refloop.contract import activity_calls, visibility
+    from refloop.contract import activity_calls
     from refloop.contract.activity_io import CompletenessInput, Supplement, SupplementPlanInput
     from refloop.contract.messages import COMPLETE_STEP, Plan
     from refloop.contract.task import TaskResult
@@ -136,7 +136,7 @@ class CompletenessPhase(AgentBase):
                 child_input,
                 id=child_id,
                 result_type=TaskResult,
-                static_summary=visibility.task_summary(child_input.task),
+                **completeness_logic.supplement_metadata(round_number, supplements),
                 parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
             )
         except ChildWorkflowError as err:

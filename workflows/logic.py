@@ -12,6 +12,7 @@ from typing import Any
 
 from refloop.contract import tool_catalog
 from refloop.contract.activity_io import ToolConstraints, ToolResult
+from refloop.contract.mcp import is_untrusted
 from refloop.contract.messages import (
     COMPLETE_STEP,
     ChatMessage,
@@ -253,7 +254,10 @@ def tool_signatures(tools: list[ToolSpec]) -> str:
             f"{name}{'' if name in required else '?'}: {_type_of(schema)}"
             for name, schema in props.items()
         )
-        description = spec.description.strip().split("\n")[0][:160]
+        # A server-written description stays in the tool definition, fenced; never here.
+        description = ("an MCP tool: its server's description is in the tool definition"
+                       if is_untrusted(spec.description)
+                       else spec.description.strip().split("\n")[0][:160])
         lines.append(f"- {spec.name}({args}): {description}")
     return "\n".join(lines)
 

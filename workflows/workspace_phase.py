@@ -3,6 +3,8 @@ map for the system prompt, and the semantic index built in the background."""
 
 from __future__ import annotations
 
+import contextlib
+
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
@@ -15,12 +17,14 @@ from refloop.workflows.calls import start_activity
 
 # Runs recorded before this phase existed replay without its activities.
 WORKSPACE_PATCH = "workspace-context"
+INDEX_SETTLE_PATCH = "index-cancel-settles"
 SEMANTIC_TOOL = "search_semantic"
 
 
 class WorkspacePhase(AgentBase):
     _describing: workflow.ActivityHandle[WorkspaceDescription] | None = None
     _indexing: workflow.ActivityHandle[IndexReport] | None = None
+    _cancelled_index: workflow.ActivityHandle[IndexReport] | None = None
 
     def _begin_describing(self) -> None:
         """Fresh runs: describe the workspace while intent and plan are worked out."""
@@ -54,7 +58,19 @@ class WorkspacePhase(AgentBase):
                 activity_calls.INDEX_WORKSPACE,
                 WorkspaceInput(workspace=self.state.input.workspace),
                 summary=f"index workspace {self.state.input.workspace}",
+                # A cancel resolves once the worker has stopped it: the run can then end
+                # with no activity left pending (the Web UI showed "Pending Activities 1").
+                cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             )
+
+    async def _settle_indexing(self) -> None:
+        """Before the run ends: wait for a cancelled index to stop (runs recorded before
+        this patch ended without waiting)."""
+        handle, self._cancelled_index = self._cancelled_index, None
+        if handle is None or not workflow.patched(INDEX_SETTLE_PATCH):
+            return
+        with contextlib.suppress(ActivityError):  # cancelled, as asked
+            await handle
 
     def _stop_indexing(self) -> None:
         """At the end of a run: report the index, or cancel it if it is still going
@@ -67,6 +83,7 @@ class WorkspacePhase(AgentBase):
             return
         if not handle.done():
             handle.cancel()
+            self._cancelled_index = handle
             self._emit("index", {"status": "cancelled", "reason": "the run ended first"})
             return
         try:

@@ -19,7 +19,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from refloop.api.deps import ClientDep, SettingsDep, StoreDep
-from refloop.api.reconcile import is_not_found, mark_lost, refresh
+from refloop.api.reconcile import is_not_found, refresh
 from refloop.api.routes.tasks import task_row
 from refloop.api.schemas import JsonInt
 from refloop.contract.code_review import CodeReviewInput, CodeReviewResult
@@ -77,14 +77,17 @@ async def start_review(body: CodeReviewRequest, client: ClientDep, store: StoreD
                                     task_queue=settings.task_queue,
                                     **start_metadata(f"code review ({request.review_type}) "
                                                      f"{request.task_desc}".strip()))
-    except (WorkflowAlreadyStartedError, RPCError) as err:
+    except BaseException as err:  # any crash of the start: the row says `failed`, and why
+        why = err.message if isinstance(err, RPCError) else type(err).__name__
         await asyncio.to_thread(store.record_task, record.model_copy(update={
-            "status": "failed", "error": f"workflow did not start: {err}"}))
+            "status": "failed", "error": f"workflow did not start: {why}"}))
         if isinstance(err, WorkflowAlreadyStartedError):
             raise HTTPException(status.HTTP_409_CONFLICT,
                                 f"task ID {task_id!r} is taken") from err
-        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE,
-                            "Temporal did not start the review") from err
+        if isinstance(err, RPCError):
+            raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE,
+                                "Temporal did not start the review") from err
+        raise
     return CodeReviewAccepted(task_id=task_id, workflow_id=workflow_id)
 
 
@@ -100,8 +103,7 @@ async def get_review(task_id: ReviewId, client: ClientDep, store: StoreDep) -> C
         if not is_not_found(err):
             raise
         if row.status not in TERMINAL_STATUSES:
-            row = await mark_lost(store, row, f"workflow {row.workflow_id} not found in "
-                                              "Temporal")
+            row = await refresh(client, store, row)  # failed (never started) or lost
         result = CodeReviewResult.model_validate(row.result) if row.result else None
         return CodeReviewState(task_id=task_id, status=row.status, result=result,
                                content_record=content, error=row.error)

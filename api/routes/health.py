@@ -13,7 +13,9 @@ from refloop.api.schemas import Health
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz", response_model=Health, responses={503: {"model": Health}})
+@router.get("/healthz", response_model=Health, responses={
+    503: {"model": Health},
+    421: {"description": "The Host header names no host this server answers for"}})
 async def healthz(request: Request) -> JSONResponse:
     detail: dict[str, str] = {}
     temporal = database = False

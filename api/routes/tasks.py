@@ -14,7 +14,7 @@ from temporalio.client import WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
 from refloop.api.deps import ClientDep, SettingsDep, StoreDep
-from refloop.api.reconcile import OPEN_STATUSES, is_not_found, mark_lost, refresh
+from refloop.api.reconcile import OPEN_STATUSES, is_not_found, mark_lost
 from refloop.api.routes.hosts import recheck_host, session_host
 from refloop.api.schemas import (
     ApprovalBody,
@@ -26,6 +26,7 @@ from refloop.api.schemas import (
     TaskState,
 )
 from refloop.api.sse import event_stream
+from refloop.api.task_view import listed, live_state
 from refloop.contract.activity_io import ApprovalDecision, ModelEndpoint
 from refloop.contract.hosts import NoHostHolds
 from refloop.contract.task import RecordTaskInput, TaskInput
@@ -34,6 +35,7 @@ from refloop.runtime.telemetry import tracer
 from refloop.runtime.workspaces import (
     ID_PATTERN,
     WorkspaceError,
+    ensure_fresh_workspace,
     fresh_workspace,
     resolve_workspace,
 )
@@ -173,6 +175,7 @@ async def start_task(body: TaskCreate, client, store: Store, settings: Settings,
         await recheck_host(store, session.workspace, session.host)
     else:
         try:  # checked again: the roots may have changed since the session began
+            await asyncio.to_thread(ensure_fresh_workspace, session.workspace, settings)
             await asyncio.to_thread(resolve_workspace, session.workspace, settings)
         except WorkspaceError as err:
             raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(err)) from err
@@ -180,6 +183,9 @@ async def start_task(body: TaskCreate, client, store: Store, settings: Settings,
     config = None
     if session.model_config_id is not None:  # honoured per task: endpoint, model, temperature
         config = await asyncio.to_thread(store.get, ModelConfigRecord, session.model_config_id)
+        if config is None:  # never run on the default endpoint under the config's name
+            raise HTTPException(status.HTTP_409_CONFLICT, f"the session's model config "
+                                f"{session.model_config_id} was deleted; start a new session")
     inp = task_input(body, session, settings, workflow_id, config)
     # The row exists before the workflow runs, so GET /tasks/{id} answers at once.
     await asyncio.to_thread(store.record_task, RecordTaskInput(
@@ -232,34 +238,18 @@ def ended(task_id: str, row: TaskRecord) -> HTTPException:
 
 
 @tasks.get("", response_model=list[TaskState])
-async def list_tasks(client: ClientDep, store: StoreDep,
+async def list_tasks(client: ClientDep, store: StoreDep, settings: SettingsDep,
                      session_id: Annotated[str | None, Query(max_length=200)] = None,
                      task_status: Annotated[str | None, Query(alias="status",
                                                               max_length=40)] = None
                      ) -> list[TaskState]:
-    rows = await asyncio.to_thread(store.list_tasks, session_id=session_id, status=task_status)
-    # Rows nobody else updates (code reviews) or whose workflow is gone follow Temporal.
-    fresh = [await refresh(client, store, row) if row.kind != "agent" else row
-             for row in rows]
-    return [TaskState(**row.model_dump()) for row in fresh
-            if task_status is None or row.status == task_status]
+    return await listed(client, store, settings, session_id, task_status)
 
 
 @tasks.get("/{task_id}", response_model=TaskState)
-async def get_task(task_id: TaskId, client: ClientDep, store: StoreDep) -> TaskState:
-    row = await task_row(store, task_id)
-    progress = None
-    if row.status in OPEN_STATUSES:
-        try:
-            if row.kind != "agent":
-                raise LookupError("no progress query")
-            handle = client.get_workflow_handle(row.workflow_id)
-            progress = await handle.query(AgentTaskWorkflow.progress)
-        except Exception:  # not picked up yet, another kind, or gone: ask Temporal
-            row = await refresh(client, store, row)
-    state = TaskState(**row.model_dump())
-    state.progress = progress
-    return state
+async def get_task(task_id: TaskId, client: ClientDep, store: StoreDep,
+                   settings: SettingsDep) -> TaskState:
+    return await live_state(client, store, await task_row(store, task_id), settings)
 
 
 @tasks.get("/{task_id}/events", response_class=StreamingResponse, responses=SSE_RESPONSE)

@@ -113,6 +113,16 @@ class SemanticHit(BaseModel):
     end_line: int
     text: str
     score: float
+    # found by a word scan of a file the index does not hold yet (its first pass runs)
+    unindexed: bool = False
+
+
+class SearchAnswer(BaseModel):
+    """Code search's answer: the hits, and while an indexing pass runs, what they miss."""
+
+    hits: list[SemanticHit]
+    partial: bool = False  # some files are not indexed yet (their word-scan hits included)
+    note: str | None = None
 
 
 class ReviewCounts(BaseModel):

@@ -36,7 +36,8 @@ class GlobArgs(BaseModel):
 
 
 class GrepArgs(BaseModel):
-    pattern: str = Field(description="Python regular expression")
+    pattern: str = Field(description="regular expression (RE2 syntax: no lookaround or "
+                         "backreferences)")
     path: str = "."
     glob: str | None = Field(default=None, description="only files matching this glob")
 

@@ -5,6 +5,8 @@ retry hints) or non-retryable client errors.
 from __future__ import annotations
 
 import email.utils
+import logging
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
@@ -13,7 +15,9 @@ import openai
 
 from refloop.contract.errors import LLMClientError, LLMError, LLMTransportError
 
+log = logging.getLogger("refloop.llm")
 RETRYABLE_STATUSES = frozenset({408, 409, 429})
+ERROR_CLASS_RE = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,39}")
 def _body_text(err: openai.APIStatusError) -> str:
     try:
         return err.response.text if err.response is not None else str(err)
@@ -52,16 +56,28 @@ def should_retry(headers: Mapping[str, str]) -> bool | None:
     return {"true": True, "false": False}.get(value)
 
 
+def error_class(err: openai.APIStatusError) -> str:
+    """A short class for the failure: the body's `code` or `type` when it is an identifier
+    (`scenario_exhausted`, `invalid_request_error`), else the client's exception name."""
+    for value in (getattr(err, "code", None), getattr(err, "type", None)):
+        if isinstance(value, str) and ERROR_CLASS_RE.fullmatch(value):
+            return value
+    return type(err).__name__
+
+
 def classify(err: Exception) -> LLMError:
     """Map an openai exception onto our retryable / non-retryable errors."""
     if isinstance(err, openai.APITimeoutError):
         return LLMTransportError("model endpoint timed out (no answer within the client timeout)")
     if isinstance(err, openai.APIConnectionError):
-        return LLMTransportError(f"model endpoint unreachable: {err}")
+        return LLMTransportError(f"model endpoint unreachable ({type(err).__name__})")
     if isinstance(err, openai.APIStatusError):
         status = err.status_code
-        message = f"HTTP {status} from the model endpoint: {err.message}"
+        # The endpoint's own words stay in the worker log: a body can be anything a URL
+        # chosen by an API client answers (an internal page), and task errors reach clients.
+        message = f"HTTP {status} from the model endpoint ({error_class(err)})"
         body = _body_text(err)
+        log.warning("%s: %s", message, " ".join(body.split())[:2000])
         headers = err.response.headers if err.response is not None else {}
         verdict = should_retry(headers)
         if verdict is None:
@@ -75,7 +91,8 @@ def classify(err: Exception) -> LLMError:
             error = LLMClientError(message, status)
         error.body = body
         return error
-    return LLMTransportError(f"model call failed: {err!r}")
+    log.warning("model call failed: %r", err)
+    return LLMTransportError(f"model call failed ({type(err).__name__})")
 
 
 def abandoned_by(err: openai.OpenAIError) -> bool:

@@ -77,9 +77,10 @@ class LLMGateway:
         # chose, and a config may only name the variables the operator set aside for keys.
         key = None if endpoint.base_url else self.settings.openai_api_key
         if endpoint.api_key_env:
-            if endpoint.api_key_env not in self.settings.model_key_envs:
-                raise LLMClientError(f"the model config names {endpoint.api_key_env}, which is "
-                                     "not in REFLOOP_MODEL_KEY_ENVS on this worker")
+            # Each key goes only to the base URLs the operator bound it to.
+            refusal = self.settings.key_refusal(endpoint.api_key_env, endpoint.base_url)
+            if refusal:
+                raise LLMClientError(f"the model config's key: {refusal} on this worker")
             key = os.environ.get(endpoint.api_key_env)
             if not key:
                 raise LLMClientError(f"the model config names {endpoint.api_key_env}, which is "

@@ -28,6 +28,16 @@ SEPARATOR = "__"
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
+class McpToolOverride(BaseModel):
+    """The operator's word on one tool, over the server's annotations (None: keep theirs)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    read_only: bool | None = None
+    destructive: bool | None = None
+    idempotent: bool | None = None
+
+
 class McpServerConfig(BaseModel):
     """One entry of `mcpServers`: stdio (`command`) or streamable HTTP (`url`)."""
 
@@ -42,6 +52,8 @@ class McpServerConfig(BaseModel):
     confirm: list[str] = Field(default_factory=list)  # need a human's approval
     timeout_s: float = Field(default=60.0, gt=0, le=3600)
     network: bool = False  # a stdio server may reach the network (its sandbox)
+    # tool -> properties that replace the server's annotations (readOnlyHint...)
+    properties: dict[str, McpToolOverride] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _one_transport(self) -> McpServerConfig:

@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import shutil
-import sys
+import tempfile
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from refloop.contract.errors import McpConfigError
+from refloop.contract.errors import McpConfigError, ToolError
 from refloop.mcp.config import (
     McpConfig,
     McpServerConfig,
@@ -29,9 +30,22 @@ from refloop.mcp.config import (
     resolved_headers,
 )
 from refloop.settings import Settings
+from refloop.tools.sandbox import workspace_root
 
 log = logging.getLogger("refloop.mcp")
-START_TIMEOUT_S = 60.0
+# Starting, `initialize` and the listing: a server silent past this will not answer.
+START_TIMEOUT_S = 20.0
+STDERR_TAIL_CHARS = 1500
+# One message from a stdio server, at most: a longer line (a 50 MB result) is replaced, in
+# the sandbox, by a JSON-RPC error for its request id, before the client reads any of it.
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+_CAPPED = (  # awk (POSIX): pass each line on, or answer for it when it is too long
+    '"$@" | awk -v cap="$CAP" \'length($0) <= cap { print; fflush(); next } '
+    '{ id = "null"; if (match(substr($0, 1, 400), /"id" *: *("[^"]*"|[0-9]+)/)) { '
+    'id = substr($0, RSTART, RLENGTH); sub(/^"id" *: */, "", id) } '
+    'printf "{\\"jsonrpc\\":\\"2.0\\",\\"id\\":%s,\\"error\\":{\\"code\\":-32603,'
+    '\\"message\\":\\"the result is over %d bytes (the MCP message cap)\\"}}\\n", id, cap; '
+    'fflush() }\'')
 SERVER_CPU_S = 10**8  # CPU seconds: no practical cap for a pooled server
 # Servers are per (server, workspace): idle ones stop, and a worker keeps at most this many.
 IDLE_S = 600.0
@@ -42,11 +56,23 @@ class McpTransportError(Exception):
     """The server could not be reached or died mid-call: retried by Temporal's policy."""
 
 
+class McpStartError(McpTransportError):
+    """The server did not start, answer `initialize` or list its tools in time: doing it
+    again would fail the same way, so the model reads it (with the server's stderr tail)."""
+
+
 @dataclass
 class LaunchSpec:
     argv: list[str]
     env: dict[str, str]
     sandboxed: bool = False
+
+
+@functools.cache
+def _private_dir() -> Path:
+    """Where the sandbox's descriptors (its seccomp program) are kept for servers: the MCP
+    client cannot pass descriptors, so a shell reopens them from here."""
+    return Path(tempfile.mkdtemp(prefix="refloop-mcp-"))
 
 
 def launch_spec(server: str, config: McpServerConfig, workspace: Path,
@@ -58,20 +84,41 @@ def launch_spec(server: str, config: McpServerConfig, workspace: Path,
 
     The sandbox's memory, file-size and process limits apply; its CPU-seconds cap, meant
     for one command (REFLOOP_CMD_TIMEOUT_S), would end a long-lived server, so a server
-    gets SERVER_CPU_S instead."""
-    from refloop.tools.os_sandbox import sandboxed_command
+    gets SERVER_CPU_S instead.
+
+    A script named in the arguments (`python /path/server.py`, as Claude Desktop configs
+    have it) has its directory mounted read-only too."""
+    from refloop.tools.os_sandbox import sandboxed_command, with_fds_from_files
 
     assert config.command is not None
     command = os.path.abspath(shutil.which(config.command) or config.command)
-    argv = [command, *config.args]
+    argv = ["/bin/sh", "-c", _CAPPED.replace("$CAP", str(MAX_MESSAGE_BYTES)), "sh", command,
+            *config.args]
     env = resolved_env(server, config, environ)
-    readable = [*settings.sandbox_ro_paths, *install_roots(command)]
+    readable = [*settings.sandbox_ro_paths, *install_roots(command),
+                *script_dirs(config.args, workspace)]
     confined = settings.model_copy(update={
         "refloop_sandbox_ro_paths": ",".join(dict.fromkeys(readable)),
         "refloop_cmd_timeout_s": float(SERVER_CPU_S)})
     wrapped = sandboxed_command(argv, workspace=workspace, allow_network=config.network,
                                 env=env, settings=confined)
-    return LaunchSpec(list(wrapped.argv), dict(wrapped.env), wrapped.sandboxed)
+    return LaunchSpec(with_fds_from_files(wrapped, _private_dir()), dict(wrapped.env),
+                      wrapped.sandboxed)
+
+
+def script_dirs(args: list[str], workspace: Path) -> list[str]:
+    """The directories of the arguments that name an existing file outside the workspace
+    and the system directories (a server's script, its config file)."""
+    found = []
+    for arg in args:
+        if not arg.startswith("/") or "\x00" in arg:
+            continue
+        path = Path(os.path.normpath(arg))
+        with contextlib.suppress(OSError):
+            if path.is_file() and workspace not in path.parents and not str(path).startswith(
+                    ("/usr/", "/bin/", "/etc/", "/lib")):
+                found.append(str(path.parent))
+    return found
 
 
 def install_roots(command: str) -> list[str]:
@@ -99,6 +146,7 @@ def install_roots(command: str) -> list[str]:
 @dataclass
 class Connection:
     server: str
+    errlog: Any = None  # the server's stderr (a file): its tail explains a failed start
     session: Any = None
     tools: list[Any] = field(default_factory=list)  # the server's own listing (mcp Tool)
     ready: asyncio.Future[None] | None = None
@@ -202,8 +250,13 @@ class McpPool:
         loop = asyncio.get_running_loop()
         connection = Connection(server=server, ready=loop.create_future(),
                                 started_at=loop.time())
+        if config.transport == "stdio":  # bound by path below: checked it is still the one
+            try:
+                workspace_root(workspace)
+            except ToolError as err:
+                raise McpStartError(str(err)) from None
         try:  # built before starting: a configuration problem is not worth a retry
-            transport = self._transport(server, config, workspace)
+            transport = self._transport(server, config, workspace, connection)
         except McpConfigError:
             raise
         except Exception as err:  # the OS sandbox cannot run (never a silent fallback)
@@ -214,9 +267,13 @@ class McpPool:
         try:
             await asyncio.wait_for(asyncio.shield(connection.ready), START_TIMEOUT_S)
         except Exception as err:
-            await self._close(connection)
-            raise McpTransportError(f"MCP server {server!r} did not start: "
-                                    f"{_describe(err)}") from None
+            why = "no answer to `initialize` within " \
+                f"{START_TIMEOUT_S:g}s" if isinstance(err, TimeoutError) else _describe(err)
+            tail = stderr_tail(connection)
+            await self._close(connection, grace_s=0.0)  # a silent server gets no grace
+            raise McpStartError(f"MCP server {server!r} did not start: {why}"
+                                + (f"; its stderr ends with:\n{tail}" if tail else "")
+                                ) from None
         return connection
 
     async def _own(self, connection: Connection, config: McpServerConfig,
@@ -252,7 +309,8 @@ class McpPool:
             if isinstance(err, asyncio.CancelledError):
                 raise
 
-    def _transport(self, server: str, config: McpServerConfig, workspace: Path) -> Any:
+    def _transport(self, server: str, config: McpServerConfig, workspace: Path,
+                   connection: Connection) -> Any:
         if config.transport == "http":
             from mcp.client.streamable_http import streamable_http_client
             from mcp.shared._httpx_utils import create_mcp_http_client
@@ -264,21 +322,26 @@ class McpPool:
         spec = launch_spec(server, config, workspace, self.settings)
         params = StdioServerParameters(command=spec.argv[0], args=spec.argv[1:],
                                        env=spec.env, cwd=str(workspace))
-        return stdio_client(params, errlog=sys.stderr)
+        # Closed with the connection (_close_errlog), not here: the server writes to it.
+        connection.errlog = tempfile.TemporaryFile(  # noqa: SIM115
+            "w+", encoding="utf-8", errors="replace")
+        return stdio_client(params, errlog=connection.errlog)
 
-    async def _close(self, connection: Connection) -> None:
+    async def _close(self, connection: Connection, grace_s: float = 10.0) -> None:
         connection.closing.set()
         owner = connection.owner
         if owner is None or owner.done():
+            _close_errlog(connection)
             return
         try:
-            await asyncio.wait_for(asyncio.shield(owner), 10)
+            await asyncio.wait_for(asyncio.shield(owner), grace_s)
         except TimeoutError:
             owner.cancel()
             with contextlib.suppress(BaseException):
                 await owner
         except BaseException:  # noqa: BLE001 - the owner logged it
             pass
+        _close_errlog(connection)
 
     async def close(self) -> None:
         """Stop every server (worker shutdown)."""
@@ -291,6 +354,25 @@ class McpPool:
 async def _http(factory: Any, url: str | None, client: Any) -> Any:
     async with client, factory(url, http_client=client) as streams:
         yield streams[0], streams[1]
+
+
+def stderr_tail(connection: Connection) -> str:
+    """The last lines a server wrote to stderr (bounded), for the reason it did not start."""
+    handle = connection.errlog
+    if handle is None or handle.closed:
+        return ""
+    with contextlib.suppress(OSError, ValueError):
+        handle.flush()
+        size = handle.seek(0, os.SEEK_END)
+        handle.seek(max(0, size - 4 * STDERR_TAIL_CHARS))
+        return handle.read()[-STDERR_TAIL_CHARS:].strip()
+    return ""
+
+
+def _close_errlog(connection: Connection) -> None:
+    if connection.errlog is not None:
+        with contextlib.suppress(OSError):
+            connection.errlog.close()
 
 
 def _describe(err: BaseException) -> str:

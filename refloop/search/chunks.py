@@ -1,16 +1,20 @@
 """Chunks an embedding model reads whole, each mapped back to the definition it came from.
 
 Every Python class and function is one unit, reported with its whole line range. A short
-unit (up to WINDOW_LINES lines) is one chunk; a longer one becomes a summary (signature
-and docstring) plus overlapping windows of WINDOW_LINES lines, all carrying the unit's
-range, so search results can be merged per definition. Small windows because the model
-mean-pools its tokens: over a whole function the part a query describes is blurred by the
-rest (on the code-search eval, windows of 6 lines beat whole definitions of up to 256
-tokens). A class's own text keeps its header, docstring, attributes and the
-signatures of its methods; each method is a unit of its own. Every chunk starts with its
-symbol path (file, class, signature). Module-level code, other languages and text files
-are cut into line windows of the token budget (a line cap there would multiply the
-windows of data files of short lines, for no gain in finding definitions).
+unit (up to WINDOW_LINES lines) is one chunk (and its docstring alone, a second). A longer
+one embeds a summary (signature and docstring) and windows of WINDOW_LINES lines of its
+code after the docstring, sharing no line (BODY_WINDOWS of them; by default all); what no
+chunk embeds (a signature's lines, the docstring's, windows left out) is searched by its
+words only (`CodeChunk.rest`, the summary row's full-text column), so the lexical side
+covers whole definitions. Small windows because the model mean-pools its tokens: over a
+whole function the part a query describes is blurred by the rest. The model's cost is per
+token, and on library code most tokens were in windows sharing half their lines and in
+headers repeating long signatures: this shape embeds 57% of the tokens of the earlier one
+on starlette, 21% on FastAPI. A class's own text keeps its header, docstring, attributes
+and the signatures of its methods; each method is a unit of its own. Every chunk starts
+with its symbol path (file, classes, the signature's start, the names split into words).
+Module-level code, other languages and text files are cut into line windows of the token
+budget.
 
 Pure functions (no model here): token counts come from a `TokenCounter`, the real model's
 tokenizer in the semantic index, a character estimate without it.
@@ -28,7 +32,17 @@ MODEL_WINDOW = 256  # all-MiniLM-L6-v2's max_seq_length
 SPECIAL_TOKENS = 2  # [CLS] and [SEP]
 MARGIN = 4  # per-line counts can differ slightly from the joined text's
 WINDOW_LINES = 6  # the most lines one chunk of a definition embeds (within the tokens too)
-WINDOW_STEP = 3  # consecutive windows of a definition share half their lines
+WINDOW_STEP = WINDOW_LINES  # consecutive windows of a definition share no line
+# A long definition embeds its summary (signature and docstring) and the first BODY_WINDOWS
+# windows of its code; the rest of it is full-text only (`CodeChunk.rest`). None: every
+# window (kept: on starlette the first window alone found 35 of 42 definitions in the top
+# 5, the first two 36, all 37, for 66%, 79% and 100% of the tokens).
+BODY_WINDOWS: int | None = None
+SUMMARY_TOKENS = 128  # the most of a docstring a summary embeds
+# The signature in every chunk's header, cut to this many characters: it tells the model
+# which function a window belongs to, but a long one (FastAPI's run to hundreds of
+# characters of annotations) was half of all the tokens embedded.
+HEADER_SIGNATURE_CHARS = 60
 OVERLAP_LINES = 2  # other windows (token-sized) share a little context
 MAX_SIGNATURE_CHARS = 200
 MODULE = ""  # the symbol of module-level code and text windows
@@ -47,6 +61,7 @@ class CodeChunk:
     header: str  # the symbol path the embedded document starts with
     text: str  # the source this chunk embeds
     part: str  # "whole", "summary", "body" or "window"
+    rest: str = ""  # the unit's text that no chunk embeds: searched by its words only
 
     @property
     def document(self) -> str:
@@ -61,6 +76,7 @@ class _Unit:
     signature: str  # "class Config" / "def get(self, key, cast=None)"
     docstring: str
     own_lines: tuple[int, ...]  # 1-based line numbers of the unit's own text
+    body_start: int  # the first line after the signature and the docstring
 
 
 def chunk_source(path: str, text: str, count_tokens: TokenCounter = approx_tokens,
@@ -114,13 +130,24 @@ def _python_units(text: str, lines: list[str]) -> list[_Unit] | None:
                         first = min([child.lineno, *(d.lineno for d in child.decorator_list)])
                         own -= set(range(first, (child.end_lineno or child.lineno) + 1))
                         own.add(child.lineno)
-            units.append(_Unit(qualified, start, end, _signature(lines, node),
-                               ast.get_docstring(node) or "", tuple(sorted(own))))
+            docstring = ast.get_docstring(node) or ""
+            units.append(_Unit(qualified, start, end, _signature(lines, node), docstring,
+                               tuple(sorted(own)), _body_start(node, bool(docstring), end)))
             if isinstance(node, ast.ClassDef):
                 visit(node.body, f"{qualified}.")
 
     visit(tree.body, "")
     return units
+
+
+def _body_start(node: ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef,
+                has_docstring: bool, end: int) -> int:
+    if not node.body:
+        return end + 1
+    first = node.body[0]
+    if has_docstring:
+        return (first.end_lineno or first.lineno) + 1
+    return first.lineno
 
 
 def _signature(lines: list[str], node: ast.AST) -> str:
@@ -136,11 +163,13 @@ def _signature(lines: list[str], node: ast.AST) -> str:
 
 
 def _header(path: str, unit: _Unit) -> str:
-    """`path :: class Outer :: def method(self, x)`: file, enclosing classes, signature;
-    then the names split into words (`UploadFile.read_all` -> upload file read all), which
-    the model's word-piece vocabulary reads far better than CamelCase."""
+    """`path :: class Outer`: file and enclosing classes; then the names split into words
+    (`UploadFile.read_all` -> upload file read all), which the model's word-piece
+    vocabulary reads far better than CamelCase. No signature: every chunk's text starts
+    with it (on long signatures it was half of all tokens embedded)."""
     owners = unit.symbol.split(".")[:-1]
-    header = " :: ".join([path, *(f"class {owner}" for owner in owners), unit.signature])
+    signature = [unit.signature[:HEADER_SIGNATURE_CHARS]] if HEADER_SIGNATURE_CHARS else []
+    header = " :: ".join([path, *(f"class {owner}" for owner in owners), *signature])
     words = " ".join(split_identifier(name) for name in unit.symbol.split("."))
     return f"{header} | {words}" if words else header
 
@@ -154,14 +183,21 @@ def _unit_chunks(path: str, unit: _Unit, lines: list[str], costs: list[int], bud
         chunks = [CodeChunk(unit.start_line, unit.end_line, unit.symbol, header,
                             "\n".join(lines[n - 1] for n in own), "whole")]
         if unit.docstring:  # the prose alone, undiluted by code, matches prose queries
-            summary = _fit(f"{unit.signature}\n{unit.docstring}", room, count_tokens)
+            summary = _fit(f"{unit.signature}\n{unit.docstring}",
+                           min(room, SUMMARY_TOKENS), count_tokens)
             chunks.append(CodeChunk(unit.start_line, unit.end_line, unit.symbol, header,
                                     summary, "summary"))
         return chunks
-    summary = _fit(f"{unit.signature}\n{unit.docstring}".strip(), room, count_tokens)
+    code = [n for n in own if n >= unit.body_start]
+    windows = list(_pack(lines, costs, code, room, count_tokens, WINDOW_LINES))
+    embedded = windows if BODY_WINDOWS is None else windows[:BODY_WINDOWS]
+    seen = {n for first, last, _ in embedded for n in code if first <= n <= last}
+    rest = "\n".join(lines[n - 1] for n in own if n not in seen)
+    summary = _fit(f"{unit.signature}\n{unit.docstring}".strip(), min(room, SUMMARY_TOKENS),
+                   count_tokens)
     chunks = [CodeChunk(unit.start_line, unit.end_line, unit.symbol, header, summary,
-                        "summary")]
-    for body in _pack(lines, costs, own, room, count_tokens, WINDOW_LINES):
+                        "summary", rest)]
+    for body in embedded:
         chunks.append(CodeChunk(unit.start_line, unit.end_line, unit.symbol, header, body[2],
                                 "body"))
     return chunks
@@ -184,7 +220,7 @@ def _pack(lines: list[str], costs: list[int], numbers: list[int], room: int,
           count_tokens: TokenCounter, max_lines: int | None = None
           ) -> Iterator[tuple[int, int, str]]:
     """Windows of whole lines within `room` tokens: with `max_lines`, of up to that many
-    lines, each sharing about half its lines with the next; else as many lines as fit,
+    lines, each starting WINDOW_STEP lines after the last; else as many lines as fit,
     sharing OVERLAP_LINES. A single line too long for a window is cut."""
     room = max(room, 16)
     i = 0

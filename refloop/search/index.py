@@ -1,16 +1,13 @@
 """Code search: hybrid retrieval (vectors and full text, fused) over chunks in LanceDB.
 
-Chunks come from `refloop.search.chunks`: windows of a few lines within the embedding
-model's window, each mapped back to the definition it belongs to, so results are merged
-per definition. The
-lexical side is LanceDB's own full-text index over identifier-split text; the vector side
-is all-MiniLM-L6-v2 (by default its int8 ONNX build run on onnxruntime, which loads in
-well under a second; the PyTorch build is the alternative). Both lists are merged per
-definition and fused by score: the cosine, plus a small weight times the normalised
-full-text score. The model weights ship inside packages: nothing is fetched at run time.
-One LanceDB table per workspace and model under the index dir; indexing is incremental by
-content hash, so an unchanged file is never embedded again. Everything heavy is imported
-lazily: without the `semantic` extra, `missing_extra()` says what to install.
+Chunks come from `refloop.search.chunks`, each mapped back to its definition, so results
+are merged per definition. The lexical side is LanceDB's full-text index over
+identifier-split text (whole definitions); the vector side is all-MiniLM-L6-v2 (its int8
+ONNX build by default), fused per definition by score (`refloop.search.fusion`). One table
+per workspace and model under the index dir; a pass stores whole files batch by batch,
+skips every file whose content hash it holds (a cut-off pass resumes where it stopped),
+keeps the full-text side current per batch, and lists the files it has yet to store, so a
+search meanwhile answers from both and says what it misses (`refloop.search.coverage`).
 """
 
 from __future__ import annotations
@@ -30,6 +27,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from refloop.search.chunks import chunk_source, identifier_terms
+from refloop.search.coverage import (
+    Pending,
+    pending_note,
+    read_pending,
+    scan_files,
+    scan_slots,
+    write_pending,
+)
 from refloop.search.fusion import (
     CANDIDATES,
     RRF_TEXT_WEIGHTS,
@@ -45,15 +50,30 @@ from refloop.search.runtime import (
     import_lancedb,
     missing_extra,
 )
-from refloop.search.symbols import CODE_SUFFIXES, TEXT_SUFFIXES, iter_sources, read_source
+from refloop.search.symbols import (
+    CODE_SUFFIXES,
+    TEXT_SUFFIXES,
+    iter_sources,
+    read_source,
+    read_source_bytes,
+)
 
 if TYPE_CHECKING:  # imported where used: a warm-up started first thing need not wait for them
-    from refloop.contract.task import IndexReport, SemanticHit
+    from refloop.contract.task import IndexReport, SearchAnswer, SemanticHit
 
 MAX_INDEXED_FILE_BYTES = 300_000
-EMBED_BATCH_FILES = 16  # files per embedding batch and progress report
+# Chunks per batch: embedded, stored and reported together. A pass cut off loses at most
+# the batch in progress (every stored file is kept: the next pass skips it by its hash),
+# and the pass's memory is bounded by it, not by the workspace.
+EMBED_BATCH_CHUNKS = 256
+# The full-text index is rebuilt once the rows stored since its last build exceed this
+# share of the rows it covers (never more often than TEXT_INDEX_MIN_NEW rows): between
+# builds LanceDB searches the new rows without the index, so every batch is searchable
+# by its words as soon as it is stored, and the rebuilds of a long pass cost O(rows).
+TEXT_INDEX_GROWTH = 0.25
+TEXT_INDEX_MIN_NEW = 2_000
 DIMENSIONS = 384
-SCHEMA_VERSION = 3  # chunks of at most WINDOW_LINES lines (2: token-sized chunks)
+SCHEMA_VERSION = 4  # summary + first body window (3: overlapping windows; 2: token-sized)
 COLUMNS = ["path", "start_line", "end_line", "symbol", "part", "text"]
 HIT_TEXT_LINES = 60  # the most of a definition a hit shows the model
 
@@ -78,8 +98,9 @@ def scan(workspace: Path) -> list[SourceFile]:
     found = []
     for relative, path in iter_sources(workspace, CODE_SUFFIXES | TEXT_SUFFIXES,
                                        MAX_INDEXED_FILE_BYTES):
-        with contextlib.suppress(OSError):
-            found.append(SourceFile(relative, path, hashlib.sha256(path.read_bytes()).hexdigest()))
+        data = read_source_bytes(path, MAX_INDEXED_FILE_BYTES)
+        if data is not None:
+            found.append(SourceFile(relative, path, hashlib.sha256(data).hexdigest()))
     return found
 
 
@@ -183,8 +204,12 @@ class CodeIndex:
         manifest = read_manifest(self.index_dir, self.workspace, self.model)
         return {**manifest.get("files", {}), **in_table}
 
-    def update(self, progress: Progress | None = None) -> IndexReport:
-        """Embed new and changed files, drop deleted ones; heartbeat-friendly progress."""
+    def update(self, progress: Progress | None = None,
+               batch_chunks: int = EMBED_BATCH_CHUNKS) -> IndexReport:
+        """Embed new and changed files, drop deleted ones; heartbeat-friendly progress.
+        Whole files are stored batch by batch, and after each batch the files still to
+        store are written down (`pending_path`), so a search during the pass answers from
+        what is stored and says what it does not cover yet."""
         from refloop.contract.task import IndexReport
 
         began = time.monotonic()
@@ -198,25 +223,30 @@ class CodeIndex:
             stale = [f.path for f in changed if f.path in indexed] + removed
             if stale:
                 table.delete(_path_filter(stale))
-            embedded = 0
-            for start in range(0, len(changed), EMBED_BATCH_FILES):
-                batch = changed[start : start + EMBED_BATCH_FILES]
-                rows = self._rows(batch)
+            pending = [f.path for f in changed]
+            write_pending(self.pending_path, pending, len(files))
+            covered = table.count_rows() if self._has_text_index(table) else 0
+            embedded = done = 0
+            for batch, rows in self._batches(changed, batch_chunks):
                 if rows:
                     vectors = embed([row.pop("document") for row in rows], self.model)
                     for row, vector in zip(rows, vectors, strict=True):
                         row["vector"] = vector
                     table.add(rows)
+                    covered = self._grow_text_index(table, covered)
                 embedded += len(rows)
+                done += len(batch)
+                write_pending(self.pending_path, pending[done:], len(files))
                 if progress:
-                    progress({"files_done": start + len(batch), "files_to_index": len(changed),
+                    progress({"files_done": done, "files_to_index": len(changed),
                               "chunks_embedded": embedded})
-            if changed or stale:
-                self._refresh_text_index(table)
             total = table.count_rows()
+            if stale or (changed and covered != total):
+                self._refresh_text_index(table)
             manifest = {"files": {f.path: f.digest for f in files}, "chunks": total}
             manifest_path(self.index_dir, self.workspace, self.model).write_text(
                 json.dumps(manifest))
+            self.pending_path.unlink(missing_ok=True)
             return IndexReport(
                 files_seen=len(files),
                 files_indexed=len(changed),
@@ -226,6 +256,37 @@ class CodeIndex:
                 chunks_total=total,
                 seconds=round(time.monotonic() - began, 3),
             )
+
+    @property
+    def pending_path(self) -> Path:
+        return self.index_dir / f"{self.table_name}.pending.json"
+
+    def _batches(self, files: list[SourceFile], batch_chunks: int
+                 ) -> Iterator[tuple[list[SourceFile], list[dict]]]:
+        """Whole files with their rows, about `batch_chunks` chunks at a time (a file's
+        chunks are never split between batches, so a stored file is a whole one)."""
+        from refloop.search.embedders import embedder
+
+        count_tokens = embedder(self.model).count_tokens
+        batch: list[SourceFile] = []
+        rows: list[dict] = []
+        for source in files:
+            batch.append(source)
+            rows += self._file_rows(source, count_tokens)
+            if len(rows) >= batch_chunks:
+                yield batch, rows
+                batch, rows = [], []
+        if batch:
+            yield batch, rows
+
+    def _grow_text_index(self, table, covered: int) -> int:
+        """Rebuild the full-text index when the rows added since its last build have grown
+        past TEXT_INDEX_GROWTH of it (the first batch builds it); the rows it covers."""
+        rows = table.count_rows()
+        if covered and rows - covered < max(TEXT_INDEX_MIN_NEW, TEXT_INDEX_GROWTH * covered):
+            return covered
+        self._refresh_text_index(table)
+        return rows
 
     @staticmethod
     def _refresh_text_index(table) -> None:
@@ -239,30 +300,56 @@ class CodeIndex:
             table.create_fts_index("lexical", replace=True, use_tantivy=False, stem=True,
                                    remove_stop_words=True, with_position=False)
 
-    def _rows(self, batch: list[SourceFile]) -> list[dict]:
-        from refloop.search.embedders import embedder
-
-        count_tokens = embedder(self.model).count_tokens
-        rows = []
-        for source in batch:
-            text = read_source(source.absolute)
-            if text is None:
-                continue
-            for chunk in chunk_source(source.path, text, count_tokens):
-                rows.append({
-                    "path": source.path, "start_line": chunk.start_line,
-                    "end_line": chunk.end_line, "symbol": chunk.symbol, "part": chunk.part,
-                    "text": chunk.text, "file_hash": source.digest,
-                    "lexical": identifier_terms(chunk.document),
-                    "document": chunk.document,
-                })
-        return rows
+    @staticmethod
+    def _file_rows(source: SourceFile, count_tokens) -> list[dict]:
+        text = read_source(source.absolute)
+        if text is None:
+            return []
+        return [{
+            "path": source.path, "start_line": chunk.start_line,
+            "end_line": chunk.end_line, "symbol": chunk.symbol, "part": chunk.part,
+            "text": chunk.text, "file_hash": source.digest,
+            # a summary row also carries the words of the lines no chunk embeds: the
+            # full-text side covers whole definitions
+            "lexical": identifier_terms(f"{chunk.header}\n{chunk.rest}" if chunk.rest
+                                        else chunk.document),
+            "document": chunk.document,
+        } for chunk in chunk_source(source.path, text, count_tokens)]
 
     # ------------------------------------------------------------ search
 
     def chunk_count(self) -> int:
         table = self._table(create=False)
         return table.count_rows() if table is not None else 0
+
+    def answer(self, query: str, limit: int = 5) -> SearchAnswer:
+        """`search`, and while a pass has files left to store (or none has stored any),
+        those files scanned for the query's words: their hits (`unindexed`) take a share
+        of the `limit` in proportion to the files not indexed, and a note says what the
+        answer does not cover yet."""
+        from refloop.contract.task import SearchAnswer, SemanticHit
+
+        pending = read_pending(self.pending_path)
+        stored = (self.index_dir / f"{self.table_name}.lance").is_dir()
+        if pending is None and not stored and not self._indexed_before():
+            files = [relative for relative, _ in iter_sources(
+                self.workspace, CODE_SUFFIXES | TEXT_SUFFIXES, MAX_INDEXED_FILE_BYTES)]
+            pending = Pending(tuple(files), len(files))
+        if pending is None or not pending.files:
+            return SearchAnswer(hits=self.search(query, limit))
+        # no table yet: the words alone, without waiting for LanceDB to import
+        indexed = self.search(query, limit) if stored else []
+        scanned, read = scan_files(self.workspace, pending.files, query, limit)
+        slots = scan_slots(limit, pending, len(indexed), len(scanned))
+        hits = indexed[: limit - slots] + [
+            SemanticHit(path=hit.path, start_line=hit.start_line, end_line=hit.end_line,
+                        text=hit.text, score=hit.score, unindexed=True)
+            for hit in scanned[:slots]]
+        return SearchAnswer(hits=hits, partial=True, note=pending_note(pending, read))
+
+    def _indexed_before(self) -> bool:
+        """A finished pass left a manifest (the workspace may simply hold no code)."""
+        return manifest_path(self.index_dir, self.workspace, self.model).exists()
 
     def search(self, query: str, limit: int = 5, mode: str = "hybrid") -> list[SemanticHit]:
         """The best definitions (or text windows) for `query`, one hit each with its whole
@@ -362,13 +449,16 @@ def _path_filter(paths: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m refloop.search.index WORKSPACE INDEX_DIR [MODEL]`: one indexing pass in its
-    own process (the worker stays responsive); progress and the report as JSON lines."""
+    """`python -m refloop.search.index WORKSPACE INDEX_DIR [MODEL [BATCH_CHUNKS]]`: one
+    indexing pass in its own process (the worker stays responsive); progress and the
+    report as JSON lines."""
     args = argv if argv is not None else sys.argv[1:]
     workspace, index_dir = args[:2]
     index = CodeIndex(Path(index_dir), Path(workspace), args[2] if len(args) > 2 else
                       DEFAULT_MODEL)
-    report = index.update(lambda details: print(json.dumps({"progress": details}), flush=True))
+    batch = int(args[3]) if len(args) > 3 else EMBED_BATCH_CHUNKS
+    report = index.update(lambda details: print(json.dumps({"progress": details}), flush=True),
+                          batch)
     print(json.dumps({"report": report.model_dump(mode="json")}), flush=True)
     return 0
 

@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from refloop.runtime.nofollow import open_regular
+
 CODE_SUFFIXES = frozenset({
     ".py", ".pyi", ".js", ".jsx", ".ts", ".tsx", ".go", ".rs", ".java", ".kt", ".c", ".h",
     ".cc", ".cpp", ".hpp", ".cs", ".rb", ".php", ".swift", ".scala", ".sh",
@@ -59,30 +61,43 @@ def iter_sources(root: Path, suffixes: frozenset[str], max_bytes: int
         dirs[:] = sorted(d for d in dirs if d not in VENDORED_DIRS and not d.startswith("."))
         for name in sorted(files):
             path = Path(folder, name)
-            if path.suffix not in suffixes or path.is_symlink():
-                continue
-            try:
-                if path.stat().st_size > max_bytes:
+            if path.suffix not in suffixes or not _utf8(str(path)):
+                continue  # a name that is not UTF-8 could not be stored or shown
+            try:  # links, FIFOs, sockets and devices are never read (a FIFO would block)
+                info = path.lstat()
+                if not stat.S_ISREG(info.st_mode) or info.st_size > max_bytes:
                     continue
             except OSError:
                 continue
             yield path.relative_to(root).as_posix(), path
 
 
+# Nothing the index or the repo map reads is larger (a source file, not a data dump).
+MAX_SOURCE_BYTES = 64 * 1024 * 1024
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def read_source_bytes(path: Path, max_bytes: int = MAX_SOURCE_BYTES) -> bytes | None:
+    """The file's bytes, or None for links (on any component of its path: a parent swapped
+    for a link mid-index reads nothing), FIFOs and devices (never waited on), files with
+    more than one hard link (a repository's link may name a file outside it)."""
+    return open_regular(str(path), max_bytes)
+
+
 def read_source(path: Path) -> str | None:
-    """The file's text, or None for binary or unreadable files, links and files with more
-    than one hard link (a repository's link may name a file outside it)."""
+    """The file's text, or None for binary files and everything `read_source_bytes`
+    refuses."""
+    data = read_source_bytes(path)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except (OSError, ValueError):
-        return None
-    try:
-        with os.fdopen(fd, "rb") as handle:
-            info = os.fstat(handle.fileno())
-            if not stat.S_ISREG(info.st_mode) or info.st_nlink > 1:
-                return None
-            return handle.read().decode("utf-8")
-    except (OSError, UnicodeDecodeError):
+        return data.decode("utf-8") if data is not None else None
+    except UnicodeDecodeError:
         return None
 
 

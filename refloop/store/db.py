@@ -22,6 +22,7 @@ from sqlmodel import Field, Session, SQLModel, create_engine, select
 
 from refloop.contract.activity_io import RecordQualityReviewInput
 from refloop.contract.task import RecordTaskInput
+from refloop.store.safety import json_without_nul, without_nul_bytes
 
 # `lost`: the row's workflow no longer exists in Temporal (api/reconcile.py).
 TERMINAL_STATUSES = frozenset({"completed", "incomplete", "failed", "cancelled", "lost"})
@@ -227,7 +228,9 @@ class Store:
         self.sqlite = url.startswith("sqlite")
         # A server database can restart under us (pre-ping); a file cannot.
         self.engine: Engine = (sqlite_engine(url) if self.sqlite
-                               else create_engine(url, pool_pre_ping=True))
+                               else create_engine(url, pool_pre_ping=True,
+                                                  json_serializer=json_without_nul))
+        without_nul_bytes(self.engine)  # a model's answer may hold one (refloop/store/safety.py)
         self._initialised = False
         self._init_lock = threading.Lock()
         self.blobs = BlobCache(BLOB_CACHE_CHARS)

@@ -24,6 +24,7 @@ from refloop.contract.errors import ToolError
 from refloop.contract.tool_catalog import RunCmdArgs
 from refloop.tools.base import ToolContext, tool
 from refloop.tools.os_sandbox import SandboxUnavailableError, sandboxed_command
+from refloop.tools.sandbox import pinned_fd
 
 DENIED = [
     (r"\bsudo\b|\bsu\s", "privilege escalation"),
@@ -157,7 +158,8 @@ def _settle(future: asyncio.Future) -> None:
 
 
 async def run_bounded(argv: list[str], *, cwd: str, env: dict[str, str], preexec_fn,
-                      limit_s: float, cap: int) -> tuple[int | None, bytes, int, str | None]:
+                      limit_s: float, cap: int, pass_fds: tuple[int, ...] = ()
+                      ) -> tuple[int | None, bytes, int, str | None]:
     """Run argv; return (exit code, first `cap` bytes of output, total bytes, how it was
     stopped). Returns by `limit_s` whatever the command does; the process group is always
     killed before returning (and, under the sandbox, the whole pid namespace with it)."""
@@ -168,7 +170,8 @@ async def run_bounded(argv: list[str], *, cwd: str, env: dict[str, str], preexec
         # which a daemonised grandchild can hold open forever. Spawning returns at once.
         process = subprocess.Popen(  # noqa: ASYNC220
             argv, cwd=cwd, env=env, preexec_fn=preexec_fn, start_new_session=True,
-            stdin=subprocess.DEVNULL, stdout=write_fd, stderr=write_fd, close_fds=True)
+            stdin=subprocess.DEVNULL, stdout=write_fd, stderr=write_fd, close_fds=True,
+            pass_fds=pass_fds)
     except OSError as err:
         os.close(read_fd)
         raise ToolError(f"E_EXEC: cannot start the command: {err}") from None
@@ -227,16 +230,20 @@ async def run_cmd(ctx: ToolContext, args: RunCmdArgs) -> ToolResult:
         raise ToolError("E_INVALID_ARGS: the command contains a NUL byte")
     timeout = min(args.timeout_s or ctx.settings.refloop_cmd_timeout_s,
                   ctx.settings.refloop_cmd_timeout_s)
-    try:
+    try:  # the workspace is bound from the descriptor this call pinned, not by its path
         command = sandboxed_command(["/bin/sh", "-c", args.command], workspace=ctx.workspace,
                                     allow_network=ctx.allow_network, env={},
-                                    settings=ctx.settings)
+                                    settings=ctx.settings, workspace_fd=pinned_fd())
     except SandboxUnavailableError as err:
         raise ToolError(f"E_SANDBOX: {err}") from None
     cap = ctx.settings.refloop_max_output_bytes
-    code, kept, total, stopped = await run_bounded(
-        command.argv, cwd=str(ctx.workspace), env=command.env, preexec_fn=command.preexec_fn,
-        limit_s=timeout, cap=cap)
+    try:
+        code, kept, total, stopped = await run_bounded(
+            command.argv, cwd=str(ctx.workspace) if not command.sandboxed else "/",
+            env=command.env, preexec_fn=command.preexec_fn, limit_s=timeout, cap=cap,
+            pass_fds=command.pass_fds)
+    finally:
+        command.close()
     text = kept.decode("utf-8", errors="ignore" if total > cap else "replace")
     if total > len(kept):
         text += f"\n[... truncated {total - len(kept)} bytes ...]"

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import fnmatch
 import time
-
-import regex
 
 from refloop.contract.activity_io import ToolResult
 from refloop.contract.errors import ToolError
 from refloop.contract.tool_catalog import GlobArgs, GrepArgs, PathArgs, ReadFileArgs, WriteFileArgs
 from refloop.tools.base import ToolContext, tool
+from refloop.tools.patterns import compile_regex, glob_match, path_glob
 from refloop.tools.sandbox import (
     SKIPPED_DIRS,
     check_path_text,
-    glob_match,
     is_file,
     kind,
     line_count,
@@ -23,17 +20,16 @@ from refloop.tools.sandbox import (
     read_text,
     relative,
     resolve,
+    shown,
     truncate_bytes,
     walk_files,
     write_text,
 )
 
 MAX_MATCHES = 200
-# The time one grep may spend matching, in all and on one line: a pattern that backtracks
-# without bound ("(a+)+$") is stopped, and says so. The regex module checks its timeout
-# periodically, so the wall time can reach about twice this.
+# The time one grep may take over a large tree (checked between files). No pattern can
+# backtrack: RE2 matches in time linear in the text (refloop.tools.patterns).
 GREP_BUDGET_S = 5.0
-GREP_LINE_BUDGET_S = 0.5  # one line that takes longer is a pathological pattern
 
 
 
@@ -41,7 +37,7 @@ GREP_LINE_BUDGET_S = 0.5  # one line that takes longer is a pathological pattern
 @tool("list_dir")
 async def list_dir(ctx: ToolContext, args: PathArgs) -> ToolResult:
     path = resolve(ctx.workspace, args.path)
-    entries = [f"{name}/" if folder else name
+    entries = [f"{shown(name)}/" if folder else shown(name)
                for name, folder in list_entries(path, args.path) if name not in SKIPPED_DIRS]
     return ToolResult(ok=True, output="\n".join(entries) or "(empty)",
                       data={"count": len(entries)})
@@ -71,19 +67,17 @@ async def glob_file_search(ctx: ToolContext, args: GlobArgs) -> ToolResult:
     for path in walk_files(ctx.workspace):
         rel = relative(ctx.workspace, path)
         if glob_match(pattern, rel) and is_file(path):
-            matches.append(rel)
-    shown = matches[:MAX_MATCHES]
+            matches.append(shown(rel))
+    first = matches[:MAX_MATCHES]
     more = f"\n[... {len(matches) - MAX_MATCHES} more ...]" if len(matches) > MAX_MATCHES else ""
-    return ToolResult(ok=True, output="\n".join(shown) + more or "(no matches)",
+    return ToolResult(ok=True, output="\n".join(first) + more or "(no matches)",
                       data={"count": len(matches)})
 
 
 @tool("grep")
 async def grep(ctx: ToolContext, args: GrepArgs) -> ToolResult:
-    try:
-        compiled = regex.compile(args.pattern)
-    except (regex.error, RecursionError, OverflowError) as err:
-        raise ToolError(f"E_INVALID_ARGS: bad regular expression: {err}") from None
+    compiled = compile_regex(args.pattern)
+    wanted = path_glob(args.glob) if args.glob else None
     start = resolve(ctx.workspace, args.path)
     found = kind(start)
     if found not in ("file", "dir"):
@@ -93,22 +87,18 @@ async def grep(ctx: ToolContext, args: GrepArgs) -> ToolResult:
     hits: list[str] = []
     for path in candidates:
         rel = relative(ctx.workspace, path)
-        if args.glob and not glob_match(args.glob, rel) and not fnmatch.fnmatch(rel, args.glob):
+        if wanted is not None and not wanted(rel):
             continue
         try:
             text = read_text(path, rel)
         except ToolError:  # binary, linked, too large or gone: not searched
             continue
+        if time.monotonic() > deadline:
+            raise ToolError(f"E_TIMEOUT: the search took over {GREP_BUDGET_S:g}s (stopped at "
+                            f"{shown(rel)}); narrow the path or the glob")
         for number, line in enumerate(text.splitlines(), start=1):
-            try:
-                left = min(deadline - time.monotonic(), GREP_LINE_BUDGET_S)
-                matched = compiled.search(line, timeout=max(left, 0.01))
-            except TimeoutError:
-                raise ToolError(f"E_TIMEOUT: the pattern is too slow on {rel}:{number} (it "
-                                "backtracks too much, or the search is too large); simplify "
-                                "it or narrow the path") from None
-            if matched:
-                hits.append(f"{rel}:{number}: {line.rstrip()}")
+            if compiled.search(line):  # RE2: linear in the line, whatever the pattern
+                hits.append(f"{shown(rel)}:{number}: {line.rstrip()}")
         if len(hits) > MAX_MATCHES:
             break
     more = f"\n[... more than {MAX_MATCHES} matches ...]" if len(hits) > MAX_MATCHES else ""

@@ -26,7 +26,7 @@ from refloop.tools import (  # noqa: F401  (registration)
 )
 from refloop.tools.base import IMPLEMENTATIONS, Implementation, ToolContext
 from refloop.tools.journal import Journal
-from refloop.tools.sandbox import workspace_root
+from refloop.tools.sandbox import pinned_workspace, shown
 
 T = TypeVar("T")
 
@@ -44,18 +44,42 @@ async def execute_tool(call: RunToolInput, settings: Settings) -> ToolResult:
         )
         return ToolResult(ok=False, error=f"E_INVALID_ARGS: {details}")
     try:
-        root = workspace_root(call.workspace)
-        ctx = ToolContext(root, settings, call.call_id, call.allow_network,
-                          call.allow_shell_operators)
-        if declaration.properties.journaled:
-            return await asyncio.to_thread(_journaled, call.name, implementation, ctx, args)
-        if implementation.blocking:  # file I/O stays off the worker's event loop
-            return await asyncio.to_thread(run_in_thread_loop, implementation.fn(ctx, args))
-        return await implementation.fn(ctx, args)
+        # The workspace checked and held for the whole call: every open starts from it.
+        with pinned_workspace(call.workspace) as root:
+            ctx = ToolContext(root, settings, call.call_id, call.allow_network,
+                              call.allow_shell_operators)
+            if declaration.properties.journaled:
+                result = await asyncio.to_thread(_journaled, call.name, implementation, ctx,
+                                                 args)
+            elif implementation.blocking:  # file I/O stays off the worker's event loop
+                result = await asyncio.to_thread(run_in_thread_loop,
+                                                 implementation.fn(ctx, args))
+            else:
+                result = await implementation.fn(ctx, args)
     except ToolError as err:
-        return ToolResult(ok=False, error=str(err))
+        result = ToolResult(ok=False, error=str(err))
     except (OSError, ValueError, RecursionError) as err:  # never an activity failure
-        return ToolResult(ok=False, error=f"E_IO: {type(err).__name__}: {str(err)[:300]}")
+        result = ToolResult(ok=False, error=f"E_IO: {type(err).__name__}: {str(err)[:300]}")
+    return serialisable(result)
+
+
+def serialisable(result: ToolResult) -> ToolResult:
+    """A file name that is not UTF-8 reaches text as lone surrogates, which no encoder
+    takes: every string of the result is shown escaped instead (a task never fails on it)."""
+    def clean(value: Any) -> Any:
+        if isinstance(value, str):
+            return shown(value)
+        if isinstance(value, dict):
+            return {clean(k): clean(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [clean(v) for v in value]
+        return value
+
+    try:
+        result.model_dump_json()
+    except (UnicodeEncodeError, ValueError):
+        return ToolResult.model_validate(clean(result.model_dump()))
+    return result
 
 
 _thread_loops = threading.local()

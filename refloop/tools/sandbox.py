@@ -7,23 +7,32 @@ kernel has it, else one `O_NOFOLLOW` directory fd per component), so a link ship
 repository cannot steer a read or a write out of the workspace. Writes go to a fresh
 temporary file in the same directory (O_EXCL, no-follow) renamed over the target. Files with
 more than one hard link are refused for reads and writes: their other name may be outside.
+
+The workspace root is never resolved again once the task started: `workspace_root` checks
+it is the same directory, with no link in its path (`refloop.tools.pinning`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
-import functools
 import os
 import posixpath
 import secrets
 import stat
 from collections.abc import Iterator
-from fnmatch import fnmatchcase
 from pathlib import Path
 
 from refloop.contract.errors import ToolError
+from refloop.tools.pinning import (  # noqa: F401  (re-exported: the file tools' one import)
+    _through_link,
+    current_pin,
+    has_openat2,
+    open_nofollow,
+    open_workspace,
+    pinned_fd,
+    pinned_workspace,
+)
 
 INTERNAL_DIR = ".refloop"  # refloop's own state in a workspace: tools may not touch it
 DATA_DIR_NAME = ".refloop-data"  # the default data dir, should it sit inside a workspace
@@ -33,80 +42,6 @@ MAX_PATH_CHARS = 4096
 MAX_NAME_BYTES = 255
 # Reads of files larger than this are refused (grep skips them): nothing loads a whole disk.
 MAX_READ_FILE_BYTES = 64 * 1024 * 1024
-
-_SYS_OPENAT2 = 437  # the same number on every Linux architecture
-_AT_FDCWD = -100
-_RESOLVE_NO_MAGICLINKS, _RESOLVE_NO_SYMLINKS = 0x02, 0x04
-
-
-class _OpenHow(ctypes.Structure):
-    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64),
-                ("resolve", ctypes.c_uint64)]
-
-
-@functools.cache
-def _libc() -> ctypes.CDLL:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
-    return libc
-
-
-def _openat2(path: str, flags: int, mode: int) -> int:
-    how = _OpenHow(flags | os.O_CLOEXEC, mode if flags & os.O_CREAT else 0,
-                   _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS)
-    fd = _libc().syscall(ctypes.c_long(_SYS_OPENAT2), ctypes.c_int(_AT_FDCWD),
-                         ctypes.c_char_p(os.fsencode(path)), ctypes.byref(how),
-                         ctypes.c_size_t(ctypes.sizeof(how)))
-    if fd < 0:
-        code = ctypes.get_errno()
-        raise OSError(code, os.strerror(code), path)
-    return int(fd)
-
-
-@functools.cache
-def has_openat2() -> bool:
-    """openat2 exists (Linux 5.6+) and no seccomp profile refuses it."""
-    try:
-        os.close(_openat2("/", os.O_RDONLY | os.O_DIRECTORY, 0))
-    except (OSError, AttributeError):
-        return False
-    return True
-
-
-def _walk_open(path: str, flags: int, mode: int) -> int:
-    """Component by component from /, each directory opened O_NOFOLLOW."""
-    parts = [p for p in path.split("/") if p]
-    fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        for part in parts[:-1]:
-            nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                          dir_fd=fd)
-            os.close(fd)
-            fd = nxt
-        if not parts:
-            return os.dup(fd)
-        return os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=fd)
-    finally:
-        os.close(fd)
-
-
-def open_nofollow(path: Path, flags: int, mode: int = 0o644) -> int:
-    """An fd for `path` (absolute, normalised, under a resolved root) with no link followed."""
-    if has_openat2():
-        return _openat2(str(path), flags | os.O_NOFOLLOW, mode)
-    return _walk_open(str(path), flags, mode)
-
-
-def _through_link(path: Path | None) -> bool:
-    """Whether an existing component of `path` is a symbolic link (a directory link opened
-    with O_DIRECTORY|O_NOFOLLOW fails with ENOTDIR, not ELOOP)."""
-    if path is None:
-        return False
-    for candidate in (path, *path.parents):
-        with contextlib.suppress(OSError):
-            if stat.S_ISLNK(os.lstat(candidate).st_mode):
-                return True
-    return False
 
 
 def _path_error(err: OSError, raw: str, path: Path | None = None) -> ToolError:
@@ -125,13 +60,12 @@ def _path_error(err: OSError, raw: str, path: Path | None = None) -> ToolError:
 
 
 def workspace_root(workspace: str | Path) -> Path:
-    try:
-        root = Path(workspace).resolve()
-        found = root.is_dir()
-    except (OSError, ValueError):
-        found = False
-    if not found:
-        raise ToolError(f"E_NO_WORKSPACE: workspace '{workspace}' does not exist")
+    """The workspace's path, checked (no link in it, the directory pinned): never resolved
+    again, as a link put in its path since the task started would steer every tool."""
+    if "\x00" in str(workspace):
+        raise ToolError("E_NO_WORKSPACE: the workspace path contains a NUL byte")
+    root, fd = open_workspace(workspace)
+    os.close(fd)
     return root
 
 
@@ -245,9 +179,14 @@ def _open_parent(path: Path, create: bool) -> int:
     except FileNotFoundError:
         if not create:
             raise
-    fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    pin = current_pin()
+    if pin is not None and pin.root in path.parents:
+        fd, parts = os.dup(pin.fd), path.parent.relative_to(pin.root).parts
+    else:
+        fd, parts = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), \
+            path.parent.parts[1:]
     try:
-        for part in path.parent.parts[1:]:
+        for part in parts:
             with contextlib.suppress(FileExistsError):
                 os.mkdir(part, 0o755, dir_fd=fd)
             nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
@@ -362,19 +301,16 @@ def walk_files(start: Path) -> Iterator[Path]:
         os.close(fd)
 
 
-def glob_match(pattern: str, rel: str) -> bool:
-    """`**` matches any number of folders; other segments match like fnmatch."""
-    pat, parts = pattern.split("/"), rel.split("/")
-
-    @functools.cache
-    def match(i: int, j: int) -> bool:
-        if i == len(pat):
-            return j == len(parts)
-        if pat[i] == "**":
-            return match(i + 1, j) or (j < len(parts) and match(i, j + 1))
-        return j < len(parts) and fnmatchcase(parts[j], pat[i]) and match(i + 1, j + 1)
-
-    return match(0, 0)
+def shown(name: str) -> str:
+    """A name as text that always serialises: bytes that are not UTF-8 (a file name the OS
+    gave as lone surrogates) shown escaped, `\\xff`."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return "".join(f"\\x{ord(c) - 0xDC00:02x}" if 0xDC80 <= ord(c) <= 0xDCFF
+                       else f"\\u{ord(c):04x}" if 0xD800 <= ord(c) <= 0xDFFF else c
+                       for c in name)
+    return name
 
 
 def line_count(text: str) -> int:

@@ -1,5 +1,6 @@
 """search_semantic: hybrid (vector + full-text) search over the workspace's index; one hit
-per definition, with its whole line range."""
+per definition, with its whole line range. While the index is being built, files not stored
+yet are scanned for the query's words, and the output says the answer is partial."""
 
 from __future__ import annotations
 
@@ -21,15 +22,18 @@ async def search_semantic(ctx: ToolContext, args: SemanticSearchArgs) -> ToolRes
                           ctx.settings.refloop_embedding_model)
     except SemanticUnavailable as err:
         raise ToolError(f"E_NOT_INSTALLED: {err}") from None
-    hits = index.search(args.query, args.limit)
-    if not hits:
-        note = ("no indexed code yet: the workspace is being indexed in the background; "
-                "use grep meanwhile") if index.chunk_count() == 0 else "no matches"
+    answer = index.answer(args.query, args.limit)
+    if not answer.hits:
+        note = answer.note or "no matches"
         return ToolResult(ok=True, output=note, data={"hits": [], "note": note})
     output = "\n\n".join(
-        f"{hit.path}:{hit.start_line}-{hit.end_line} (score {hit.score:.2f})\n{hit.text}"
-        for hit in hits
+        f"{hit.path}:{hit.start_line}-{hit.end_line} "
+        f"({'unindexed, word match' if hit.unindexed else 'score'} {hit.score:.2f})\n{hit.text}"
+        for hit in answer.hits
     )
+    if answer.note:  # first: the model must know the answer is partial before it trusts it
+        output = f"{answer.note}\n\n{output}"
     data = [hit.model_copy(update={"text": hit.text[:HIT_DATA_CHARS]}).model_dump()
-            for hit in hits]
-    return ToolResult(ok=True, output=output, data={"hits": data})
+            for hit in answer.hits]
+    return ToolResult(ok=True, output=output,
+                      data={"hits": data, "partial": answer.partial, "note": answer.note})

@@ -23,6 +23,6 @@ async def api(client, api_settings, task_queue) -> AsyncIterator[httpx.AsyncClie
     app = create_app(settings, client=client)
     async with build_worker(client, settings, task_queue):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
             http.app = app  # type: ignore[attr-defined]
             yield http

@@ -50,7 +50,7 @@ async def test_code_review_outside_the_roots_is_refused(api):
 
 async def test_code_review_id_never_builds_a_path(api, tmp_path):
     response = await api.post("/code-reviews", json={
-        "review_type": "snippet", "working_directory": str(tmp_path), "content": "x = 1",
+        "review_type": "snippet", "working_directory": str(tmp_path / "ws"), "content": "x = 1",
         "task_id": "../../../../tmp/X"})
     assert response.status_code == 422
     target = mirror_file(tmp_path / "review_content", "../../../../tmp/X")
@@ -95,7 +95,8 @@ def test_roots_rules(settings, tmp_path):
     # a configured system directory is still refused
     with pytest.raises(WorkspaceError):
         resolve_workspace("/etc", settings.model_copy(update={"refloop_workspace_roots": "/etc"}))
-    assert resolve_workspace(str(tmp_path), settings) == tmp_path.resolve()
+    (tmp_path / "ws").mkdir(exist_ok=True)
+    assert resolve_workspace(str(tmp_path / "ws"), settings) == (tmp_path / "ws").resolve()
 
 
 def test_cli_workspace_refuses_root_and_system_dirs(tmp_path):
@@ -337,15 +338,24 @@ def decoded_payloads(node) -> str:
     return ""
 
 
+@pytest.fixture(scope="module")
+def config_endpoint():
+    """The endpoint the operator's model-config key is bound to."""
+    from refloop.llm.scripted import ScriptedLLMServer
+
+    with ScriptedLLMServer() as server:
+        yield server
+
+
 @pytest.fixture
-def api_settings(api_settings):
-    """The operator sets aside one variable for model-config keys."""
-    return api_settings.model_copy(update={"refloop_model_key_envs": "REFLOOP_I17_CONFIG_KEY"})
+def api_settings(api_settings, config_endpoint):
+    """The operator sets aside one variable for model-config keys, bound to one URL."""
+    return api_settings.model_copy(update={
+        "refloop_model_key_envs": f"REFLOOP_I17_CONFIG_KEY={config_endpoint.base_url}"})
 
 
 async def test_model_config_is_honoured_and_its_key_never_enters_the_history(
-        api, workspace, monkeypatch):
-    from refloop.llm.scripted import ScriptedLLMServer
+        api, workspace, monkeypatch, config_endpoint):
     from refloop.worker.replay import dump_history
     from tests.workflow.helpers import CODING, SUMMARY, call, final, plan_of
 
@@ -354,23 +364,24 @@ async def test_model_config_is_honoured_and_its_key_never_enters_the_history(
     responses = {"intent": [CODING], "plan": [plan_of("write_file")],
                  "act": [call("write_file", path="c.md", content="# C\n"), final("done")],
                  "summary": [SUMMARY]}
-    with ScriptedLLMServer({"name": "configured-model", "responses": responses}) as other:
-        config = (await api.post("/model-configs", json={
-            "name": "other endpoint", "model": "configured-model", "base_url": other.base_url,
-            "api_key_env": "REFLOOP_I17_CONFIG_KEY", "temperature": 0.3})).json()
-        session = (await api.post("/agent/interactive/start", json={
-            "workspace": str(workspace), "model_config_id": config["id"]})).json()["session_id"]
-        task_id = (await api.post("/agent/interactive/task", json={
-            "session_id": session, "task": "write c.md"})).json()["task_id"]
-        from tests.api.test_api import wait_done
+    other = config_endpoint
+    other.load("configured-model", {"name": "configured-model", "responses": responses})
+    config = (await api.post("/model-configs", json={
+        "name": "other endpoint", "model": "configured-model", "base_url": other.base_url,
+        "api_key_env": "REFLOOP_I17_CONFIG_KEY", "temperature": 0.3})).json()
+    session = (await api.post("/agent/interactive/start", json={
+        "workspace": str(workspace), "model_config_id": config["id"]})).json()["session_id"]
+    task_id = (await api.post("/agent/interactive/task", json={
+        "session_id": session, "task": "write c.md"})).json()["task_id"]
+    from tests.api.test_api import wait_done
 
-        state = await wait_done(api, task_id)
-        assert state["status"] == "completed", state.get("error")
-        seen = other.requests(model="configured-model")
-        assert {r["purpose"] for r in seen} >= {"intent", "plan", "act", "summary"}
-        assert all(r["authorization"] == f"Bearer {secret}" for r in seen)
-        acts = [r["body"] for r in seen if r["purpose"] == "act"]
-        assert acts and all(body.get("temperature") == 0.3 for body in acts)
+    state = await wait_done(api, task_id)
+    assert state["status"] == "completed", state.get("error")
+    seen = other.requests(model="configured-model")
+    assert {r["purpose"] for r in seen} >= {"intent", "plan", "act", "summary"}
+    assert all(r["authorization"] == f"Bearer {secret}" for r in seen)
+    acts = [r["body"] for r in seen if r["purpose"] == "act"]
+    assert acts and all(body.get("temperature") == 0.3 for body in acts)
     # The key is in neither the workflow's input nor its history, nor the stored row.
     history = await api.app.state.client.get_workflow_handle(task_id).fetch_history()
     text = dump_history(history)

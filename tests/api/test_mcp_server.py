@@ -166,7 +166,7 @@ async def test_api_tasks_choose_mcp_servers_with_a_session_default(
     store = store_for(settings.effective_database_url)
     app = create_app(settings, client=client)
     async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://api") as api:
+            transport=httpx.ASGITransport(app=app), base_url="http://localhost") as api:
         async def session_with(**body) -> str:
             response = await api.post("/agent/interactive/start",
                                       json={"workspace": str(workspace), **body})
@@ -197,3 +197,34 @@ async def test_api_tasks_choose_mcp_servers_with_a_session_default(
         assert refused.status_code == 422 and "known: time" in refused.text
         for accepted in (inherited, overridden, plain):
             await client.get_workflow_handle(accepted.json()["task_id"]).terminate()
+
+
+async def test_mcp_refusals_say_why_as_http_does(temporal_server, mcp_settings, workspace,
+                                                 task_queue):
+    """`refloop mcp`, driven by the MCP Inspector, said only "Error executing tool"; it took
+    NUL bytes and relative workspaces, and echoed a huge ID whole."""
+    env = {**os.environ, "TEMPORAL_ADDRESS": temporal_server, "REFLOOP_TASK_QUEUE": task_queue,
+           "DATABASE_URL": mcp_settings.database_url,
+           "REFLOOP_DATA_DIR": str(mcp_settings.refloop_data_dir),
+           "REFLOOP_WORKSPACE_ROOTS": str(workspace.parent)}
+    params = StdioServerParameters(command=sys.executable, args=["-m", "refloop", "mcp"],
+                                   env=env)
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+
+        async def refusal(tool: str, **arguments) -> str:
+            result = await session.call_tool(tool, arguments)
+            assert result.is_error, result
+            return result.content[0].text
+
+        text = await refusal("start_task", task="a\x00b", workspace=str(workspace))
+        assert "422" in text and "NUL bytes" in text
+        text = await refusal("start_task", task="x", workspace="relative/dir")
+        assert "422" in text and "absolute path" in text
+        text = await refusal("start_task", task="x", workspace=str(workspace),
+                             max_iterations=0)
+        assert "422" in text and "greater than or equal to 1" in text
+        text = await refusal("get_task", task_id="x" * 200_000)
+        assert "422" in text and len(text) < 300
+        text = await refusal("get_code_review", task_id="../../etc")
+        assert "422" in text

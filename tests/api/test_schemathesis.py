@@ -14,13 +14,18 @@ Exclusions, each with its reason (EXCLUDED and CONFIG below):
 - positive_data_acceptance on the two routes that take a directory (session start,
   code-review start): a schema-valid string is still refused (422) unless it names an
   existing directory inside REFLOOP_WORKSPACE_ROOTS, which no schema can express.
+- positive_data_acceptance on model-config create and update: an `api_key_env` is refused
+  (422) unless REFLOOP_MODEL_KEY_ENVS binds that variable to the config's base URL, an
+  operator's setting no schema can express.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -41,6 +46,8 @@ ALL_CHECKS = CHECKS.get_all()
 EXCLUDED = {  # (method, path): check names, reasons in the module docstring
     ("POST", "/agent/interactive/start"): {"positive_data_acceptance"},
     ("POST", "/code-reviews"): {"positive_data_acceptance"},
+    ("POST", "/model-configs"): {"positive_data_acceptance"},
+    ("PATCH", "/model-configs/{key}"): {"positive_data_acceptance"},
 }
 COUNTS: dict[str, dict[str, int]] = {}
 
@@ -94,25 +101,35 @@ SCHEMA = schemathesis.openapi.from_dict(
     config=CONFIG)
 
 
-def run_case(case, app, db: str, headers: dict[str, str] | None = None) -> None:
-    counts = COUNTS.setdefault(db, {"cases": 0, "failures": 0})
-    # answered / refused_401: with the token, most cases must get past the auth check
-    counts["cases"] += 1
+def checks_for(case) -> list:
+    skip = EXCLUDED.get((case.method.upper(), case.path), set())
+    return [check for check in ALL_CHECKS if check.__name__ not in skip]
+
+
+@contextlib.contextmanager
+def counted(counts: dict[str, int], name: str) -> Iterator[None]:
+    """Failures counted; the counts saved after every case (test-artifacts/)."""
     try:
-        # Checks that send probes of their own (ignored_auth) use the schema's transport.
-        case.operation.schema.app = app
-        skip = EXCLUDED.get((case.method.upper(), case.path), set())
-        checks = [check for check in ALL_CHECKS if check.__name__ not in skip]
-        response = case.call_and_validate(app=app, base_url="http://api", checks=checks,
-                                          headers=headers)
-        key = "refused_401" if response.status_code == 401 else "answered"
-        counts[key] = counts.get(key, 0) + 1
+        yield
     except BaseException:
         counts["failures"] += 1
         raise
     finally:
         ARTIFACTS.mkdir(exist_ok=True)
-        (ARTIFACTS / f"schemathesis-{db}.json").write_text(json.dumps(counts))
+        (ARTIFACTS / f"schemathesis-{name}.json").write_text(json.dumps(counts))
+
+
+def run_case(case, app, db: str, headers: dict[str, str] | None = None) -> None:
+    counts = COUNTS.setdefault(db, {"cases": 0, "failures": 0})
+    # answered / refused_401: with the token, most cases must get past the auth check
+    counts["cases"] += 1
+    with counted(counts, db):
+        # Checks that send probes of their own (ignored_auth) use the schema's transport.
+        case.operation.schema.app = app
+        response = case.call_and_validate(app=app, base_url="http://localhost",
+                                          checks=checks_for(case), headers=headers)
+        key = "refused_401" if response.status_code == 401 else "answered"
+        counts[key] = counts.get(key, 0) + 1
 
 
 SETTINGS = hypothesis_settings(max_examples=MAX_EXAMPLES, deadline=None, database=None,
@@ -148,3 +165,38 @@ def test_api_on_postgresql(case, postgres_app):
                      suppress_health_check=list(HealthCheck))
 def test_api_with_a_token(case, secured_app):
     run_case(case, secured_app, "sqlite-token")
+
+
+def stateful_test(app, db: str, max_examples: int) -> None:
+    """The stateful phase: sequences that follow the document's links (create a prompt,
+    then read, change and delete it; start a session, then a task in it, then read and
+    cancel it; a code review, then its state), every check on every step."""
+    counts = COUNTS.setdefault(f"{db}-stateful", {"steps": 0, "failures": 0})
+    SCHEMA.app = app
+
+    class Machine(SCHEMA.as_state_machine()):  # type: ignore[misc, valid-type]
+        def get_call_kwargs(self, case):
+            return {"app": app, "base_url": "http://localhost"}
+
+        def validate_response(self, response, case, additional_checks=None, **kwargs):
+            counts["steps"] += 1
+            with counted(counts, f"{db}-stateful"):
+                case.validate_response(response, checks=checks_for(case))
+
+    from hypothesis.stateful import run_state_machine_as_test
+
+    run_state_machine_as_test(Machine, settings=hypothesis_settings(
+        max_examples=max_examples, stateful_step_count=6, deadline=None, database=None,
+        suppress_health_check=list(HealthCheck)))
+
+
+STATEFUL_EXAMPLES = int(os.environ.get("SCHEMATHESIS_STATEFUL_EXAMPLES", "10"))
+
+
+def test_api_stateful_on_sqlite(sqlite_app):
+    stateful_test(sqlite_app, "sqlite", STATEFUL_EXAMPLES)
+
+
+@pytest.mark.db
+def test_api_stateful_on_postgresql(postgres_app):
+    stateful_test(postgres_app, "postgresql", STATEFUL_EXAMPLES)

@@ -19,7 +19,7 @@ REVIEW_BODY = {"review_type": "snippet", "content": "eval(x)", "output_format": 
 
 
 async def test_a_temporal_outage_is_a_503_and_the_row_is_left_as_it_was(api_settings,
-                                                                      tmp_path):
+                                                                      tmp_path, workspace):
     server = EmbeddedTemporal(tmp_path / "temporal", port=free_port(), ui_port=None,
                               persistent=False)
     # Few client-side retries: the outage is certain, only the answer is under test.
@@ -29,9 +29,9 @@ async def test_a_temporal_outage_is_a_503_and_the_row_is_left_as_it_was(api_sett
     app = create_app(api_settings, client=own_client)
     transport = httpx.ASGITransport(app=app)
     try:
-        async with httpx.AsyncClient(transport=transport, base_url="http://api") as api:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as api:
             started = await api.post("/code-reviews", json={
-                **REVIEW_BODY, "working_directory": str(tmp_path)})
+                **REVIEW_BODY, "working_directory": str(workspace)})
             assert started.status_code == 202
             task_id = started.json()["task_id"]
             server.stop()  # Temporal goes away under the running review
@@ -48,9 +48,9 @@ async def test_a_temporal_outage_is_a_503_and_the_row_is_left_as_it_was(api_sett
     assert row.status == "queued" and row.error is None  # not marked lost, nothing lost
 
 
-async def test_a_terminated_review_reads_failed_with_the_reason(api, client, tmp_path):
+async def test_a_terminated_review_reads_failed_with_the_reason(api, client, workspace):
     started = await api.post("/code-reviews", json={
-        **REVIEW_BODY, "working_directory": str(tmp_path)})
+        **REVIEW_BODY, "working_directory": str(workspace)})
     assert started.status_code == 202
     task_id, workflow_id = started.json()["task_id"], started.json()["workflow_id"]
     await client.get_workflow_handle(workflow_id).terminate("operator stopped it")

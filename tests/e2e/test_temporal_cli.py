@@ -68,7 +68,7 @@ async def test_the_temporal_cli_drives_a_task_end_to_end(
         call_id = await until(approval_call_id)
         progress = json.loads(await atemporal(address, "workflow", "query", "--workflow-id",
                                        workflow_id, "--name", "progress", "-o", "json"))
-        assert progress["queryResult"][0]["status"] == "running"
+        assert progress["queryResult"][0]["status"] == "waiting_approval"
         assert progress["queryResult"][0]["plan"]["steps"][0]["tool"] == "write_file"
         waiting = await until(lambda: temporal(
             address, "workflow", "list", "--query",

@@ -88,7 +88,7 @@ class Box:
     async def assert_sandbox_gone(self) -> None:
         """bubblewrap's own processes carry the workspace in their command line; once they
         are gone, so is the pid namespace and every process in it."""
-        marker = f"--bind {self.ws} {self.ws}"
+        marker = f"--chdir {self.ws} "
         for _ in range(20):
             if not survivors(marker):
                 return
@@ -426,10 +426,13 @@ async def test_patch_undo_restores_through_safe_writes(box: Box):
 # ---------------------------------------------------------------- limits
 
 
-async def test_catastrophic_regex_is_stopped(box: Box):
+async def test_catastrophic_regex_is_linear(box: Box):
+    """RE2 never backtracks: the classic blow-up pattern answers at once."""
     (box.ws / "long.txt").write_text("a" * 5000 + "b\n")
+    started = time.monotonic()
     result = await box.call("grep", pattern="(a+)+$")
-    assert not result.ok and "E_TIMEOUT" in result.error
+    assert result.ok and result.output == "(no matches)"
+    assert time.monotonic() - started < 1
 
 
 async def test_huge_write_is_refused_and_journals_nothing_big(box: Box):
@@ -565,9 +568,9 @@ async def test_a_default_data_dir_at_the_workspace_top_keeps_the_journal_out_of_
 async def test_both_resolvers_refuse_links(box: Box, monkeypatch: pytest.MonkeyPatch,
                                            openat2: bool):
     """Kernels without openat2 take the component-wise O_NOFOLLOW walk: same outcomes."""
-    from refloop.tools import sandbox
+    from refloop.tools import pinning
 
-    monkeypatch.setattr(sandbox, "has_openat2", lambda: openat2)
+    monkeypatch.setattr(pinning, "has_openat2", lambda: openat2)
     os.symlink(box.outside, box.ws / "linkdir")
     os.symlink(box.outside / "probe.txt", box.ws / "link.txt")
     os.link(box.outside / "keep" / "file.txt", box.ws / "hard.txt")

@@ -85,6 +85,25 @@ def test_hybrid_search_beats_bm25_and_grep_at_definition_level(small_eval):
     assert hybrid.mrr > bm25.mrr and hybrid.mrr > grep.mrr, report
 
 
+def test_the_scale_table_on_the_small_corpus(tmp_path: Path):
+    """`make test`'s version of the bench's scale table: the small slice indexed from
+    nothing in a child process, as the index activity runs it, and measured from outside;
+    a search answers before the pass ends; recall beside BM25 over whole definitions."""
+    from bench.code_search_scale import HEADER, measure
+
+    package, files, queries = load_queries(small=True)
+    corpus = copy_corpus(package, files, tmp_path / "corpus")
+    resolve(queries, corpus)
+    run = measure("starlette (small)", corpus, tmp_path / "index", queries,
+                  embedder().count_tokens)
+    assert (run.files, run.chunks) == (len(files), CodeIndex(tmp_path / "index",
+                                                             corpus).chunk_count())
+    assert run.lines > 1000 and run.cpu_s > 0 and 0 < run.peak_rss_mb < 1000
+    assert run.first_result_s is not None and run.first_result_s < run.wall_s
+    assert run.hybrid.recall_at_5 >= 0.9 and run.hybrid.recall_at_5 > run.bm25.recall_at_5
+    assert len(run.row().split("|")) == len(HEADER.splitlines()[0].split("|"))
+
+
 def test_hits_are_whole_definitions_one_each(small_eval):
     corpus, _, index = small_eval
     hits = index.search("keep per-user data in a signed browser cookie between requests", 10)

@@ -62,19 +62,23 @@ def test_hits_only_name_files_still_in_the_workspace(repo: Path, tmp_path: Path)
     assert hits and all((repo / h.path).is_file() for h in hits)
 
 
-async def test_the_tool_returns_hits_and_says_when_nothing_is_indexed(repo: Path,
+async def test_the_tool_returns_hits_and_word_matches_before_anything_is_indexed(repo: Path,
                                                                       tmp_path: Path):
     settings = Settings(refloop_data_dir=tmp_path / "data")
     call = RunToolInput(call_id="c1", name="search_semantic", workspace=str(repo),
                         arguments={"query": "how are user passwords hashed", "limit": 3})
-    empty = await execute_tool(call, settings)
-    assert empty.ok and empty.data["hits"] == [] and "being indexed" in empty.output
+    empty = await execute_tool(call, settings)  # nothing indexed yet: words at once
+    assert empty.ok and empty.data["partial"] and empty.output.startswith(
+        "partial: the index holds 0 of 14 files so far")
+    assert empty.data["hits"] and all(hit["unindexed"] for hit in empty.data["hits"])
+    assert "auth/passwords.py" in {hit["path"] for hit in empty.data["hits"]}
+    assert "(unindexed, word match" in empty.output
     CodeIndex(settings.index_dir, repo).update()
     result = await execute_tool(call, settings)
-    assert result.ok and len(result.data["hits"]) == 3
+    assert result.ok and len(result.data["hits"]) == 3 and not result.data["partial"]
     first = result.data["hits"][0]
     assert first["path"] == "auth/passwords.py" and set(first) == {
-        "path", "start_line", "end_line", "text", "score"}
+        "path", "start_line", "end_line", "text", "score", "unindexed"}
     assert result.output.startswith(f"auth/passwords.py:{first['start_line']}-")
     assert "def hash_password" in result.output
     bad = await execute_tool(call.model_copy(update={"arguments": {"query": ""}}), settings)

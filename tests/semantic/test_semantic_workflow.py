@@ -84,3 +84,26 @@ async def test_a_large_workspace_description_travels_as_a_blob(settings, repo: P
     marker = MARKER.search(described.context)
     assert marker and len(described.context) < 1_000
     assert "def default_retry_policy" in store.get_blob(marker.group(1))
+
+
+async def test_a_finished_task_leaves_no_pending_activity(client, settings, scripted_llm,
+                                                          repo: Path, task_queue):
+    """The Web UI showed "Pending Activities 1" on a completed task: the background index,
+    cancel requested. The run now ends once the worker has stopped it."""
+    from refloop.contract.task import TaskInput
+    from refloop.worker.main import build_worker
+    from tests.workflow.helpers import result_of, start
+
+    settings = settings.model_copy(update={"refloop_semantic_index": True,
+                                           "refloop_index_dir": repo.parent / "fresh-index"})
+    model = unique_scenario(scripted_llm, {
+        "intent": [CODING], "plan": [plan_of("search_semantic")],
+        "act": [final("answered before the index is built")], "summary": [SUMMARY]})
+    async with build_worker(client, settings, task_queue):
+        handle = await start(client, task_queue, TaskInput(
+            task="where is the retry policy?", workspace=str(repo), model=model,
+            enable_reflection=False))
+        result = await result_of(handle)
+    assert [e["status"] for e in events_of(result, "index")] == ["cancelled"]
+    described = await handle.describe()
+    assert list(described.raw_description.pending_activities) == []

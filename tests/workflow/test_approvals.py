@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
@@ -100,6 +102,11 @@ async def test_no_decision_in_time_is_a_rejection(client, settings, scripted_llm
     decided = events_of(result, "approval_decided")[0]
     assert decided["approved"] is False and "no decision within 1s" in decided["comment"]
     assert not (workspace / "a.txt").exists()
+    # The Web UI names the wait (it was an unlabelled timer).
+    history = await handle.fetch_history()
+    timers = [json.loads(e.user_metadata.summary.data) for e in history.events
+              if e.event_type == EventType.EVENT_TYPE_TIMER_STARTED]
+    assert timers == ["waiting for approval: write_file a.txt"]
 
 
 async def test_cancel_records_the_run_as_cancelled(client, settings, scripted_llm, workspace,

@@ -100,6 +100,12 @@ async def test_incomplete_runs_a_child_that_writes_the_missing_file(
     assert "Results of the earlier run" in child_first_act and "value=42" in child_first_act
     summary_request = json.dumps(requests(scripted_llm, model, "summary")[0]["body"])
     assert "supplement" in summary_request
+    # The Web UI's summary and details of the child: English, never the judge's marker.
+    child = await client.get_workflow_handle(execution["child_workflow_id"]).fetch_history()
+    metadata = child.events[0].user_metadata
+    summary, details = (json.loads(metadata.summary.data), json.loads(metadata.details.data))
+    assert summary.startswith("supplement 1: ") and "【" not in summary + details
+    assert "reason:" in details
 
 
 async def test_unparseable_judge_fails_open(client, settings, scripted_llm, workspace,

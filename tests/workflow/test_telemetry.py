@@ -61,7 +61,7 @@ async def test_api_continues_the_callers_trace(client, settings, scripted_llm, w
     trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
     app = create_app(settings, client=client)
     async with build_worker(client, settings, task_queue), httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://api") as http:
+            transport=httpx.ASGITransport(app=app), base_url="http://localhost") as http:
         session = (await http.post("/agent/interactive/start", json={
             "workspace": str(workspace), "model": model})).json()["session_id"]
         response = await http.post(

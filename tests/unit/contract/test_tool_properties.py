@@ -100,7 +100,8 @@ def mcp(confirm: bool, timeout_s: float = 60.0) -> McpToolInfo:
 
 
 def test_mcp_properties_come_from_the_server_configuration():
-    confirm, plain = mcp_tool_properties(mcp(True, 20)), mcp_tool_properties(mcp(False))
+    confirm = mcp_tool_properties(mcp(True, 20))
+    plain = mcp_tool_properties(mcp(False).model_copy(update={"read_only": True}))
     assert confirm.kind == "write" and plain.kind == "read"
     assert all(confirm.needs_approval(mode, {})
                for mode in ("auto", "confirm_writes", "confirm_all"))
@@ -112,6 +113,10 @@ def test_mcp_properties_come_from_the_server_configuration():
     assert confirm.activity.kwargs()["retry_policy"].non_retryable_error_types == [
         "McpConfigError"]
     assert plain.windowed and plain.expects_output and not plain.reviewed
+    # Without readOnlyHint a tool is a write: approved under confirm_writes, run once.
+    unsaid = mcp_tool_properties(mcp(False))
+    assert unsaid.kind == "write" and unsaid.needs_approval("confirm_writes", {})
+    assert not unsaid.needs_approval("auto", {}) and unsaid.activity.max_attempts == 1
 
 
 def test_task_rules_read_the_properties():

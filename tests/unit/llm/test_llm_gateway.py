@@ -170,7 +170,8 @@ async def test_exhausted_scenario_is_a_clear_client_error(gateway, scripted_llm)
     await gateway.chat(Purpose.act, USER, model=model)
     with pytest.raises(LLMClientError) as err:
         await gateway.chat(Purpose.act, USER, model=model)
-    assert "exhausted" in str(err.value) and "after 1 responses" in str(err.value)
+    # The endpoint's short class only; its words stay in the worker log.
+    assert "scenario_exhausted" in str(err.value) and "after 1" not in str(err.value)
 
 
 async def test_usage_is_totalled_per_purpose(gateway, scripted_llm):
@@ -243,10 +244,58 @@ def test_a_model_config_cannot_name_any_worker_variable_for_its_key(monkeypatch)
         config_client(ModelEndpoint(model="m", base_url="http://evil.invalid/v1",
                                     api_key_env="DATABASE_PASSWORD"))
     monkeypatch.setenv("TEAM_MODEL_KEY", "sk-team")
-    allowed = config_client(ModelEndpoint(model="m", base_url="http://models.internal/v1",
+    allowed = config_client(ModelEndpoint(model="m", base_url="http://Models.internal/v1/",
                                           api_key_env="TEAM_MODEL_KEY"),
-                            refloop_model_key_envs="TEAM_MODEL_KEY, OTHER")
+                            refloop_model_key_envs="TEAM_MODEL_KEY=http://models.internal/v1,"
+                                                   " OTHER")
     assert allowed.api_key == "sk-team"
+
+
+def test_a_key_goes_only_to_the_base_urls_it_is_bound_to(monkeypatch):
+    """The attack: a client's config names the operator's TEAM_KEY with its own base URL,
+    and the listener there would have received `Bearer <the key>`."""
+    monkeypatch.setenv("TEAM_KEY", "sk-team")
+    bound = {"refloop_model_key_envs": "TEAM_KEY=https://llm.example/v1,"
+                                       "TEAM_KEY=https://backup.example/v1"}
+    with pytest.raises(LLMClientError, match="may not be sent to http://127.0.0.1:9999"):
+        config_client(ModelEndpoint(model="m", base_url="http://127.0.0.1:9999/v1",
+                                    api_key_env="TEAM_KEY"), **bound)
+    for url in ("https://llm.example/v1", "https://backup.example/v1"):
+        client = config_client(ModelEndpoint(model="m", base_url=url, api_key_env="TEAM_KEY"),
+                               **bound)
+        assert client.api_key == "sk-team"
+    # A bare name: only the worker's own endpoint.
+    with pytest.raises(LLMClientError, match="may not be sent"):
+        config_client(ModelEndpoint(model="m", base_url="https://llm.example/v1",
+                                    api_key_env="TEAM_KEY"), refloop_model_key_envs="TEAM_KEY")
+    own = config_client(ModelEndpoint(model="m", api_key_env="TEAM_KEY"),
+                        refloop_model_key_envs="TEAM_KEY")
+    assert own.api_key == "sk-team"
+
+
+def test_key_bindings_are_checked_at_start_up():
+    from refloop.settings import SettingsError, load_settings
+
+    for bad in ("TEAM_KEY=ftp://x", "team key=https://x"):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("REFLOOP_MODEL_KEY_ENVS", bad)
+            with pytest.raises(SettingsError, match="REFLOOP_MODEL_KEY_ENVS"):
+                load_settings()
+
+
+def test_an_endpoints_error_page_never_reaches_the_task():
+    """Upstream bodies can be anything a URL answers (an internal page): a status and a
+    short class only; the whole text goes to the worker log."""
+    import httpx
+    import openai
+
+    from refloop.llm.failures import classify
+
+    page = "<html>internal admin console, build 7f3a</html>"
+    response = httpx.Response(404, text=page, request=httpx.Request("POST", "http://x/v1"))
+    error = classify(openai.NotFoundError(page, response=response, body=page))
+    assert str(error) == "HTTP 404 from the model endpoint (NotFoundError)"
+    assert error.body == page  # kept for the gateway's own decisions, never shown
 
 
 def test_the_workers_own_key_never_goes_to_a_url_a_model_config_chose():

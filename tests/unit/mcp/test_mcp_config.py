@@ -121,8 +121,10 @@ def test_schemas_pass_through_apart_from_the_required_object_shape():
 
 
 def tool(confirm: bool) -> McpToolInfo:
+    """git_commit under `confirm`; git_log annotated as mcp-server-git does (readOnlyHint)."""
     return McpToolInfo(name="git__git_commit" if confirm else "git__git_log", server="git",
-                       tool="git_commit" if confirm else "git_log", confirm=confirm)
+                       tool="git_commit" if confirm else "git_log", confirm=confirm,
+                       read_only=None if confirm else True)
 
 
 def test_properties_drive_approval_triggers_and_constraints():

@@ -3,9 +3,9 @@ and merging per definition. Pure functions: a word count stands in for the token
 
 from __future__ import annotations
 
+from refloop.search import chunks as chunking
 from refloop.search.chunks import (
     WINDOW_LINES,
-    WINDOW_STEP,
     approx_tokens,
     chunk_source,
     identifier_terms,
@@ -83,41 +83,55 @@ def test_each_definition_is_a_unit_with_its_whole_range_and_symbol_path():
     assert all(c.part == "window" and c.header == "pkg/m.py" for c in module)
 
 
-def test_a_long_function_is_a_summary_plus_body_windows_all_with_its_range():
+def test_a_long_function_is_a_summary_plus_code_windows_all_with_its_range(monkeypatch):
     body = "".join(f"    step_{n} = compute(step_{n - 1}, factor={n})\n" for n in range(1, 80))
     source = 'def long_one(x):\n    """Crunch numbers\n    in many steps."""\n' + body
+    monkeypatch.setattr(chunking, "BODY_WINDOWS", 2)  # the rest: full text only
     chunks = chunk_source("calc.py", source, words, window=64)
     assert {(c.start_line, c.end_line, c.symbol) for c in chunks} == {(1, 82, "long_one")}
-    parts = [c.part for c in chunks]
-    assert parts[0] == "summary" and set(parts[1:]) == {"body"} and len(parts) > 3
+    assert [c.part for c in chunks] == ["summary", "body", "body"]
     assert chunks[0].text == "def long_one(x)\nCrunch numbers\nin many steps."
     assert all(c.header == "calc.py :: def long_one(x) | long one" for c in chunks)
     assert all(sum(words([c.document])) <= 64 - 2 for c in chunks)
-    # every body line is embedded somewhere, and windows overlap a little
+    # the first window is the code after the docstring; the rest is full-text only
+    assert chunks[1].text.startswith("    step_1 = ")
     embedded = "\n".join(c.text for c in chunks[1:])
-    assert all(f"step_{n} =" in embedded for n in range(1, 80))
-    first, second = chunks[1].text.splitlines(), chunks[2].text.splitlines()
-    assert first[-1] in second[:3]
+    assert all((f"step_{n} =" in embedded) != (f"step_{n} =" in chunks[0].rest)
+               for n in range(1, 80))
+    assert chunks[0].rest.startswith('def long_one(x):\n    """Crunch numbers')
 
 
-def test_a_definition_longer_than_a_window_is_embedded_in_small_overlapping_windows():
+def test_a_long_definition_s_windows_share_no_line_and_every_one_can_be_embedded(
+        monkeypatch):
     # Short lines: the token budget never binds, the line cap does.
     body = "".join(f"    total += item_{n}\n" for n in range(1, 15))
     source = "def add_up(items):\n    total = 0\n" + body + "    return total\n"
+    monkeypatch.setattr(chunking, "BODY_WINDOWS", None)
     chunks = chunk_source("sums.py", source, words)
     summary, *windows = chunks
-    assert (summary.part, summary.text) == ("summary", "def add_up(items)")
+    assert (summary.part, summary.text, summary.rest) == ("summary", "def add_up(items)",
+                                                          "def add_up(items):")
     assert all(c.part == "body" and (c.start_line, c.end_line) == (1, 17) for c in windows)
     texts = [c.text.splitlines() for c in windows]
     assert all(len(t) <= WINDOW_LINES for t in texts) and len(texts[0]) == WINDOW_LINES
-    for earlier, later in zip(texts, texts[1:], strict=False):  # each shares half its lines
-        assert earlier[-(WINDOW_LINES - WINDOW_STEP):] == later[: WINDOW_LINES - WINDOW_STEP]
-    assert texts[-1][-1] == "    return total"
+    assert sum(texts, []) == source.splitlines()[1:]  # each body line once, in order
     # one line more than fits is enough to leave the single chunk
     short = "def f(x):\n" + "".join(f"    x += {n}\n" for n in range(WINDOW_LINES - 1))
     assert [c.part for c in chunk_source("f.py", short, words)] == ["whole"]
     longer = short + "    return x\n"
     assert [c.part for c in chunk_source("f.py", longer, words)][0] == "summary"
+
+
+def test_a_long_signature_is_cut_in_the_header_and_kept_whole_for_the_full_text_side():
+    params = ", ".join(f"option_{n}: Annotated[int, Doc('the option {n}')] = {n}"
+                       for n in range(12))
+    source = f"def configure({params}):\n" + "".join(f"    use({n})\n" for n in range(9))
+    summary, body = chunk_source("app.py", source, words)[:2]
+    signature = summary.header.split(" :: ")[1].split(" | ")[0]
+    assert len(signature) == chunking.HEADER_SIGNATURE_CHARS
+    assert signature.startswith("def configure(option_0: Annotated[int")
+    assert "option_11" in summary.rest and "option_11" not in summary.document
+    assert body.text.startswith("    use(0)")
 
 
 def test_every_chunk_fits_the_window_even_an_overlong_line():

@@ -19,8 +19,11 @@ def run(cmd: str, ws: Path, allow_network: bool = False, settings: Settings = SE
     sandboxed = sandboxed_command(["/bin/sh", "-c", cmd], workspace=ws,
                                   allow_network=allow_network, env=env or {},
                                   settings=settings)
-    return subprocess.run(sandboxed.argv, env=sandboxed.env, preexec_fn=sandboxed.preexec_fn,
-                          capture_output=True, text=True, timeout=20, cwd=ws, check=False)
+    try:
+        return subprocess.run(sandboxed.argv, env=sandboxed.env, pass_fds=sandboxed.pass_fds,
+                              capture_output=True, text=True, timeout=20, cwd=ws, check=False)
+    finally:
+        sandboxed.close()
 
 
 def test_default_is_bwrap_and_none_only_when_chosen():
@@ -93,16 +96,17 @@ def test_a_data_dir_inside_the_workspace_is_hidden(tmp_path: Path):
     assert not (data / "x").exists() and (data / "journal" / "entry.json").exists()
 
 
-def test_limits_without_prlimit_come_from_preexec(tmp_path: Path, monkeypatch):
-    real_which = os_sandbox.shutil.which
-    monkeypatch.setattr(os_sandbox.shutil, "which",
-                        lambda name: None if name == "prlimit" else real_which(name))
-    settings = Settings(refloop_cmd_timeout_s=5, refloop_cmd_file_mb=1)
+@pytest.mark.parametrize("mode", ["bwrap", "none"])
+def test_limits_come_from_the_commands_own_shell(tmp_path: Path, mode: str):
+    """No `prlimit` exec and no pre-exec hook: the shell that starts the command sets the
+    limits (soft and hard) first, sandboxed or not."""
+    settings = Settings(refloop_cmd_timeout_s=5, refloop_cmd_file_mb=1, refloop_sandbox=mode)
     command = sandboxed_command(["true"], workspace=tmp_path, allow_network=False, env={},
                                 settings=settings)
-    assert command.preexec_fn is not None and not command.argv[0].endswith("prlimit")
-    done = run("ulimit -f", tmp_path, settings=settings)
-    assert done.stdout.strip() == "2048"  # dash counts 512-byte blocks
+    command.close()
+    assert command.preexec_fn is None and "prlimit" not in " ".join(command.argv)
+    done = run("ulimit -f; ulimit -H -f; ulimit -t", tmp_path, settings=settings)
+    assert done.stdout.split() == ["2048", "2048", "6"]  # dash counts 512-byte blocks
 
 
 def test_refloop_run_shows_unsandboxed_results():
