@@ -68,6 +68,8 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.bench_core
+	$(BIN)/python -m bench.bench_steps
+	$(BIN)/python -m bench.bench_worker_start
 	$(BIN)/python -m bench.bench_review
 	$(BIN)/python -m bench.bench_reflection
 	$(BIN)/python -m bench.bench_sse

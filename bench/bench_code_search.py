@@ -73,14 +73,15 @@ import sys, time
 began = time.time()
 index_dir, corpus, model = sys.argv[1:4]
 sys.argv = ["refloop", "worker"]  # what `refloop worker` runs before it connects:
-import refloop.cli.main  # noqa: F401  (first thing: the warm-up starts)
+import refloop.cli.main  # noqa: F401
 from refloop.settings import load_settings
 load_settings()
 import refloop.worker.main  # noqa: F401  (the Temporal SDK, workflows, activities)
 ready = time.time()
 from pathlib import Path
 from refloop.search.index import CodeIndex
-from refloop.search.runtime import warm_up_finished
+from refloop.search.runtime import start_warm_up, warm_up_finished
+start_warm_up(model)  # as the worker does once it polls; the query waits on it
 CodeIndex(Path(index_dir), Path(corpus), model).search("read a setting", 5)
 answered = time.time()
 print(began, ready, answered, warm_up_finished(model) or answered)

@@ -72,8 +72,10 @@ def bench_server() -> str:
 
 
 @contextlib.asynccontextmanager
-async def bench_env(agent_worker: bool = True, **overrides: Any) -> AsyncIterator[BenchEnv]:
-    """A fresh stack; `agent_worker=False` leaves the queue to a bench's own worker."""
+async def bench_env(agent_worker: bool = True, server: dict[str, Any] | None = None,
+                    **overrides: Any) -> AsyncIterator[BenchEnv]:
+    """A fresh stack; `agent_worker=False` leaves the queue to a bench's own worker;
+    `server`: EmbeddedTemporal's options (SQLite pragmas, dynamic config, metrics port)."""
     compile_bytecode()
     with tempfile.TemporaryDirectory() as tmp, ScriptedLLMProcess() as llm:
         root = Path(tmp)
@@ -82,7 +84,7 @@ async def bench_env(agent_worker: bool = True, **overrides: Any) -> AsyncIterato
                             refloop_data_dir=root / "data", refloop_semantic_index=False,
                             **overrides)
         temporal = EmbeddedTemporal(root / "temporal", port=free_port(), ui_port=None,
-                                    persistent=bench_server() == "sqlite")
+                                    persistent=bench_server() == "sqlite", **(server or {}))
         client = await connect(await temporal.start(), "default")
         queue = f"bench-{uuid.uuid4().hex[:6]}"
         env = BenchEnv(client, llm, root, settings, queue)

@@ -5,9 +5,6 @@ Progress goes to stderr, results to stdout, so `--json` output pipes cleanly.
 
 from __future__ import annotations
 
-import refloop.search.warm_start  # noqa: F401  (first: a worker's search model loads meanwhile)
-
-# isort: split
 import argparse
 import asyncio
 import logging
@@ -131,12 +128,6 @@ def main(argv: list[str] | None = None) -> None:
 
         serve(args.scenario, args.host, args.port)
         return
-    if args.command in ("worker", "up") and settings.refloop_semantic_index:
-        # Long-lived workers load LanceDB and the model while we import; one-shot commands
-        # (run, review) do not pay for a load their task may never use.
-        from refloop.search.runtime import start_warm_up
-
-        start_warm_up(settings.refloop_embedding_model)
     if args.command == "worker":
         from refloop.worker.main import run_worker
 

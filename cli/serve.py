@@ -62,7 +62,7 @@ async def serve_api(settings: Settings, client: Any, host: str, port: int) -> No
 async def run_up(args: argparse.Namespace, settings: Settings) -> int:
     from refloop.worker.stack import embedded_stack
 
-    async with embedded_stack(settings) as stack:
+    async with embedded_stack(settings, long_lived=True) as stack:
         where = stack.temporal.address if stack.temporal else settings.temporal_address
         ui = stack.temporal.ui_url if stack.temporal else None
         err_console.print(f"[bold]refloop up[/]: Temporal {where}, Web UI {ui or '(none)'}, "

@@ -18,7 +18,6 @@ from refloop.contract import activity_calls
 from refloop.contract.hosts import host_queue, model_queue
 from refloop.runtime.client import connect
 from refloop.runtime.workspaces import workspace_roots
-from refloop.search.runtime import start_warm_up
 from refloop.settings import Settings
 from refloop.store.db import store_for
 from refloop.worker.hosts import HostIdentity, guarded, host_presence
@@ -28,6 +27,14 @@ from refloop.worker.plugin import activities_for, refloop_plugin
 from refloop.worker.search_attributes import ensure_search_attributes
 
 log = logging.getLogger("refloop.worker")
+
+# Set, not derived: without it the SDK hashes the bytecode of every loaded module as the
+# worker is built (about a sixth of a fresh worker's CPU). Nothing here versions on it.
+BUILD_ID = "refloop"
+# The search warm-up (LanceDB, onnxruntime, the embedding model: about a CPU-second)
+# starts this long after the worker polls: a task already waiting takes its first steps
+# first, and a task's first search comes several model calls in.
+WARM_UP_AFTER_S = 1.0
 
 
 class RefloopWorker:
@@ -57,6 +64,7 @@ class RefloopWorker:
         common: dict[str, Any] = {
             "activity_executor": ThreadPoolExecutor(8),
             "identity": self.host.identity,
+            "build_id": BUILD_ID,
             # On SIGTERM/SIGINT, in-flight activities get this long before they are cancelled.
             "graceful_shutdown_timeout": timedelta(seconds=settings.refloop_graceful_shutdown_s),
         }
@@ -106,14 +114,27 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
 
 
 @contextlib.asynccontextmanager
-async def serving(client: Client, settings: Settings,
-                  task_queue: str | None = None) -> AsyncIterator[Worker]:
-    """A running worker, recorded in the hosts table, its queue watched for workers of
-    another store."""
+async def serving(client: Client, settings: Settings, task_queue: str | None = None,
+                  warm_search: bool = False) -> AsyncIterator[Worker]:
+    """A running worker, its queue watched for workers of another store; `warm_search`
+    (the long-lived `refloop worker` and `refloop up`): the search warm-up is scheduled
+    once it polls."""
     queue = task_queue or settings.task_queue
     async with build_worker(client, settings, queue, announce=True) as worker, \
             watching(client, queue, settings.store_id):
-        yield worker
+        timer = None
+        if warm_search and settings.refloop_semantic_index:
+            from refloop.search.runtime import start_warm_up
+
+            timer = asyncio.get_running_loop().call_later(
+                WARM_UP_AFTER_S, start_warm_up, settings.refloop_embedding_model)
+        try:
+            yield worker
+        finally:
+            # A worker stopped within the delay never starts the load: cut off at exit
+            # inside the model runtime's native threads, it would abort the process.
+            if timer is not None:
+                timer.cancel()
 
 
 async def run_worker(settings: Settings) -> None:
@@ -122,8 +143,6 @@ async def run_worker(settings: Settings) -> None:
     if not settings.temporal_address:
         raise SystemExit("refloop worker needs a Temporal server: set TEMPORAL_ADDRESS or "
                          "start `refloop up`")
-    if settings.refloop_semantic_index:  # loads while we connect
-        start_warm_up(settings.refloop_embedding_model)
     client = await connect(settings.temporal_address, settings.temporal_namespace)
     await ensure_search_attributes(client, settings.temporal_namespace)
     with model_endpoint(settings) as effective:
@@ -134,5 +153,5 @@ async def run_worker(settings: Settings) -> None:
             settings.store_id,
             effective.openai_base_url,
         )
-        async with serving(client, effective):
+        async with serving(client, effective, warm_search=True):
             await asyncio.Event().wait()

@@ -8,7 +8,6 @@ import logging
 from collections.abc import Iterator
 from importlib import resources
 
-from refloop.llm.scripted import ScriptedLLMServer
 from refloop.settings import Settings
 
 log = logging.getLogger("refloop.stack")
@@ -26,6 +25,8 @@ def model_endpoint(settings: Settings) -> Iterator[Settings]:
     if not settings.uses_scripted_model:
         yield settings
         return
+    from refloop.llm.scripted import ScriptedLLMServer  # FastAPI: only for the test double
+
     server = ScriptedLLMServer(demo_scenario_path())
     url = server.start()
     log.warning(

@@ -27,7 +27,9 @@ class Stack:
 
 
 @contextlib.asynccontextmanager
-async def embedded_stack(settings: Settings, with_worker: bool = True) -> AsyncIterator[Stack]:
+async def embedded_stack(settings: Settings, with_worker: bool = True,
+                         long_lived: bool = False) -> AsyncIterator[Stack]:
+    """`long_lived` (`refloop up`): the worker warms the search up once it polls."""
     temporal = None
     address = settings.temporal_address
     if address is None:
@@ -39,7 +41,7 @@ async def embedded_stack(settings: Settings, with_worker: bool = True) -> AsyncI
             client = await connect(address, settings.temporal_namespace)
             if with_worker:
                 await ensure_search_attributes(client, settings.temporal_namespace)
-                async with serving(client, effective):
+                async with serving(client, effective, warm_search=long_lived):
                     yield Stack(client, effective, temporal)
             else:
                 yield Stack(client, effective, temporal)

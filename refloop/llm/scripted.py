@@ -124,6 +124,7 @@ def build_app(state: ScriptState) -> FastAPI:
         if delay_s:
             await asyncio.sleep(delay_s)
         entry_log["status"] = response.status_code
+        entry_log["answered"] = time.time()
         with state.lock:
             state.log.append(entry_log)
         return response

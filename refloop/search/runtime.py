@@ -127,9 +127,9 @@ def defer_package_init(name: str) -> bool:
 
 
 def start_warm_up(model: str = DEFAULT_MODEL) -> threading.Thread | None:
-    """`warm_up` in a background thread, once per process and model (a worker calls it as
-    it starts; a query that comes first waits on the same load instead of repeating it).
-    None when the extra is missing."""
+    """`warm_up` in a background thread, once per process and model (a worker calls it
+    once it polls; a query that comes first waits on the same load instead of repeating
+    it). None when the extra is missing."""
     if missing_extra(model):
         return None
     with _WARM_LOCK:
@@ -142,36 +142,6 @@ def start_warm_up(model: str = DEFAULT_MODEL) -> threading.Thread | None:
             _WARMING[model] = thread
             thread.start()
         return thread
-
-
-WARM_COMMANDS = ("worker", "up")  # the long-lived `refloop` commands that serve queries
-_FALSE = {"0", "off", "f", "false", "n", "no"}
-_TRUE = {"1", "on", "t", "true", "y", "yes"}
-
-
-def early_warm_up_model(argv: list[str], environ: dict[str, str]) -> str | None:
-    """The model `refloop ARGV` will warm up, read from the raw command line and
-    environment before anything heavy is imported (settings come from the environment
-    only, names in any case); None for another command, search turned off, or a value the
-    settings would reject (they report it, and the usual warm-up follows them)."""
-    command = next((arg for arg in argv if not arg.startswith("-")), None)
-    if command not in WARM_COMMANDS:
-        return None
-    env = {key.lower(): value.strip() for key, value in environ.items()}
-    enabled = env.get("refloop_semantic_index", "true").lower()
-    model = env.get("refloop_embedding_model", DEFAULT_MODEL)
-    if enabled in _FALSE or enabled not in _TRUE or model not in MODEL_MODULES:
-        return None
-    return model
-
-
-def start_warm_up_for_command(argv: list[str], environ: dict[str, str]) -> None:
-    """Start the warm-up first thing in `refloop worker` / `refloop up`: LanceDB and the
-    model load while the command imports the rest (the Temporal SDK, the workflows, the
-    activities), so a search is ready before the worker can poll."""
-    model = early_warm_up_model(argv, environ)
-    if model is not None:
-        start_warm_up(model)
 
 
 def warm_up_finished(model: str = DEFAULT_MODEL) -> float | None:

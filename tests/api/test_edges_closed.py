@@ -218,3 +218,23 @@ async def test_a_workspace_holding_the_journal_or_index_is_refused(client, api_s
             response = await http.post("/agent/interactive/start",
                                        json={"workspace": str(workspace)})
             assert response.status_code == 422, response.text
+
+
+# ------------------------------------------------------------ 9. the OpenAPI tells the truth
+
+def test_the_document_declares_streams_and_refusals():
+    from pathlib import Path
+
+    from refloop.settings import Settings
+
+    document = create_app(Settings(refloop_data_dir=Path("/nonexistent"))).openapi()
+    for path, operations in document["paths"].items():
+        for method, operation in operations.items():
+            responses = operation["responses"]
+            assert "421" in responses, (method, path)
+            if path != "/healthz":
+                assert "422" in responses, (method, path)
+            ok = next(code for code in responses if code.startswith("2"))
+            content = set(responses[ok].get("content", {}))
+            if path.endswith(("/events", "/stream")):
+                assert content == {"text/event-stream"}, (method, path)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sqlite3
 import sys
 import threading
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -97,6 +98,28 @@ async def test_anything_else_on_the_port_is_never_joined(tmp_path: Path,
         with contextlib.suppress(Exception):
             other.shutdown()
         other.server_close()
+
+
+def command_line(pid: int) -> list[bytes]:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+
+
+async def test_the_server_syncs_every_commit_and_dispatches_activities_eagerly(tmp_path: Path):
+    """Durable: WAL with a sync per commit (never synchronous=off); eager activity
+    dispatch asked for explicitly, not left to the dev server's default."""
+    server = EmbeddedTemporal(tmp_path, port=free_port(), ui_port=None)
+    await server.start()
+    try:
+        assert server.owned_pid is not None
+        words = command_line(server.owned_pid)
+        pragmas = {words[n + 1] for n, word in enumerate(words) if word == b"--sqlite-pragma"}
+        assert pragmas == {b"journal_mode=wal", b"synchronous=full"}
+        config = words[words.index(b"--dynamic-config-value") + 1]
+        assert config == b"system.enableActivityEagerExecution=true"
+        with sqlite3.connect(f"file:{server.db_path}?mode=ro", uri=True) as db:
+            assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    finally:
+        server.stop()
 
 
 async def test_a_missing_binary_names_the_package(tmp_path: Path, monkeypatch):

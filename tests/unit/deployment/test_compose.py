@@ -90,3 +90,18 @@ def test_two_hosts_each_with_its_own_volume_and_host_id():
     assert len(set(volumes)) == 2 and set(volumes) <= set(COMPOSE["volumes"])
     assert all(s["volumes"][0].endswith(":/home/refloop/data") for s in hosts.values())
     assert "REFLOOP_JOURNAL_DIR" not in hosts["worker-a"]["environment"]  # host-local
+
+
+def test_temporal_and_its_web_ui_are_not_published_on_all_interfaces():
+    """Outsiders reached 7233 and 8080 without authentication and approved writes through
+    `decide_approval`, bypassing the API token."""
+    for name in ("temporal", "temporal-ui"):
+        for port in SERVICES[name].get("ports", []):
+            assert str(port).startswith("127.0.0.1:"), (name, port)
+
+
+def test_the_ui_and_worker_services_have_health_checks():
+    for name in ("temporal-ui", "worker-a", "worker-b", "api"):
+        assert SERVICES[name]["healthcheck"]["test"], name
+    for name in ("worker-a", "worker-b"):
+        assert "refloop.worker.health" in " ".join(SERVICES[name]["healthcheck"]["test"])
