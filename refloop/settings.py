@@ -68,7 +68,13 @@ class Settings(BaseSettings):
     openai_api_key: str | None = None
     refloop_model: str = "scripted"
     refloop_review_model: str | None = None
+    # One model request's time bound, streamed or not (refloop/llm/stream.py)
     refloop_llm_timeout_s: float = Field(default=120.0, gt=0)
+    # A streamed answer that began and then sends no token for this long has stalled
+    refloop_llm_idle_timeout_s: float = Field(default=30.0, gt=0)
+    # auto: requests stream (refloop counts the tokens and hangs up at max_tokens), unless
+    # the endpoint turns out unable to; off: never (the server alone keeps max_tokens)
+    refloop_llm_stream: Literal["auto", "off"] = "auto"
     refloop_structured_max_reasks: int = Field(default=2, ge=0, le=10)
     # Endpoint capabilities (refloop.llm.endpoint): auto negotiates and remembers per
     # (base URL, model); a pinned value is used as is.

@@ -87,6 +87,12 @@ class TokenUsage(BaseModel):
     # unknown; `abandoned_max_tokens` (the sum of their caps) bounds its completion tokens.
     abandoned_calls: int = 0
     abandoned_max_tokens: int = 0
+    # Of the calls: streamed answers refloop hung up on, past their `max_tokens` or still
+    # generating at the time bound (the tokens that came are counted).
+    cut_calls: int = 0
+    # Of the calls: the server sent no usage (a cut stream, a server that never sends it),
+    # so their tokens are refloop's estimate (refloop/llm/stream.py).
+    estimated_calls: int = 0
 
     def add(self, other: TokenUsage) -> TokenUsage:
         return TokenUsage(
@@ -97,6 +103,8 @@ class TokenUsage(BaseModel):
             failed_calls=self.failed_calls + other.failed_calls,
             abandoned_calls=self.abandoned_calls + other.abandoned_calls,
             abandoned_max_tokens=self.abandoned_max_tokens + other.abandoned_max_tokens,
+            cut_calls=self.cut_calls + other.cut_calls,
+            estimated_calls=self.estimated_calls + other.estimated_calls,
         )
 
 

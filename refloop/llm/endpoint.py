@@ -33,14 +33,25 @@ def rejects_mode(status: int | None, body: str) -> bool:
     return status >= 500 and any(word in text for word in MODE_WORDS)
 
 
-def rejects_tools(status: int | None, body: str, word: str) -> bool:
-    """`tool_choice` / `tools` refused: a 4xx naming it, or a 5xx validation error naming
-    it (llama-cpp-python)."""
+def rejects_field(status: int | None, body: str, word: str) -> bool:
+    """A request field (`tool_choice`, `tools`, `stream_options`, `stream`) refused: a 4xx
+    naming it, or a 5xx validation error naming it (llama-cpp-python)."""
     if status is None or word not in body.lower():
         return False
     if status >= 500:
         return "validation error" in body.lower()
     return 400 <= status < 500 and status not in NOT_ABOUT_SHAPE
+
+
+# What a refused streaming feature falls back to, said once per (base URL, model).
+FALLBACKS = {
+    "stream": "not streamed from now on: max_tokens is the server's to keep, and each "
+              "request is bounded by REFLOOP_LLM_TIMEOUT_S alone",
+    "stream_tools": "requests offering tools are not streamed from now on: their "
+                    "max_tokens is the server's to keep, and each is bounded by "
+                    "REFLOOP_LLM_TIMEOUT_S alone",
+    "stream_options": "streams without it from now on; their usage is refloop's estimate",
+}
 
 
 @dataclass
@@ -51,14 +62,23 @@ class EndpointState:
     tool_choice: bool = True  # send `tool_choice`
     native_tools: bool = True  # send `tools` at all
     response_format: bool = True  # plain `json_object` accepted (code review)
+    stream: bool = True  # stream answers (refloop/llm/stream.py)
+    stream_options: bool = True  # ask for the usage at the end of a stream
+    # stream a request that offers tools (llama-cpp-python 0.3.36 cannot stream a tool
+    # call chosen under `tool_choice: auto`: its stream ends without a chunk)
+    stream_tools: bool = True
+
+    def streams(self, offers_tools: bool) -> bool:
+        return self.stream and (self.stream_tools or not offers_tools)
 
 
 class Endpoints:
     """Per-(base URL, model) capability state and per-base-URL slots of one gateway."""
 
     def __init__(self, structured_pin: str, tool_mode: str, concurrency: int,
-                 hold_after_timeout_s: float) -> None:
+                 hold_after_timeout_s: float, stream: str = "auto") -> None:
         self.structured_pin = structured_pin
+        self.stream = stream
         self.tool_mode = tool_mode
         self.concurrency = concurrency
         self.hold_after_timeout_s = hold_after_timeout_s
@@ -73,6 +93,7 @@ class Endpoints:
                 state.structured = STRUCTURED_MODES.index(self.structured_pin)
             if self.tool_mode == "text":
                 state.native_tools = False
+            state.stream = self.stream != "off"
             self.states[key] = state
         return self.states[key]
 
@@ -92,14 +113,16 @@ class Endpoints:
         return True
 
     def drop(self, base_url: str, model: str, what: str, reason: str) -> bool:
-        """Stop sending `tool_choice` / `tools` / `response_format`; False if already off
-        or the operator pinned native tools."""
+        """Stop sending `tool_choice` / `tools` / `response_format`, or stop streaming
+        (`stream`, `stream_options`, `stream_tools`); False if already off or the operator
+        pinned native tools."""
         state = self.state(base_url, model)
-        if not getattr(state, what) or (what != "response_format" and self.tool_mode == "native"):
+        pinned = what in ("tool_choice", "native_tools") and self.tool_mode == "native"
+        if not getattr(state, what) or pinned:
             return False
         setattr(state, what, False)
-        log.warning("model endpoint %s model %s: %s rejected (%s); not sent from now on",
-                    base_url, model, what, reason[:200])
+        log.warning("model endpoint %s model %s: %s rejected (%s); %s", base_url, model,
+                    what, reason[:200], FALLBACKS.get(what, "not sent from now on"))
         return True
 
     def slot(self, base_url: str) -> asyncio.Semaphore | None:

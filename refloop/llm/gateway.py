@@ -29,12 +29,22 @@ from refloop.contract.messages import (
     parse_max_tokens,
 )
 from refloop.contract.text import detect_abnormal_output
-from refloop.llm.endpoint import Endpoints, rejects_mode, rejects_tools
+from refloop.llm.endpoint import Endpoints, rejects_field, rejects_mode
 from refloop.llm.failures import (
     abandoned_by,
     classify,
 )
 from refloop.llm.ledger import current_ledger, in_flight, settled
+from refloop.llm.stream import (
+    Answer,
+    EmptyStream,
+    NoFirstChunk,
+    StreamInterrupted,
+    StreamStalled,
+    answer_of,
+    read_stream,
+    streamed_answer,
+)
 from refloop.llm.wire import (
     ChatOutcome,
     StructuredOutcome,
@@ -48,6 +58,13 @@ from refloop.runtime.telemetry import tracer
 from refloop.settings import Settings
 
 PURPOSE_HEADER = "X-Refloop-Purpose"
+
+
+def cut_at(cut: str | None, cap: int, settings: Settings) -> str:
+    if cut == "time":
+        return (f"after {settings.refloop_llm_timeout_s:g} s, the time limit of one answer "
+                "(it was still going)")
+    return f"at the limit of {cap} tokens"
 
 
 class LLMGateway:
@@ -64,7 +81,8 @@ class LLMGateway:
         self.max_tokens = parse_max_tokens(settings.refloop_max_tokens)
         self.endpoints = Endpoints(settings.refloop_structured_mode, settings.refloop_tool_mode,
                                    settings.refloop_llm_concurrency,
-                                   hold_after_timeout_s=settings.refloop_llm_timeout_s)
+                                   hold_after_timeout_s=settings.refloop_llm_timeout_s,
+                                   stream=settings.refloop_llm_stream)
         self.usage_by_purpose: dict[str, TokenUsage] = {}
         self.endpoint_clients: dict[tuple[str | None, str | None, str], openai.AsyncOpenAI] = {}
 
@@ -104,8 +122,10 @@ class LLMGateway:
         return self.endpoints.structured_mode(self.base_url, self.default_model) == "json_schema"
 
     async def _create(self, purpose: Purpose, model: str, client: openai.AsyncOpenAI,
-                      base_url: str, **kwargs: Any) -> Any:
-        """One HTTP request: through the endpoint's slot, into the ledger either way."""
+                      base_url: str, **kwargs: Any) -> Answer:
+        """One HTTP request: through the endpoint's slot, into the ledger either way.
+        Streamed when `kwargs` say so (refloop/llm/stream.py): cut at the cap, timed by
+        progress; a stream that ends without a chunk is asked again unstreamed."""
         ledger = current_ledger.get()
         cap = int(kwargs.get("max_tokens") or 0)
         if ledger is not None:
@@ -114,18 +134,37 @@ class LLMGateway:
         if slot is not None:
             await slot.acquire()
         release = slot.release if slot is not None else None
+        headers = {PURPOSE_HEADER: purpose.value}
         try:
-            response = await client.chat.completions.create(
-                model=model, extra_headers={PURPOSE_HEADER: purpose.value}, **kwargs
-            )
-        except openai.APITimeoutError as err:
+            if kwargs.get("stream"):
+                answer = await self._streamed(client, model, headers, cap, kwargs)
+            else:
+                answer = answer_of(await client.chat.completions.create(
+                    model=model, extra_headers=headers, **kwargs))
+        except (openai.APITimeoutError, NoFirstChunk) as err:
+            # The server is most likely still working on it: an unstreamed answer goes on
+            # being generated, and a stream is only noticed gone after its first token
+            # (llama-cpp-python evaluates the prompt and picks a tool in a thread first).
             if slot is not None:
                 self.endpoints.release_later(slot)
                 release = None
             self._count(purpose, in_flight(cap))
             if ledger is not None:
                 ledger.failed(cap, abandoned=True)
-            raise classify(err) from err
+            raise (classify(err) if isinstance(err, openai.APITimeoutError) else
+                   LLMTransportError("model endpoint timed out (no token within "
+                                     f"{self.settings.refloop_llm_timeout_s:g} s)")) from err
+        except (StreamStalled, StreamInterrupted, EmptyStream) as err:
+            # Hung up or ended by the server: nothing more is generated; what came counts.
+            received = (streamed_answer(err.tally, 0).usage
+                        if not isinstance(err, EmptyStream) else TokenUsage())
+            self._count(purpose, in_flight(cap).add(settled(cap, failed=True)).add(
+                received.model_copy(update={"calls": 0})))
+            if ledger is not None:
+                ledger.failed(cap, abandoned=False, received=received)
+            if not isinstance(err, EmptyStream):
+                raise LLMTransportError(str(err)) from err
+            empty = err
         except openai.OpenAIError as err:
             abandoned = abandoned_by(err)
             self._count(purpose, in_flight(cap) if abandoned
@@ -136,24 +175,34 @@ class LLMGateway:
         except asyncio.CancelledError:  # the attempt was cancelled mid-request
             self._count(purpose, in_flight(cap))
             raise
+        else:
+            self._count(purpose, answer.usage)
+            if ledger is not None:
+                ledger.answered(answer.usage, cap)
+            return answer
         finally:
             if release is not None:
                 release()
-        usage = self._usage_of(response)
-        self._count(purpose, usage)
-        if ledger is not None:
-            ledger.answered(usage, cap)
-        return response
+        # The stream ended before its first chunk: the endpoint cannot stream this request.
+        extra = kwargs["extra_body"]
+        what = "stream_tools" if extra.get("tools") else "stream"
+        if not self.endpoints.drop(base_url, model, what, str(empty)):
+            raise LLMTransportError(str(empty)) from empty
+        unstreamed = {k: v for k, v in kwargs.items() if k not in ("stream", "stream_options")}
+        return await self._create(purpose, model, client, base_url, **unstreamed)
 
-    @staticmethod
-    def _usage_of(response: Any) -> TokenUsage:
-        raw = getattr(response, "usage", None)
-        return TokenUsage(
-            prompt_tokens=getattr(raw, "prompt_tokens", 0) or 0,
-            completion_tokens=getattr(raw, "completion_tokens", 0) or 0,
-            total_tokens=getattr(raw, "total_tokens", 0) or 0,
-            calls=1,
-        )
+    async def _streamed(self, client: openai.AsyncOpenAI, model: str, headers: dict[str, str],
+                        cap: int, kwargs: dict[str, Any]) -> Answer:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.refloop_llm_timeout_s
+        try:  # the response's headers count against the request's time bound too
+            stream = await asyncio.wait_for(client.chat.completions.create(
+                model=model, extra_headers=headers, **kwargs), deadline - loop.time())
+        except TimeoutError:
+            raise NoFirstChunk from None
+        tally = await read_stream(stream, cap, self.settings.refloop_llm_idle_timeout_s,
+                                  deadline)
+        return streamed_answer(tally, len(json.dumps(kwargs["extra_body"]["messages"])))
 
     def _count(self, purpose: Purpose, usage: TokenUsage) -> None:
         total = self.usage_by_purpose.get(purpose.value, TokenUsage())
@@ -173,8 +222,10 @@ class LLMGateway:
         max_tokens: int | None = None,
         endpoint: ModelEndpoint | None = None,
     ) -> ChatOutcome:
-        """One answer; an answer cut off at the token cap is re-asked once with the cap
-        stated, and a second cut-off is InvalidModelOutput (never a transport error)."""
+        """One answer; an answer cut off at the token cap (by the server, or by refloop
+        hanging up on a stream past it or still generating at the time bound) is re-asked
+        once with the cut stated, and a second cut-off is InvalidModelOutput (never a
+        transport error: the same request would run away again)."""
         client = self.client_for(endpoint)
         base_url = self._base_url_of(endpoint)
         if endpoint is not None:  # a task's model config: its model and temperature
@@ -191,9 +242,9 @@ class LLMGateway:
         reask = [*messages,
                  ChatMessage(role="assistant", content=(first.content or "")[:2000]),
                  ChatMessage(role="user", content=(
-                     f"Your answer was cut off at the limit of {cap} tokens. Answer again, "
-                     f"complete and well within {cap} tokens: one tool call, or a short "
-                     "answer."))]
+                     f"Your answer was cut off {cut_at(first.cut, cap, self.settings)}. "
+                     f"Answer again, complete and well within {cap} tokens: one tool call, "
+                     "or a short answer."))]
         second = await self._chat_once(purpose, reask, model, tools, parallel_tool_calls,
                                        temperature, top_p, response_format, cap,
                                        client, base_url)
@@ -201,9 +252,10 @@ class LLMGateway:
         if second.truncated:
             self._unusable(second)
             raise InvalidModelOutput(
-                f"{purpose.value}: the model's answer was cut off at the max_tokens limit "
-                f"({cap}) twice; raise REFLOOP_MAX_TOKENS for {purpose.value} or use a "
-                "model that answers more briefly")
+                f"{purpose.value}: the model's answer was cut off twice (last "
+                f"{cut_at(second.cut, cap, self.settings)}; max_tokens {cap}); raise "
+                f"REFLOOP_MAX_TOKENS for {purpose.value} or use a model that answers more "
+                "briefly")
         return second.model_copy(update={"usage": LLMUsageRecord(
             purpose=purpose, model=model, usage=usage)})
 
@@ -234,22 +286,32 @@ class LLMGateway:
             if response_format is not None and (state.response_format
                                                 or response_format.get("type") != "json_object"):
                 extra["response_format"] = response_format
+            if state.streams(offers_tools="tools" in extra):
+                kwargs["stream"] = True
+                if state.stream_options:
+                    kwargs["stream_options"] = {"include_usage": True}
             try:
                 return await self._traced(purpose, model, kwargs, client, base_url)
             except LLMError as err:
-                if not self._drop_rejected(err, extra, model, base_url):
+                if not self._drop_rejected(err, kwargs, model, base_url):
                     raise
 
-    def _drop_rejected(self, err: LLMError, extra: dict[str, Any], model: str,
+    def _drop_rejected(self, err: LLMError, kwargs: dict[str, Any], model: str,
                        base_url: str) -> bool:
-        """Stop sending what the endpoint refused (`tool_choice`, then `tools`, or a plain
-        `json_object` response format); True: ask again without it."""
+        """Stop sending what the endpoint refused (`stream_options`, then `stream`;
+        `tool_choice`, then `tools`; a plain `json_object` response format); True: ask
+        again without it."""
         body = err.body or str(err)
+        extra = kwargs["extra_body"]
         fmt = extra.get("response_format") or {}
         candidates = (
+            ("stream_options", "stream_options" in kwargs
+             and rejects_field(err.status, body, "stream_options")),
+            ("stream", kwargs.get("stream") is True and "stream_options" not in body.lower()
+             and rejects_field(err.status, body, "stream")),
             ("tool_choice", "tool_choice" in extra
-             and rejects_tools(err.status, body, "tool_choice")),
-            ("native_tools", "tools" in extra and rejects_tools(err.status, body, "tool")),
+             and rejects_field(err.status, body, "tool_choice")),
+            ("native_tools", "tools" in extra and rejects_field(err.status, body, "tool")),
             ("response_format", fmt.get("type") == "json_object" and "schema" not in fmt
              and rejects_mode(err.status, body)),
         )
@@ -277,33 +339,30 @@ class LLMGateway:
             span.set_attributes({"gen_ai.operation.name": "chat", "gen_ai.system": "openai",
                                  "gen_ai.request.model": model,
                                  "refloop.purpose": purpose.value})
-            response = await self._create(purpose, model, client, base_url, **kwargs)
-            usage = getattr(response, "usage", None)
+            answer = await self._create(purpose, model, client, base_url, **kwargs)
             span.set_attributes({
-                "gen_ai.response.model": getattr(response, "model", "") or "",
-                "gen_ai.usage.input_tokens": getattr(usage, "prompt_tokens", 0) or 0,
-                "gen_ai.usage.output_tokens": getattr(usage, "completion_tokens", 0) or 0,
+                "gen_ai.response.model": answer.model,
+                "gen_ai.usage.input_tokens": answer.usage.prompt_tokens,
+                "gen_ai.usage.output_tokens": answer.usage.completion_tokens,
                 "refloop.seconds": round(time.monotonic() - started, 3),
+                "refloop.cut": answer.cut or "",
             })
-        if not response.choices:
+        if answer.finish_reason is None and answer.content is None and not answer.calls:
             raise LLMTransportError("model endpoint answered with no choices")
-        choice = response.choices[0]
-        content = choice.message.content
+        content = answer.content
         abnormal = detect_abnormal_output(content or "")
         if abnormal:
             content = (content or "")[:500]
-        calls = [
-            ToolCall(id=call.id or f"call_{index}", name=call.function.name,
-                     arguments=parse_arguments(call.function.arguments))
-            for index, call in enumerate(choice.message.tool_calls or [])
-        ]
+        calls = [ToolCall(id=call_id or f"call_{index}", name=name,
+                          arguments=parse_arguments(arguments))
+                 for index, (call_id, name, arguments) in enumerate(answer.calls)]
         return ChatOutcome(
             content=content,
             tool_calls=calls,
-            finish_reason=choice.finish_reason,
+            finish_reason=answer.finish_reason,
             abnormal=abnormal,
-            usage=LLMUsageRecord(purpose=purpose, model=model,
-                                 usage=self._usage_of(response)),
+            cut=answer.cut,
+            usage=LLMUsageRecord(purpose=purpose, model=model, usage=answer.usage),
         )
 
     async def structured(

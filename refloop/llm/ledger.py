@@ -49,11 +49,15 @@ class RequestLedger:
             settled(max_tokens, failed=False)))
         self._changed()
 
-    def failed(self, max_tokens: int, abandoned: bool) -> None:
+    def failed(self, max_tokens: int, abandoned: bool, received: TokenUsage | None = None
+               ) -> None:
         """The request ended without a usable answer. `abandoned`: its answer never came
-        (a client timeout): the server may still be generating, so it stays abandoned."""
+        (a client timeout): the server may still be generating, so it stays abandoned.
+        `received`: what a broken stream delivered before it broke (counted)."""
         if not abandoned:
             self.usage = self.usage.add(settled(max_tokens, failed=True))
+        if received is not None:
+            self.usage = self.usage.add(received.model_copy(update={"calls": 0}))
         self._changed()
 
     def _changed(self) -> None:

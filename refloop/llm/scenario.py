@@ -36,12 +36,20 @@ class ScriptedResponse(BaseModel):
     when_contains: str | None = None
     # "length": the answer was cut off at max_tokens (as a real server reports it)
     finish_reason: str | None = None
+    # A server that ignores max_tokens: streamed, tokens until the client hangs up;
+    # unstreamed, RUNAWAY_FACTOR times the cap (reported in its usage)
+    runaway: bool = False
+    # Streamed: this many tokens, then nothing (a stalled server)
+    stall_after: int | None = Field(default=None, ge=0)
+    # Streamed: a pause before each token
+    token_ms: int = Field(default=0, ge=0)
 
     model_config = {"populate_by_name": True, "extra": "forbid"}
 
     @model_validator(mode="after")
     def _one_kind(self) -> ScriptedResponse:
-        kinds = [self.json_ is not None, self.content is not None, bool(self.tool_calls)]
+        kinds = [self.json_ is not None, self.content is not None, bool(self.tool_calls),
+                 self.runaway]
         if self.status == 200 and not any(kinds):
             raise ValueError("needs one of json, content, tool_calls, or an error status")
         return self
@@ -66,6 +74,13 @@ class EndpointQuirks(BaseModel):
     tools_need_choice: bool = False
     # llama-cpp-python: a message with `content: null` is a 500 validation error
     reject_null_content: bool = False
+    # Status for a request with `stream: true` (a server that cannot stream)
+    reject_stream: int | None = None
+    # Status for a request carrying `stream_options`
+    reject_stream_options: int | None = None
+    # llama-cpp-python 0.3.36: a streamed answer that would be a tool call under
+    # `tool_choice: auto` ends without a chunk (its handler raises inside the stream)
+    stream_tools_break: bool = False
 
 
 class Scenario(BaseModel):

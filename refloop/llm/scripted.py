@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from refloop.contract.messages import Purpose
 from refloop.llm.scenario import (
@@ -31,8 +31,12 @@ from refloop.llm.scenario import (
     ScriptedResponse,
     load_scenario,
 )
+from refloop.llm.scripted_stream import RUNAWAY_TEXT, stream_answer
 from refloop.runtime.http_thread import KEEP_ALIVE_S, ThreadedServer
 from refloop.runtime.net import free_port, wait_for_port
+
+# An unstreamed runaway answers this many times its max_tokens (a context's end).
+RUNAWAY_FACTOR = 4
 
 
 def _error(status: int, message: str, code: str) -> JSONResponse:
@@ -101,13 +105,21 @@ class ScriptState:
             self.cursors[key] = index
             return scenario, None, len(entries)
 
+    def put_back(self, scenario: Scenario, purpose: Purpose, entry: ScriptedResponse) -> None:
+        """The entry answers the next request again (a stream the server broke)."""
+        with self.lock:
+            entries = scenario.responses.get(purpose, [])
+            index = next((i for i, e in enumerate(entries) if e is entry), None)
+            if index is not None and not scenario.repeat:
+                self.cursors[(scenario.name, purpose.value)] = index
+
 
 def build_app(state: ScriptState) -> FastAPI:
     app = FastAPI(title="refloop scripted model (test double)")
 
     @app.post("/v1/chat/completions")
     @app.post("/chat/completions")
-    async def chat(request: Request) -> JSONResponse:
+    async def chat(request: Request) -> Response:
         raw = await request.body()
         body = json.loads(raw)
         purpose_name = request.headers.get("x-refloop-purpose")
@@ -120,7 +132,7 @@ def build_app(state: ScriptState) -> FastAPI:
             "purpose": purpose_name, "model": model, "time": time.time(), "raw": raw,
             "authorization": request.headers.get("authorization"),
         }
-        response, delay_s = _answer(state, body, purpose_name, model)
+        response, delay_s = _answer(state, body, purpose_name, model, entry_log)
         if delay_s:
             await asyncio.sleep(delay_s)
         entry_log["status"] = response.status_code
@@ -152,8 +164,8 @@ def build_app(state: ScriptState) -> FastAPI:
 
 
 def _answer(state: ScriptState, body: dict[str, Any], purpose_name: str | None,
-            model: str) -> tuple[JSONResponse, float]:
-    """The response and how long to wait before sending it."""
+            model: str, record: dict[str, Any]) -> tuple[Response, float]:
+    """The response and how long to wait before sending it (a stream's first token)."""
     if not purpose_name:
         return _error(400, "missing X-Refloop-Purpose header", "missing_purpose"), 0
     try:
@@ -173,7 +185,16 @@ def _answer(state: ScriptState, body: dict[str, Any], purpose_name: str | None,
         message = (f"scripted scenario '{scenario.name}' exhausted for purpose "
                    f"'{purpose.value}' after {total} responses")
         return _error(400, message, "scenario_exhausted"), 0
-    return _render(scenario, entry, body), (scenario.latency_ms + entry.delay_ms) / 1000
+    if breaks_stream(scenario, entry, body):
+        state.put_back(scenario, purpose, entry)  # the client asks again unstreamed
+    return (_render(scenario, entry, body, record),
+            (scenario.latency_ms + entry.delay_ms) / 1000)
+
+
+def breaks_stream(scenario: Scenario, entry: ScriptedResponse, body: dict[str, Any]) -> bool:
+    """llama-cpp-python 0.3.36: a tool call chosen under `tool_choice: auto` cannot stream."""
+    return bool(scenario.endpoint.stream_tools_break and body.get("stream")
+                and entry.tool_calls and body.get("tool_choice") == "auto")
 
 
 def _quirk_rejection(scenario: Scenario | None, body: dict[str, Any]) -> JSONResponse | None:
@@ -201,10 +222,17 @@ def _quirk_rejection(scenario: Scenario | None, body: dict[str, Any]) -> JSONRes
     if "tool_choice" in body and quirks.reject_tool_choice:
         return _error(quirks.reject_tool_choice, "tool_choice is not supported",
                       "unsupported")
+    if "stream_options" in body and quirks.reject_stream_options:
+        return _error(quirks.reject_stream_options, "1 validation error: stream_options: "
+                      "extra inputs are not permitted", "validation_error")
+    if body.get("stream") and quirks.reject_stream:
+        return _error(quirks.reject_stream, "stream is not supported by this server",
+                      "unsupported")
     return None
 
 
-def _render(scenario: Scenario, entry: ScriptedResponse, body: dict[str, Any]) -> JSONResponse:
+def _render(scenario: Scenario, entry: ScriptedResponse, body: dict[str, Any],
+            record: dict[str, Any]) -> Response:
     if entry.status != 200:
         headers = {"X-Refloop-Scripted": "true"}
         if entry.retry_after is not None:
@@ -227,22 +255,40 @@ def _render(scenario: Scenario, entry: ScriptedResponse, body: dict[str, Any]) -
              "function": {"name": call.name, "arguments": json.dumps(call.arguments)}}
             for call in entry.tool_calls
         ]
-    prompt, completion = _tokens(body.get("messages", [])), _tokens(message)
+    finish = entry.finish_reason or ("tool_calls" if message.get("tool_calls") else "stop")
+    if entry.runaway and not body.get("stream"):  # generated to its context's end
+        tokens = RUNAWAY_FACTOR * int(body.get("max_tokens") or 16)
+        message["content"], finish = RUNAWAY_TEXT * tokens, "length"
+    prompt = _tokens(body.get("messages", []))
+    completion = (RUNAWAY_FACTOR * int(body.get("max_tokens") or 16) if entry.runaway
+                  else _tokens(message))
+    usage = {"prompt_tokens": prompt, "completion_tokens": completion,
+             "total_tokens": prompt + completion}
+    base = {"id": f"chatcmpl-scripted-{uuid.uuid4().hex[:12]}", "created": int(time.time()),
+            "model": f"scripted:{scenario.name}", "system_fingerprint": SCRIPTED_MARKER}
+    if body.get("stream"):
+        return _stream(scenario, entry, body, record, base, message, finish, usage)
     return JSONResponse(
-        {
-            "id": f"chatcmpl-scripted-{uuid.uuid4().hex[:12]}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": f"scripted:{scenario.name}",
-            "system_fingerprint": SCRIPTED_MARKER,
-            "choices": [{"index": 0, "message": message,
-                         "finish_reason": entry.finish_reason
-                         or ("tool_calls" if message.get("tool_calls") else "stop")}],
-            "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                      "total_tokens": prompt + completion},
-        },
+        {**base, "object": "chat.completion",
+         "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+         "usage": usage},
         headers={"X-Refloop-Scripted": "true"},
     )
+
+
+def _stream(scenario: Scenario, entry: ScriptedResponse, body: dict[str, Any],
+            record: dict[str, Any], base: dict[str, Any], message: dict[str, Any],
+            finish: str, usage: dict[str, Any]) -> StreamingResponse:
+    headers = {"X-Refloop-Scripted": "true"}
+    if breaks_stream(scenario, entry, body):
+        record.update(chunks=0, hung_up=False)
+        return StreamingResponse(iter(()), media_type="text/event-stream", headers=headers)
+    options = body.get("stream_options") or {}
+    chunks = stream_answer(base, message, finish,
+                           usage if options.get("include_usage") else None, record,
+                           runaway=entry.runaway, stall_after=entry.stall_after,
+                           token_s=entry.token_ms / 1000)
+    return StreamingResponse(chunks, media_type="text/event-stream", headers=headers)
 
 
 # Longer than uvicorn's 5 s: a client reusing a connection the server is just closing

@@ -20,6 +20,7 @@ class ChatOutcome(BaseModel):
     tool_calls: list[ToolCall] = []
     finish_reason: str | None = None
     abnormal: str | None = None
+    cut: str | None = None  # refloop hung up: "max_tokens" or "time" (refloop/llm/stream.py)
     usage: LLMUsageRecord
 
     @property

@@ -1,5 +1,11 @@
 """A logging proxy in front of a real model server: what was asked, what came back, and
-the usage the server reported, per request (abandoned ones included)."""
+the usage the server reported, per request (abandoned ones included).
+
+A streamed answer is relayed chunk by chunk and counted as the server sent it: its usage
+chunk when it sends one, else one completion token per chunk carrying text
+(llama-cpp-python 0.3.36 streams one generated token a chunk and no usage). When refloop
+hangs up, the proxy closes the upstream connection at once (`hung_up`), so what the
+server generated after that is what it finished before noticing."""
 
 from __future__ import annotations
 
@@ -10,7 +16,7 @@ from typing import Any
 
 import httpx
 from fastapi import FastAPI, Request
-from fastapi.responses import Response
+from fastapi.responses import Response, StreamingResponse
 
 from refloop.runtime.http_thread import ThreadedServer
 
@@ -40,7 +46,7 @@ class LoggingProxy(ThreadedServer):
                 entry.update(response_format=fmt.get("type") if isinstance(fmt, dict) else None,
                              schema_in_format=isinstance(fmt, dict) and "schema" in fmt,
                              tool_choice=body.get("tool_choice"), tools=bool(body.get("tools")),
-                             max_tokens=body.get("max_tokens"))
+                             max_tokens=body.get("max_tokens"), stream=bool(body.get("stream")))
             except ValueError:
                 pass
             # Logged in the order requests arrive, so one still generating when its run is
@@ -48,10 +54,12 @@ class LoggingProxy(ThreadedServer):
             with self.lock:
                 self.in_flight += 1
                 self.log.append(entry)
+            if entry.get("stream"):
+                return await relay_stream(client, raw, entry, request)
             try:
                 upstream = await client.post(
                     f"{self.upstream}/v1/chat/completions", content=raw,
-                    headers={"content-type": "application/json"})
+                    headers=forwarded(request))
             except httpx.HTTPError as err:
                 entry.update(status=599, error=str(err), end=time.time())
                 with self.lock:
@@ -76,7 +84,47 @@ class LoggingProxy(ThreadedServer):
             return Response(content=upstream.content, status_code=upstream.status_code,
                             media_type="application/json")
 
+        async def relay_stream(client: httpx.AsyncClient, raw: bytes,
+                               entry: dict[str, Any], request: Request) -> Response:
+            request = client.build_request("POST", f"{self.upstream}/v1/chat/completions",
+                                           content=raw,
+                                           headers=forwarded(request))
+            try:
+                upstream = await client.send(request, stream=True)
+            except httpx.HTTPError as err:
+                entry.update(status=599, error=str(err), end=time.time())
+                self.done()
+                return Response(status_code=502, content=b'{"error": "upstream"}')
+            entry.update(status=upstream.status_code, completion_tokens=0, hung_up=False)
+            if upstream.status_code != 200:
+                body = await upstream.aread()
+                await upstream.aclose()
+                entry.update(error=body.decode(errors="replace")[:300], end=time.time())
+                self.done()
+                return Response(content=body, status_code=upstream.status_code,
+                                media_type="application/json")
+
+            async def chunks():
+                try:
+                    async for line in upstream.aiter_lines():
+                        count_line(entry, line)
+                        yield (line + "\n").encode()
+                except BaseException:  # refloop hung up (cancelled) or the server dropped
+                    entry["hung_up"] = True
+                    raise
+                finally:
+                    await upstream.aclose()
+                    entry["end"] = time.time()
+                    entry["abandoned"] = entry["hung_up"]
+                    self.done()
+
+            return StreamingResponse(chunks(), media_type="text/event-stream")
+
         return app
+
+    def done(self) -> None:
+        with self.lock:
+            self.in_flight -= 1
 
     def mark(self) -> int:
         with self.lock:
@@ -91,3 +139,33 @@ class LoggingProxy(ThreadedServer):
         deadline = time.monotonic() + timeout_s
         while self.in_flight and time.monotonic() < deadline:
             time.sleep(0.5)
+
+
+def forwarded(request: Request) -> dict[str, str]:
+    headers = {"content-type": "application/json"}
+    if purpose := request.headers.get("x-refloop-purpose"):
+        headers["x-refloop-purpose"] = purpose
+    return headers
+
+
+def count_line(entry: dict[str, Any], line: str) -> None:
+    """One SSE line of a streamed answer, into the request's log entry."""
+    if not line.startswith("data: ") or line == "data: [DONE]":
+        return
+    try:
+        data = json.loads(line[len("data: "):])
+    except ValueError:
+        return
+    if data.get("usage"):
+        entry["server_usage"] = data["usage"]
+        entry["prompt_tokens"] = data["usage"].get("prompt_tokens", 0)
+    for choice in data.get("choices") or []:
+        delta = choice.get("delta") or {}
+        if delta.get("content") or delta.get("tool_calls") or delta.get("function_call"):
+            entry["completion_tokens"] += 1
+        if choice.get("finish_reason"):
+            entry["finish_reason"] = choice["finish_reason"]
+        if delta.get("tool_calls"):
+            entry["tool_calls"] = True
+    if entry.get("server_usage"):  # the server's own count wins over the chunks
+        entry["completion_tokens"] = entry["server_usage"].get("completion_tokens", 0)

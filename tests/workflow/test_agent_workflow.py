@@ -311,7 +311,9 @@ async def test_history_stays_lean_with_megabyte_files(client, settings, scripted
                 call("read_file", path="big.txt"), final("done")],
         "summary": [SUMMARY],
     })
-    big = settings.model_copy(update={"refloop_max_read_bytes": 2_000_000})
+    # Writing a megabyte takes a cap that large: refloop hangs up on a stream at its cap.
+    big = settings.model_copy(update={"refloop_max_read_bytes": 2_000_000,
+                                      "refloop_max_tokens": "act=300000"})
     result, history = await run_with_history(client, big, task_queue, TaskInput(
         task="write and read", workspace=str(workspace), model=model,
         enable_reflection=False))

@@ -117,6 +117,37 @@ async def test_stock_llama_cpp_endpoint_negotiates_and_counts_every_request(
     assert stats.usage_by_model[model].calls == 7
 
 
+async def test_a_model_ignoring_max_tokens_is_cut_and_the_task_goes_on(
+        client, settings, scripted_llm, workspace, task_queue):
+    """An act answer that streams past its cap is hung up on, counted with its overrun and
+    told to the model; a llama-cpp-python tool call that cannot stream is asked again
+    unstreamed. The task completes and every request is in the stats."""
+    settings = settings.model_copy(update={"refloop_max_tokens": "act=48"})
+    model = quirky(scripted_llm, {
+        "intent": [CODING], "plan": [plan_of("write_file")],
+        "act": [{"runaway": True, "token_ms": 10},
+                call("write_file", path="hello.txt", content="hi\n"), final("written")],
+        "summary": [SUMMARY],
+    }, stream_tools_break=True)
+    result = await run(client, settings, task_queue, model, workspace)
+    assert result.status == "completed", result.answer
+    assert (workspace / "hello.txt").read_text() == "hi\n"
+    acts = scripted_llm.requests(model=model, purpose="act")
+    runaway = acts[0]
+    # The cap, the token the server was on, and one more a loaded machine may send
+    # before the hang-up reaches it.
+    assert runaway["hung_up"] and 48 <= runaway["chunks"] <= 50
+    assert "cut off at the limit of 48 tokens" in acts[1]["body"]["messages"][-1]["content"]
+    # The tool call: a stream that ended without a chunk, then the same request unstreamed.
+    assert [(bool(r["body"].get("stream")), r.get("chunks")) for r in acts[1:3]] == \
+        [(True, 0), (False, None)]
+    act = result.stats.usage_by_purpose["act"]
+    assert act.calls == len(acts) == 4 and act.cut_calls == 1
+    assert act.failed_calls == 2  # the cut answer, the empty stream
+    assert act.completion_tokens >= 48
+    assert result.stats.llm_calls == len(scripted_llm.requests(model=model))
+
+
 async def test_requests_of_a_call_that_gave_up_are_counted(client, settings, scripted_llm,
                                                            workspace, task_queue):
     model = unique_scenario(scripted_llm, {

@@ -1,0 +1,254 @@
+"""Streamed model answers: counted as they arrive, cut at the cap, timed by progress.
+
+A server may ignore `max_tokens` (llama-cpp-python 0.3.36 does on its `tool_choice: auto`
+path) and generate until its context is full. So every request streams, and refloop keeps
+the bound itself:
+
+- Counting. The server's own usage when it sends one (`stream_options.include_usage`, at
+  the end of the stream). Until then, and when it sends none, an estimate: one token per
+  chunk that carries text (llama.cpp, vLLM, Ollama and OpenAI send one token a chunk), or
+  a quarter of the characters received when that is more.
+- Hang-up. Once as many chunks carrying text have arrived as the request's `max_tokens`
+  (or the text passes twice the cap at four characters a token: a server that sends many
+  tokens a chunk), refloop closes the connection and keeps what it has as
+  `finish_reason: length`, as a server that honoured the cap would have answered.
+  llama.cpp finishes the token it is on and stops once the client is gone.
+- Time. The first chunk may take the request's whole time bound (queueing, a long prompt,
+  a reasoning model thinking silently). After it, a gap longer than the idle timeout is a
+  stalled server: retried like any transport fault. Tokens still flowing when the time
+  bound passes is a runaway: cut like an answer past its cap, not retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from refloop.contract.messages import TokenUsage
+
+CHARS_PER_TOKEN = 4
+Cut = Literal["max_tokens", "time"]
+
+
+class StreamStalled(Exception):
+    """No chunk for the idle timeout after the answer began."""
+
+    def __init__(self, tally: StreamTally, idle_s: float) -> None:
+        super().__init__(f"model endpoint stalled: no token for {idle_s:g} s "
+                         f"after {tally.text_chunks} streamed")
+        self.tally = tally
+
+
+class NoFirstChunk(Exception):
+    """The time bound passed before the first chunk arrived."""
+
+
+class StreamInterrupted(Exception):
+    """The stream ended with no finish_reason: the server stopped it (llama-cpp-python
+    ends a stream when another request waits)."""
+
+    def __init__(self, tally: StreamTally) -> None:
+        super().__init__(f"the model endpoint ended the stream after {tally.text_chunks} "
+                         "tokens without a finish_reason")
+        self.tally = tally
+
+
+class EmptyStream(Exception):
+    """The stream ended without a single chunk: the server could not stream this request
+    (llama-cpp-python 0.3.36 drops the connection when `tool_choice: auto` picks a tool)."""
+
+
+@dataclass
+class PartialCall:
+    id: str | None = None
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+@dataclass
+class StreamTally:
+    """What a stream has delivered so far."""
+
+    content: list[str] = field(default_factory=list)
+    calls: dict[int, PartialCall] = field(default_factory=dict)
+    finish_reason: str | None = None
+    model: str = ""
+    usage: Any = None  # the server's usage object, when it sent one
+    chunks: int = 0  # every chunk, text or not
+    text_chunks: int = 0  # chunks carrying generated text (content, reasoning, a call)
+    chars: int = 0
+    cut: Cut | None = None
+
+    def add(self, chunk: Any) -> None:
+        self.chunks += 1
+        self.model = getattr(chunk, "model", "") or self.model
+        if getattr(chunk, "usage", None) is not None:
+            self.usage = chunk.usage
+        for choice in getattr(chunk, "choices", None) or []:
+            if getattr(choice, "index", 0) != 0:
+                continue
+            if choice.finish_reason:
+                self.finish_reason = choice.finish_reason
+            delta = choice.delta
+            if delta is None:
+                continue
+            chars = self._take(delta)
+            if chars:
+                self.text_chunks += 1
+                self.chars += chars
+
+    def _take(self, delta: Any) -> int:
+        """Fold one delta in; the characters of generated text it carried."""
+        chars = 0
+        if delta.content:
+            self.content.append(delta.content)
+            chars += len(delta.content)
+        extra = getattr(delta, "model_extra", None) or {}
+        for name in ("reasoning_content", "reasoning"):  # counted, never shown
+            if isinstance(extra.get(name), str):
+                chars += len(extra[name])
+        deltas = delta.tool_calls or []
+        if not deltas and delta.function_call is not None:  # the legacy form
+            deltas = [_Legacy(delta.function_call)]
+        for call_delta in deltas:
+            call = self.calls.setdefault(call_delta.index or 0, PartialCall())
+            call.id = call_delta.id or call.id
+            function = call_delta.function
+            if function is not None:
+                if function.name:
+                    call.name += function.name
+                    chars += len(function.name)
+                if function.arguments:
+                    call.arguments.append(function.arguments)
+                    chars += len(function.arguments)
+        return chars
+
+    @property
+    def started(self) -> bool:
+        return self.text_chunks > 0
+
+    def estimated_tokens(self) -> int:
+        return max(self.text_chunks, math.ceil(self.chars / CHARS_PER_TOKEN))
+
+    def at_cap(self, cap: int) -> bool:
+        """The cap is reached for certain: as many text chunks as tokens allowed (each
+        holds one token at least), or twice the cap in characters at four a token. Hanging
+        up here, not one chunk later, keeps what the server generates (it finishes the
+        token it is on) within the cap plus one."""
+        return self.text_chunks >= cap or self.chars > 2 * cap * CHARS_PER_TOKEN
+
+    def text(self) -> str | None:
+        return "".join(self.content) if self.content else None
+
+
+@dataclass
+class _Legacy:
+    """A legacy `function_call` delta, read as tool call 0."""
+
+    function: Any
+    index: int = 0
+    id: str | None = None
+
+
+async def read_stream(stream: Any, cap: int, idle_s: float, deadline: float) -> StreamTally:
+    """Read `stream` until it ends, reaches the cap, stalls or runs out of time; the
+    connection is closed in every case (a server that notices stops generating).
+    `deadline` is the loop time the whole request must end by."""
+    loop = asyncio.get_running_loop()
+    tally = StreamTally()
+    iterator = stream.__aiter__()
+    try:
+        while True:
+            left = deadline - loop.time()
+            idle = tally.started and idle_s < left  # which bound a timeout is
+            try:
+                if left <= 0:
+                    raise TimeoutError
+                chunk = await asyncio.wait_for(iterator.__anext__(),
+                                               idle_s if idle else left)
+            except StopAsyncIteration:
+                break
+            except TimeoutError:
+                if idle:
+                    raise StreamStalled(tally, idle_s) from None
+                if not tally.started:
+                    raise NoFirstChunk from None
+                tally.cut = "time"
+                return tally
+            tally.add(chunk)
+            if tally.at_cap(cap):
+                tally.cut = "max_tokens"
+                return tally
+    finally:
+        await stream.close()
+    if tally.chunks == 0:
+        raise EmptyStream
+    if tally.finish_reason is None:
+        raise StreamInterrupted(tally)
+    return tally
+
+
+# ---------------------------------------------------------------- one answer, either way
+
+
+@dataclass
+class Answer:
+    """One answer as the gateway reads it, streamed or not."""
+
+    content: str | None
+    calls: list[tuple[str | None, str, str]]  # (id, name, raw JSON arguments)
+    finish_reason: str | None
+    usage: TokenUsage
+    model: str = ""
+    cut: Cut | None = None
+
+
+def answer_of(response: Any) -> Answer:
+    """A non-streamed completion."""
+    raw = getattr(response, "usage", None)
+    usage = TokenUsage(prompt_tokens=getattr(raw, "prompt_tokens", 0) or 0,
+                       completion_tokens=getattr(raw, "completion_tokens", 0) or 0,
+                       total_tokens=getattr(raw, "total_tokens", 0) or 0, calls=1)
+    if not response.choices:
+        return Answer(None, [], None, usage, getattr(response, "model", "") or "")
+    choice = response.choices[0]
+    calls = [(call.id, call.function.name, call.function.arguments or "")
+             for call in choice.message.tool_calls or []]
+    return Answer(choice.message.content, calls, choice.finish_reason, usage,
+                  getattr(response, "model", "") or "")
+
+
+def streamed_answer(tally: StreamTally, prompt_chars: int) -> Answer:
+    """A streamed one. Without the server's usage: the estimate (module docstring), the
+    prompt at four characters a token. A cut answer keeps only the calls whose arguments
+    are complete JSON (a call cut in half is not a call)."""
+    raw = tally.usage
+    if raw is not None and tally.cut is None:
+        prompt = getattr(raw, "prompt_tokens", 0) or 0
+        completion = getattr(raw, "completion_tokens", 0) or 0
+        usage = TokenUsage(prompt_tokens=prompt, completion_tokens=completion,
+                           total_tokens=getattr(raw, "total_tokens", 0) or prompt + completion,
+                           calls=1)
+    else:
+        prompt = math.ceil(prompt_chars / CHARS_PER_TOKEN)
+        completion = tally.estimated_tokens()
+        usage = TokenUsage(prompt_tokens=prompt, completion_tokens=completion,
+                           total_tokens=prompt + completion, calls=1, estimated_calls=1)
+    if tally.cut is not None:
+        usage = usage.add(TokenUsage(cut_calls=1))
+    calls = [(call.id, call.name, "".join(call.arguments))
+             for _, call in sorted(tally.calls.items())]
+    if tally.cut is not None:
+        calls = [call for call in calls if _complete_json(call[2])]
+    finish = "length" if tally.cut is not None else tally.finish_reason
+    return Answer(tally.text(), calls, finish, usage, tally.model, tally.cut)
+
+
+def _complete_json(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text or "{}"), dict)
+    except ValueError:
+        return False
