@@ -82,6 +82,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.bench_semantic
 	$(BIN)/python -m bench.bench_code_search
 	$(BIN)/python -m bench.bench_mcp
+	$(BIN)/python -m bench.bench_hosts
 
 histories: $(STAMP)
 	REFLOOP_RECORD_HISTORIES=1 $(BIN)/pytest -q tests/workflow -k "golden or child_that_writes or cut_off_by_a_crash"

@@ -31,6 +31,7 @@ from refloop.api.mcp_server import McpDeps, build_mcp_server, http_endpoint
 from refloop.api.openapi import ERROR_RESPONSES, install_docs
 from refloop.api.reconcile import reconcile_all
 from refloop.api.routes import code_reviews, health, prompts, reviews, tasks
+from refloop.api.routes import hosts as host_routes
 from refloop.settings import Settings
 from refloop.store.db import store_for
 
@@ -119,6 +120,6 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
     secured = [Depends(require_token)]
     app.include_router(health.router)
     for router in (tasks.interactive, tasks.tasks, prompts.prompts, prompts.model_configs,
-                   reviews.router, code_reviews.router):
+                   reviews.router, code_reviews.router, host_routes.router):
         app.include_router(router, dependencies=secured, responses=ERROR_RESPONSES)
     return app

@@ -105,8 +105,7 @@ def build_mcp_server(deps: Callable[[], McpDeps]) -> MCPServer:
         d = deps()
         with api_errors(task=task, workspace=workspace, approval_mode=approval_mode,
                         mcp_servers=mcp_servers, max_iterations=max_iterations, model=model):
-            session = await asyncio.to_thread(
-                tasks.start_session,
+            session = await tasks.start_session(
                 SessionStart(workspace=workspace, approval_mode=approval_mode, model=model),
                 d.store, d.settings)
             accepted = await tasks.start_task(

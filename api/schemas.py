@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict
 
+from refloop.contract.hosts import HOST_ID_PATTERN
 from refloop.contract.task import TaskProgress
 from refloop.runtime.workspaces import ID_PATTERN
 
@@ -44,10 +45,14 @@ class SessionStart(BaseModel):
     approval_mode: ApprovalMode = "auto"
     # MCP servers (REFLOOP_MCP_CONFIG names) the session's tasks use by default
     mcp_servers: list[McpServerName] = Field(default_factory=list, max_length=16)
+    # The worker host holding the workspace (GET /hosts); omitted: the one live host whose
+    # roots hold it
+    host: str | None = Field(default=None, pattern=HOST_ID_PATTERN)
 
 
 class SessionStarted(BaseModel):
     session_id: str
+    host: str | None = None  # the worker host holding the workspace (GET /hosts)
 
 
 class TaskCreate(BaseModel):

@@ -48,6 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--json", action="store_true", help="one JSON object on stdout")
     run.add_argument("--model", help="model name (default REFLOOP_MODEL)")
     run.add_argument("--max-iterations", type=int, default=20)
+    run.add_argument("--host", help="the worker host holding the workspace (default: this "
+                     "machine's REFLOOP_HOST_ID when TEMPORAL_ADDRESS names a deployment)")
     run.add_argument("--save-history", metavar="FILE", help="write the event history")
     run.add_argument("--mcp", metavar="NAMES",
                      help="MCP servers whose tools the task may use, e.g. git,time "

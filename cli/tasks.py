@@ -89,7 +89,7 @@ async def run_task(args: argparse.Namespace, settings: Settings) -> int:
     from temporalio.exceptions import ApplicationError
 
     from refloop.contract.visibility import start_metadata
-    from refloop.runtime.workspaces import WorkspaceError, check_user_workspace
+    from refloop.runtime.workspaces import WorkspaceError, check_user_workspace, workspace_roots
     from refloop.worker.replay import dump_history
     from refloop.worker.stack import embedded_stack
     from refloop.workflows.agent import AgentTaskWorkflow
@@ -109,8 +109,13 @@ async def run_task(args: argparse.Namespace, settings: Settings) -> int:
         enable_reflection=False if args.no_reflection else None,
         max_iterations=args.max_iterations,
         mcp_servers=mcp_servers,
+        # A deployment's workers are hosts: the workspace is on this one (or --host's).
+        host=args.host or (settings.refloop_host_id if settings.temporal_address else None),
     )
     workflow_id = f"task-{uuid.uuid4().hex[:12]}"
+    if settings.temporal_address is None:  # this command's own worker holds the workspace
+        roots = [*map(str, workspace_roots(settings)), str(workspace)]
+        settings = settings.model_copy(update={"refloop_workspace_roots": ",".join(roots)})
     # With TEMPORAL_ADDRESS a separate `refloop worker` does the work.
     async with embedded_stack(settings, with_worker=settings.temporal_address is None) as stack:
         err_console.print(await whose_model(stack, task.model, settings.uses_scripted_model))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
+import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
@@ -12,6 +13,7 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from refloop.contract.hosts import HOST_ID_PATTERN
 from refloop.contract.messages import parse_max_tokens
 
 if TYPE_CHECKING:
@@ -43,6 +45,12 @@ class Settings(BaseSettings):
     # Unset: `refloop` with DATABASE_URL (workers of one database share it), else
     # `refloop-<store id>`, unique to the data dir's SQLite store (see `task_queue`)
     refloop_task_queue: str | None = None
+    # Hosts (refloop/contract/hosts.py): this worker's host id; how often it records itself
+    # in the hosts table (live: a beat within 3 intervals); how long a task's workspace call
+    # may wait for a worker of its host before the task shows `waiting_for_host`.
+    refloop_host_id: str = Field(default_factory=socket.gethostname, pattern=HOST_ID_PATTERN)
+    refloop_host_heartbeat_s: float = Field(default=10.0, gt=0)
+    refloop_host_wait_s: float = Field(default=60.0, gt=0)
     # The embedded dev server (TEMPORAL_ADDRESS unset): its ports on 127.0.0.1
     refloop_temporal_port: int = Field(default=7233, gt=0, lt=65536)
     refloop_ui_port: int = Field(default=8233, gt=0, lt=65536)
@@ -78,6 +86,9 @@ class Settings(BaseSettings):
     refloop_max_tokens: str | None = None
     # Model requests in flight per endpoint on this worker (0: no limit; 1 for llama.cpp)
     refloop_llm_concurrency: int = Field(default=0, ge=0)
+    # Model calls a second for the whole fleet: the Temporal server's rate limit on the model
+    # task queue (unset: none)
+    refloop_llm_rate_per_s: float | None = Field(default=None, gt=0)
     # Worker: 0 turns off sticky workflow caching (each task replays its history).
     refloop_worker_max_cached_workflows: int = Field(default=1000, ge=0)
     # Off: workflows run without Temporal's sandbox (about 1.4x the task throughput); the
@@ -239,6 +250,8 @@ class Settings(BaseSettings):
         under what the caller chose (`enable_reflection` None: the operator's default)."""
         from refloop.contract.task import TaskInput
 
+        if fields.get("host"):  # the operator's bound on waiting for the task's host
+            fields.setdefault("host_wait_s", self.refloop_host_wait_s)
         return TaskInput(
             enable_reflection=self.enable_reflection if enable_reflection is None
             else enable_reflection,

@@ -4,7 +4,6 @@ queue (the compose file's health check of the worker service), 1 otherwise."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import sys
 
 from temporalio.api.enums.v1 import TaskQueueType
@@ -24,8 +23,8 @@ async def polled_here() -> bool:
         namespace=settings.temporal_namespace,
         task_queue=TaskQueue(name=settings.task_queue),
         task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY))
-    host = socket.gethostname()
-    # A worker's identity starts "<pid>@<host>" (then the store it writes to).
+    host = settings.refloop_host_id  # default: the machine's name
+    # A worker's identity starts "<pid>@<host id>" (then the store it writes to).
     return any(poller.identity.split(" ", 1)[0].endswith(f"@{host}")
                for poller in described.pollers)
 

@@ -5,18 +5,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from typing import Any
 
+from temporalio import activity
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from refloop.contract import activity_calls
+from refloop.contract.hosts import host_queue, model_queue
 from refloop.runtime.client import connect
+from refloop.runtime.workspaces import workspace_roots
 from refloop.settings import Settings
+from refloop.store.db import store_for
+from refloop.worker.hosts import HostIdentity, guarded, host_presence
 from refloop.worker.model_endpoint import model_endpoint
 from refloop.worker.ownership import watching, worker_identity
-from refloop.worker.plugin import refloop_plugin
+from refloop.worker.plugin import activities_for, refloop_plugin
 from refloop.worker.search_attributes import ensure_search_attributes
 
 log = logging.getLogger("refloop.worker")
@@ -30,23 +37,80 @@ BUILD_ID = "refloop"
 WARM_UP_AFTER_S = 1.0
 
 
-def build_worker(client: Client, settings: Settings, task_queue: str | None = None) -> Worker:
+class RefloopWorker:
+    """One refloop worker: three Temporal workers on one client.
+
+    - the shared queue: workflows and every activity (tasks without a host, and runs
+      recorded before the host queues, schedule everything there);
+    - the model queue: model calls, under the fleet's rate limit (REFLOOP_LLM_RATE_PER_S,
+      which the Temporal server applies to the queue whichever worker polls);
+    - this host's queue: the workspace activities of tasks naming this host, refused
+      outside its roots.
+
+    `async with` runs them (with `announce`, the host's row is kept in the hosts table
+    first) and gives the shared queue's worker.
+    """
+
+    def __init__(self, client: Client, settings: Settings, task_queue: str | None = None,
+                 announce: bool = False) -> None:
+        shared = task_queue or settings.task_queue
+        host_id = settings.refloop_host_id
+        # Histories show the host of every attempt; the store shows a foreign poller.
+        self.host = HostIdentity(host_id, tuple(workspace_roots(settings)),
+                                 (shared, model_queue(shared), host_queue(shared, host_id)),
+                                 worker_identity(settings.store_id, host_id))
+        self.settings, self.announce = settings, announce
+        built = activities_for(settings)
+        common: dict[str, Any] = {
+            "activity_executor": ThreadPoolExecutor(8),
+            "identity": self.host.identity,
+            "build_id": BUILD_ID,
+            # On SIGTERM/SIGINT, in-flight activities get this long before they are cancelled.
+            "graceful_shutdown_timeout": timedelta(seconds=settings.refloop_graceful_shutdown_s),
+        }
+        self.shared = Worker(
+            client, task_queue=shared,
+            plugins=[refloop_plugin(settings, client.data_converter, built)],
+            max_cached_workflows=settings.refloop_worker_max_cached_workflows,
+            # A dead worker's cached workflows move to another worker after this (default 10 s).
+            sticky_queue_schedule_to_start_timeout=timedelta(seconds=3),
+            **common)
+        activities = built[0]
+        self.model = Worker(
+            client, task_queue=model_queue(shared),
+            activities=[fn for fn in activities if runs_on(fn) == "model"],
+            max_task_queue_activities_per_second=settings.refloop_llm_rate_per_s, **common)
+        self.on_host = Worker(
+            client, task_queue=host_queue(shared, host_id),
+            activities=[guarded(fn, self.host) for fn in activities
+                        if runs_on(fn) == "workspace"], **common)
+        self._stack = contextlib.AsyncExitStack()
+
+    async def __aenter__(self) -> Worker:
+        stack = self._stack
+        if self.announce:  # before polling: a task naming this host finds it at once
+            store = store_for(self.settings.effective_database_url)
+            await stack.enter_async_context(
+                host_presence(store, self.host, self.settings.refloop_host_heartbeat_s))
+        for worker in (self.shared, self.model, self.on_host):
+            await stack.enter_async_context(worker)
+        return self.shared
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._stack.aclose()
+
+
+def runs_on(fn: Callable[..., Any]) -> str:
+    """Where a registered activity runs (its ActivityCall's `runs_on`)."""
+    return activity_calls.runs_on(activity._Definition.must_from_callable(fn).name)
+
+
+def build_worker(client: Client, settings: Settings, task_queue: str | None = None,
+                 announce: bool = False) -> RefloopWorker:
     """A worker with every workflow and activity (the refloop plugin), built with its
-    dependencies; it stops its pooled MCP servers when it stops."""
-    return Worker(
-        client,
-        task_queue=task_queue or settings.task_queue,
-        # The store this worker writes to, so a worker of another store on its queue shows
-        identity=worker_identity(settings.store_id),
-        plugins=[refloop_plugin(settings, client.data_converter)],
-        activity_executor=ThreadPoolExecutor(8),
-        max_cached_workflows=settings.refloop_worker_max_cached_workflows,
-        # On SIGTERM/SIGINT, in-flight activities get this long before they are cancelled.
-        graceful_shutdown_timeout=timedelta(seconds=settings.refloop_graceful_shutdown_s),
-        # A dead worker's cached workflows move to another worker after this (default 10 s).
-        sticky_queue_schedule_to_start_timeout=timedelta(seconds=3),
-        build_id=BUILD_ID,
-    )
+    dependencies; it stops its pooled MCP servers when it stops. `announce`: it records
+    itself in the hosts table while it runs (`refloop worker`, `refloop up`)."""
+    return RefloopWorker(client, settings, task_queue, announce)
 
 
 @contextlib.asynccontextmanager
@@ -56,7 +120,7 @@ async def serving(client: Client, settings: Settings, task_queue: str | None = N
     (the long-lived `refloop worker` and `refloop up`): the search warm-up is scheduled
     once it polls."""
     queue = task_queue or settings.task_queue
-    async with build_worker(client, settings, queue) as worker, \
+    async with build_worker(client, settings, queue, announce=True) as worker, \
             watching(client, queue, settings.store_id):
         timer = None
         if warm_search and settings.refloop_semantic_index:

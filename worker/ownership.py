@@ -132,9 +132,10 @@ async def claim(address: str, owner: str, data_dir: Path) -> None:
             namespace=name, update_info=UpdateNamespaceInfo(description=description)))
 
 
-def worker_identity(store: str) -> str:
-    """`<pid>@<host> refloop-store=<id>`: the SDK's default, plus the store it writes to."""
-    return f"{os.getpid()}@{socket.gethostname()} {STORE_TAG}{store}"
+def worker_identity(store: str, host: str | None = None) -> str:
+    """`<pid>@<host> refloop-store=<id>`: the SDK's default, plus the store it writes to
+    (`host`: the worker's host id, REFLOOP_HOST_ID, instead of the machine's name)."""
+    return f"{os.getpid()}@{host or socket.gethostname()} {STORE_TAG}{store}"
 
 
 def foreign_pollers(identities: Iterable[str], store: str) -> list[str]:

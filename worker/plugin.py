@@ -18,6 +18,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxRestrictions
 
 from refloop.activities.code_review_activities import CodeReviewActivities
+from refloop.activities.host_activities import HostActivities
 from refloop.activities.llm_activities import LLMActivities
 from refloop.activities.mcp_activities import McpActivities
 from refloop.activities.reflection_activities import ReflectionActivities
@@ -48,7 +49,11 @@ SANDBOX_RESTRICTIONS = SandboxRestrictions.default.with_passthrough_modules(
 )
 
 
-def activities_for(settings: Settings) -> tuple[list[Callable[..., Any]], Callable[[], Any]]:
+# Every activity, and what closes them.
+Built = tuple[list[Callable[..., Any]], Callable[[], Any]]
+
+
+def activities_for(settings: Settings) -> Built:
     """Every activity, built with its dependencies, and what closes them (the MCP pool)."""
     gateway = LLMGateway(settings)
     database = store_for(settings.effective_database_url)
@@ -60,6 +65,7 @@ def activities_for(settings: Settings) -> tuple[list[Callable[..., Any]], Callab
     code_review = CodeReviewActivities(gateway, store.store, settings.refloop_data_dir)
     workspace = WorkspaceActivities(settings, database)
     mcp = McpActivities(settings, database)
+    hosts = HostActivities(database)
     activities = [
         llm.classify_intent, llm.make_plan, llm.act, llm.summarize,
         review.quality_review,
@@ -67,7 +73,7 @@ def activities_for(settings: Settings) -> tuple[list[Callable[..., Any]], Callab
         store.record_task, store.record_quality_review,
         code_review.load_content, code_review.review, code_review.verify,
         code_review.format_output, code_review.record_content,
-        workspace.describe, workspace.index,
+        workspace.describe, workspace.index, hosts.check,
         *tools.activities(),
         *mcp.activities(),
     ]
@@ -75,14 +81,18 @@ def activities_for(settings: Settings) -> tuple[list[Callable[..., Any]], Callab
 
 
 def refloop_plugin(settings: Settings | None = None,
-                   converter: DataConverter = DATA_CONVERTER) -> SimplePlugin:
-    """The worker's registrations; without `settings` (the replayer) no activities."""
+                   converter: DataConverter = DATA_CONVERTER,
+                   built: Built | None = None) -> SimplePlugin:
+    """The worker's registrations; without `settings` (the replayer) no activities.
+    `built`: activities made by `activities_for` already (shared with other queues)."""
     sandboxed = settings is None or settings.refloop_workflow_sandbox
     runner: WorkflowRunner = (sandbox_runner(converter, SANDBOX_RESTRICTIONS) if sandboxed
                               else UnsandboxedWorkflowRunner())
     activities: list[Callable[..., Any]] | None = None
     close: Callable[[], Any] | None = None
-    if settings is not None:
+    if built is not None:
+        activities, close = built
+    elif settings is not None:
         activities, close = activities_for(settings)
 
     @asynccontextmanager

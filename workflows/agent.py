@@ -39,6 +39,7 @@ from refloop.workflows.agent_base import TaskFailed, describe_failure, raise_if_
 from refloop.workflows.approval_phase import ApprovalPhase, validate_decision
 from refloop.workflows.calls import call_activity
 from refloop.workflows.completeness_phase import CompletenessPhase
+from refloop.workflows.host_phase import HostPhase
 from refloop.workflows.mcp_phase import McpPhase, with_mcp_reads
 from refloop.workflows.review_phase import QualityReviewPhase
 from refloop.workflows.visibility_phase import VisibilityPhase
@@ -50,7 +51,7 @@ INTERRUPTED_CALL_PATCH = "interrupted-call-is-a-tool-error"
 
 @workflow.defn(name="AgentTaskWorkflow")
 class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, WorkspacePhase,
-                        VisibilityPhase, McpPhase):
+                        VisibilityPhase, McpPhase, HostPhase):
     @workflow.init
     def __init__(self, inp: TaskInput) -> None:
         if inp.resume_state is not None:  # continued-as-new: the same task, a fresh history
@@ -122,6 +123,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
     async def _run(self, inp: TaskInput) -> TaskResult:
         try:
             if inp.resume_state is None:
+                await self._check_host()
                 await self._list_mcp_tools()
             if inp.resume_state is not None:
                 pass  # intent and plan were settled by an earlier run of this task

@@ -31,12 +31,12 @@ with workflow.unsafe.imports_passed_through():
     )
 
 from refloop.workflows import code_review_logic as logic
-from refloop.workflows.calls import call_activity
+from refloop.workflows.calls import ModelQueueRouter, call_activity
 from refloop.workflows.visibility_phase import show_code_review
 
 
 @workflow.defn(name="CodeReviewWorkflow")
-class CodeReviewWorkflow:
+class CodeReviewWorkflow(ModelQueueRouter):
     @workflow.init
     def __init__(self, request: CodeReviewInput) -> None:
         self.request = request

@@ -33,6 +33,7 @@ class WorkspacePhase(AgentBase):
                 activity_calls.DESCRIBE_WORKSPACE,
                 WorkspaceInput(workspace=self.state.input.workspace),
                 summary=f"describe workspace {self.state.input.workspace}",
+                bounded=True,  # a host that does not answer costs the map, not the task
             )
 
     async def _adopt_workspace_context(self, tool_names: list[str]) -> None:

@@ -14,7 +14,8 @@ from temporalio.client import WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
 from refloop.api.deps import ClientDep, SettingsDep, StoreDep
-from refloop.api.reconcile import is_not_found, mark_lost
+from refloop.api.reconcile import OPEN_STATUSES, is_not_found, mark_lost
+from refloop.api.routes.hosts import recheck_host, session_host
 from refloop.api.schemas import (
     ApprovalBody,
     ApprovalOutcome,
@@ -27,6 +28,7 @@ from refloop.api.schemas import (
 from refloop.api.sse import event_stream
 from refloop.api.task_view import listed, live_state
 from refloop.contract.activity_io import ApprovalDecision, ModelEndpoint
+from refloop.contract.hosts import NoHostHolds
 from refloop.contract.task import RecordTaskInput, TaskInput
 from refloop.contract.visibility import start_metadata
 from refloop.runtime.telemetry import tracer
@@ -61,12 +63,30 @@ def not_found(what: str) -> HTTPException:
 
 
 @interactive.post("/start", response_model=SessionStarted, status_code=201)
-def start_session(body: SessionStart, store: StoreDep, settings: SettingsDep) -> SessionStarted:
-    try:  # inside REFLOOP_WORKSPACE_ROOTS, or a fresh directory under the data dir
-        workspace = (resolve_workspace(body.workspace, settings) if body.workspace is not None
-                     else fresh_workspace(settings))
+async def start_session(body: SessionStart, store: StoreDep,
+                        settings: SettingsDep) -> SessionStarted:
+    placed = None
+    if body.workspace is not None or body.host is not None:  # on a host's disk, if any live
+        placed = await session_host(store, body.workspace or "", body.host)
+    unheld = placed if isinstance(placed, NoHostHolds) else None
+    if unheld is not None:  # today's rule decides: the API's own roots, no host
+        placed = None
+    host = placed[1] if placed is not None else None
+    try:
+        if placed is not None and host != settings.refloop_host_id:
+            workspace = placed[0]  # on another machine: that host checks it again
+        else:  # inside REFLOOP_WORKSPACE_ROOTS, or a fresh directory under the data dir
+            workspace = await asyncio.to_thread(
+                lambda: resolve_workspace(body.workspace, settings)
+                if body.workspace is not None else fresh_workspace(settings))
     except WorkspaceError as err:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(err)) from err
+        why = f"{unheld}; {err}" if unheld is not None else str(err)
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, why) from err
+    return await asyncio.to_thread(_new_session, body, store, settings, str(workspace), host)
+
+
+def _new_session(body: SessionStart, store: Store, settings: Settings, workspace: str,
+                 host: str | None) -> SessionStarted:
     prompt = None
     if body.prompt_id is not None:
         prompt = store.get(PromptRecord, body.prompt_id)
@@ -84,7 +104,8 @@ def start_session(body: SessionStart, store: StoreDep, settings: SettingsDep) ->
         review = prompt.enable_quality_review if prompt else False
     session = store.add(SessionRecord(
         session_id=f"sess-{uuid.uuid4().hex[:12]}",
-        workspace=str(workspace),
+        workspace=workspace,
+        host=host,
         prompt_id=body.prompt_id,
         system_prompt=body.system_prompt or (prompt.system_prompt if prompt else None),
         enable_quality_review=review,
@@ -95,7 +116,7 @@ def start_session(body: SessionStart, store: StoreDep, settings: SettingsDep) ->
         approval_mode=body.approval_mode,
         mcp_servers=known_mcp_servers(body.mcp_servers, settings) or None,
     ))
-    return SessionStarted(session_id=session.session_id)
+    return SessionStarted(session_id=session.session_id, host=session.host)
 
 
 def known_mcp_servers(names: list[str], settings: Settings) -> list[str]:
@@ -141,6 +162,7 @@ def task_input(body: TaskCreate, session: SessionRecord, settings: Settings,
         max_iterations=body.max_iterations,
         mcp_servers=known_mcp_servers(pick(body.mcp_servers, session.mcp_servers or []),
                                       settings),
+        host=session.host,
     )
 
 
@@ -149,11 +171,14 @@ async def start_task(body: TaskCreate, client, store: Store, settings: Settings,
     session = await asyncio.to_thread(store.get, SessionRecord, body.session_id)
     if session is None:
         raise not_found(f"session {body.session_id}")
-    try:  # checked again: the roots may have changed since the session began
-        await asyncio.to_thread(ensure_fresh_workspace, session.workspace, settings)
-        await asyncio.to_thread(resolve_workspace, session.workspace, settings)
-    except WorkspaceError as err:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(err)) from err
+    if session.host is not None:  # its host still known, its roots still holding it
+        await recheck_host(store, session.workspace, session.host)
+    else:
+        try:  # checked again: the roots may have changed since the session began
+            await asyncio.to_thread(ensure_fresh_workspace, session.workspace, settings)
+            await asyncio.to_thread(resolve_workspace, session.workspace, settings)
+        except WorkspaceError as err:
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(err)) from err
     workflow_id = f"task-{uuid.uuid4().hex[:12]}"
     config = None
     if session.model_config_id is not None:  # honoured per task: endpoint, model, temperature
@@ -240,8 +265,7 @@ async def task_events(task_id: TaskId, client: ClientDep, store: StoreDep,
 @tasks.post("/{task_id}/cancel", status_code=202)
 async def cancel_task(task_id: TaskId, client: ClientDep, store: StoreDep) -> dict[str, str]:
     row = await task_row(store, task_id)
-    if row.status in TERMINAL_STATUSES or row.status not in (
-            "queued", "running", "waiting_approval"):
+    if row.status in TERMINAL_STATUSES or row.status not in OPEN_STATUSES:
         raise ended(task_id, row)
     try:
         await client.get_workflow_handle(row.workflow_id).cancel()

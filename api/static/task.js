@@ -85,7 +85,7 @@ function show(event) {
 async function finish() {
   const state = await api(`/tasks/${taskId}`);
   $("#status").textContent = state.status;  // any status, as the API says it
-  $("#cancel").hidden = !["queued", "running", "waiting_approval"].includes(state.status);
+  $("#cancel").hidden = !["queued", "running", "waiting_approval", "waiting_for_host"].includes(state.status);
   const result = state.result;
   if (!result) return;
   $("#final").hidden = false;

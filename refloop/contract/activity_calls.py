@@ -21,6 +21,7 @@ from refloop.contract.activity_io import (
     ClassifyIntentResult,
     CompletenessInput,
     CompletenessResult,
+    HostCheckInput,
     MakePlanInput,
     MakePlanResult,
     QualityReviewInput,
@@ -32,8 +33,10 @@ from refloop.contract.activity_io import (
     SupplementPlanInput,
     ToolResult,
 )
+from refloop.contract.hosts import RunsOn
 from refloop.contract.mcp import McpCallInput, McpListInput, McpToolList
 from refloop.contract.policies import (
+    HOST_CHECK,
     INDEX_CALL,
     LLM_CALL,
     MCP_CALL,
@@ -60,39 +63,51 @@ class ActivityCall(Generic[ArgT, ResultT]):
     result_type: type[ResultT] | None  # None: the activity returns nothing
     options: ActivityOptions
     local: bool = False  # run as a local activity (short, idempotent store writes)
+    # Where it runs: the shared queue, the fleet's model queue (rate-limited), or the task's
+    # host queue (it reads or writes the workspace; refloop.contract.hosts).
+    runs_on: RunsOn = "shared"
 
 
 CLASSIFY_INTENT = ActivityCall("refloop.llm.classify_intent", ClassifyIntentInput,
-                               ClassifyIntentResult, LLM_CALL)
-MAKE_PLAN = ActivityCall("refloop.llm.make_plan", MakePlanInput, MakePlanResult, LLM_CALL)
-ACT = ActivityCall("refloop.llm.act", ActInput, ActResult, LLM_CALL)
-SUMMARIZE = ActivityCall("refloop.llm.summarize", SummarizeInput, SummarizeResult, LLM_CALL)
+                               ClassifyIntentResult, LLM_CALL, runs_on="model")
+MAKE_PLAN = ActivityCall("refloop.llm.make_plan", MakePlanInput, MakePlanResult, LLM_CALL,
+                         runs_on="model")
+ACT = ActivityCall("refloop.llm.act", ActInput, ActResult, LLM_CALL, runs_on="model")
+SUMMARIZE = ActivityCall("refloop.llm.summarize", SummarizeInput, SummarizeResult, LLM_CALL,
+                         runs_on="model")
+# Reads the workspace (do the files the answer names exist?) before its model call.
 CHECK_COMPLETENESS = ActivityCall("refloop.llm.check_completeness", CompletenessInput,
-                                  CompletenessResult, LLM_CALL)
+                                  CompletenessResult, LLM_CALL, runs_on="workspace")
 PLAN_SUPPLEMENT = ActivityCall("refloop.llm.plan_supplement", SupplementPlanInput,
-                               MakePlanResult, LLM_CALL)
+                               MakePlanResult, LLM_CALL, runs_on="model")
+# Reads the edited file before its model call.
 QUALITY_REVIEW = ActivityCall("refloop.review.quality_review", QualityReviewInput,
-                              QualityReviewResult, REVIEW_CALL)
+                              QualityReviewResult, REVIEW_CALL, runs_on="workspace")
 RECORD_TASK = ActivityCall("refloop.store.record_task", RecordTaskInput, None, STORE_WRITE,
                            local=True)
 RECORD_QUALITY_REVIEW = ActivityCall("refloop.store.record_quality_review",
                                      RecordQualityReviewInput, None, STORE_WRITE, local=True)
 DESCRIBE_WORKSPACE = ActivityCall("refloop.workspace.describe", WorkspaceInput,
-                                  WorkspaceDescription, WORKSPACE_CALL)
+                                  WorkspaceDescription, WORKSPACE_CALL, runs_on="workspace")
 INDEX_WORKSPACE = ActivityCall("refloop.workspace.index", WorkspaceInput, IndexReport,
-                               INDEX_CALL)
-MCP_LIST_TOOLS = ActivityCall("refloop.mcp.list_tools", McpListInput, McpToolList, MCP_LIST)
-MCP_CALL_TOOL = ActivityCall("refloop.mcp.call_tool", McpCallInput, ToolResult, MCP_CALL)
+                               INDEX_CALL, runs_on="workspace")
+# MCP servers start in the task's workspace: on its host.
+MCP_LIST_TOOLS = ActivityCall("refloop.mcp.list_tools", McpListInput, McpToolList, MCP_LIST,
+                              runs_on="workspace")
+MCP_CALL_TOOL = ActivityCall("refloop.mcp.call_tool", McpCallInput, ToolResult, MCP_CALL,
+                             runs_on="workspace")
+CHECK_HOST = ActivityCall("refloop.hosts.check", HostCheckInput, None, HOST_CHECK, local=True)
 
 # The code-review supervisor's
 LOAD_REVIEW_CONTENT = ActivityCall("refloop.code_review.load_content", review.LoadContentInput,
-                                   review.ReviewContent, REVIEW_CONTENT_READ)
+                                   review.ReviewContent, REVIEW_CONTENT_READ,
+                                   runs_on="workspace")
 REVIEW_AGENT = ActivityCall("refloop.code_review.review", review.AgentCallInput,
-                            review.AgentCallResult, LLM_CALL)
+                            review.AgentCallResult, LLM_CALL, runs_on="model")
 VERIFY_AGENT = ActivityCall("refloop.code_review.verify", review.AgentCallInput,
-                            review.AgentCallResult, LLM_CALL)
+                            review.AgentCallResult, LLM_CALL, runs_on="model")
 FORMAT_REVIEW = ActivityCall("refloop.code_review.format_output", review.FormatInput,
-                             review.FormatResult, LLM_CALL)
+                             review.FormatResult, LLM_CALL, runs_on="model")
 # Scheduled (not local) as it always was: its recorded histories replay unchanged.
 RECORD_REVIEW_CONTENT = ActivityCall("refloop.code_review.record_content",
                                      review.RecordContentInput, None, STORE_WRITE)
@@ -105,12 +120,19 @@ def run_tool(name: str) -> ActivityCall[RunToolInput, ToolResult]:
     and retries are the tool's properties (one attempt for a tool that is not safe to
     repeat)."""
     return ActivityCall(f"{TOOL_PREFIX}{name}", RunToolInput, ToolResult,
-                        tool_activity_options(name).as_options())
+                        tool_activity_options(name).as_options(), runs_on="workspace")
 
 
 FIXED: tuple[ActivityCall, ...] = (
     CLASSIFY_INTENT, MAKE_PLAN, ACT, SUMMARIZE, CHECK_COMPLETENESS, PLAN_SUPPLEMENT,
     QUALITY_REVIEW, RECORD_TASK, RECORD_QUALITY_REVIEW, DESCRIBE_WORKSPACE, INDEX_WORKSPACE,
     MCP_LIST_TOOLS, MCP_CALL_TOOL, LOAD_REVIEW_CONTENT, REVIEW_AGENT, VERIFY_AGENT,
-    FORMAT_REVIEW, RECORD_REVIEW_CONTENT,
+    FORMAT_REVIEW, RECORD_REVIEW_CONTENT, CHECK_HOST,
 )
+
+
+def runs_on(name: str) -> RunsOn:
+    """Where the activity registered as `name` runs (a tool's: on the task's host)."""
+    if name.startswith(TOOL_PREFIX):
+        return "workspace"
+    return next((call.runs_on for call in FIXED if call.name == name), "shared")

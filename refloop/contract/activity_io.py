@@ -233,3 +233,10 @@ class RecordQualityReviewInput(BaseModel):
     review_key: str  # deterministic per review: a retried write never duplicates a row
     session_id: str | None = None
     review: QualityReview
+
+
+class HostCheckInput(BaseModel):
+    """A task's host, checked against the hosts table when the task starts."""
+
+    host: str
+    workspace: str

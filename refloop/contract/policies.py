@@ -106,6 +106,18 @@ STORE_WRITE = ActivityOptions(
     ),
 )
 
+# A task's host checked in the database at its start: an outage is retried, a refusal
+# (unknown host, roots not holding the workspace) fails the task at once.
+HOST_CHECK = ActivityOptions(
+    start_to_close=timedelta(seconds=30),
+    retry=RetryPolicy(
+        initial_interval=timedelta(seconds=1),
+        maximum_interval=timedelta(seconds=10),
+        maximum_attempts=10,
+        non_retryable_error_types=["HostRefused"],
+    ),
+)
+
 # Quality review: a bounded budget, because a broken reviewer fails open instead.
 REVIEW_CALL = ActivityOptions(
     start_to_close=timedelta(seconds=90),

@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from refloop.contract.activity_io import ModelEndpoint, QualityReview
+from refloop.contract.hosts import HOST_ID_PATTERN
 from refloop.contract.messages import IntentResult, Plan, TokenUsage
 
 # ---------------------------------------------------------------- workflow I/O
@@ -73,6 +74,12 @@ class TaskInput(BaseModel):
     max_history_messages: int = Field(default=30, ge=4)
     # MCP servers (names in REFLOOP_MCP_CONFIG) whose tools this task may call; none: none.
     mcp_servers: list[str] = Field(default_factory=list, max_length=16)
+    # The worker host holding the workspace (REFLOOP_HOST_ID); its workspace activities run
+    # on that host's task queue. Added later, optional: None keeps one host for everything.
+    host: str | None = Field(default=None, pattern=HOST_ID_PATTERN)
+    # How long a worker of the host may take to pick a workspace call up before the task
+    # shows `waiting_for_host` (None: 60 s).
+    host_wait_s: float | None = Field(default=None, gt=0)
 
 
 class WorkspaceInput(BaseModel):

@@ -122,6 +122,8 @@ class SessionRecord(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow)
     # MCP servers its tasks use unless a task names its own (added later: nullable)
     mcp_servers: list[str] | None = Field(default=None, sa_column=Column(JSON))
+    # The worker host holding its workspace (added later: nullable; None: one host)
+    host: str | None = None
 
 
 class CodeReviewContentRecord(SQLModel, table=True):

@@ -21,7 +21,7 @@ SERVICES = COMPOSE["services"]
 
 def test_services_and_pinned_images():
     assert {"postgres", "temporal-schema", "temporal", "temporal-setup", "temporal-ui",
-            "worker", "api"} <= set(SERVICES)
+            "worker-a", "worker-b", "api"} <= set(SERVICES)
     for name, service in SERVICES.items():
         if "image" in service:
             assert ":" in service["image"] and not service["image"].endswith(":latest"), name
@@ -54,7 +54,7 @@ def test_one_shot_jobs_create_schema_namespace_and_search_attributes():
 
 
 def test_refloop_services_wait_for_healthy_dependencies_and_share_settings():
-    for name in ("worker", "api"):
+    for name in ("worker-a", "worker-b", "api"):
         service = SERVICES[name]
         assert service["depends_on"]["postgres"]["condition"] == "service_healthy"
         assert service["depends_on"]["temporal"]["condition"] == "service_healthy"
@@ -82,6 +82,16 @@ def test_a_real_compose_parser_accepts_the_file_and_requires_the_api_token(tmp_p
     assert missing.returncode != 0 and "REFLOOP_API_TOKEN" in missing.stderr
 
 
+def test_two_hosts_each_with_its_own_volume_and_host_id():
+    """Many hosts, no shared disk: a host's workspaces, journal and index on its volume."""
+    hosts = {name: SERVICES[name] for name in ("worker-a", "worker-b")}
+    assert {s["environment"]["REFLOOP_HOST_ID"] for s in hosts.values()} == {"a", "b"}
+    volumes = [s["volumes"][0].split(":")[0] for s in hosts.values()]
+    assert len(set(volumes)) == 2 and set(volumes) <= set(COMPOSE["volumes"])
+    assert all(s["volumes"][0].endswith(":/home/refloop/data") for s in hosts.values())
+    assert "REFLOOP_JOURNAL_DIR" not in hosts["worker-a"]["environment"]  # host-local
+
+
 def test_temporal_and_its_web_ui_are_not_published_on_all_interfaces():
     """Outsiders reached 7233 and 8080 without authentication and approved writes through
     `decide_approval`, bypassing the API token."""
@@ -91,6 +101,7 @@ def test_temporal_and_its_web_ui_are_not_published_on_all_interfaces():
 
 
 def test_the_ui_and_worker_services_have_health_checks():
-    for name in ("temporal-ui", "worker", "api"):
+    for name in ("temporal-ui", "worker-a", "worker-b", "api"):
         assert SERVICES[name]["healthcheck"]["test"], name
-    assert "refloop.worker.health" in " ".join(SERVICES["worker"]["healthcheck"]["test"])
+    for name in ("worker-a", "worker-b"):
+        assert "refloop.worker.health" in " ".join(SERVICES[name]["healthcheck"]["test"])

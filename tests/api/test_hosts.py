@@ -1,0 +1,125 @@
+"""GET /hosts and the host of a session's workspace: the one live host holding it, or a
+422 naming the candidates; a named host must be known and hold it."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from refloop.store import hosts as host_rows
+from refloop.store.db import store_for, utcnow
+
+
+@pytest.fixture
+def registered(settings) -> Iterator:
+    """register(host, roots, beat_s): a host row; every one is forgotten afterwards."""
+    store = store_for(settings.effective_database_url)
+    names: list[str] = []
+
+    def register(name: str, roots: list[str], beat_s: float = 60.0) -> str:
+        host = f"{name}-{uuid.uuid4().hex[:6]}"
+        host_rows.beat(store, host, roots, [f"q@{host}"], f"1@{host}", beat_s, utcnow())
+        names.append(host)
+        return host
+
+    yield register
+    for host in names:
+        host_rows.forget(store, host)
+
+
+async def test_hosts_are_listed_with_their_roots_and_liveness(api, registered, tmp_path):
+    live = registered("live", [str(tmp_path / "a")])
+    gone = registered("gone", [str(tmp_path / "b")], beat_s=0.05)
+    await asyncio.sleep(0.3)  # three beats missed
+    listed = {h["host_id"]: h for h in (await api.get("/hosts")).json()}
+    assert listed[live]["live"] and listed[live]["roots"] == [str(tmp_path / "a")]
+    assert listed[live]["task_queues"] == [f"q@{live}"] and listed[live]["last_seen"]
+    assert listed[gone]["live"] is False
+
+
+async def start(api, workspace, host=None):
+    body = {"workspace": str(workspace)}
+    if host is not None:
+        body["host"] = host
+    return await api.post("/agent/interactive/start", json=body)
+
+
+async def test_a_workspace_gets_the_one_live_host_holding_it(api, registered, tmp_path):
+    root_a, root_b = tmp_path / "a", tmp_path / "b"
+    (root_a / "ws").mkdir(parents=True)
+    root_b.mkdir()
+    a = registered("a", [str(root_a)])
+    registered("b", [str(root_b)])
+    response = await start(api, root_a / "ws")
+    assert response.status_code == 201, response.text
+    assert response.json()["host"] == a
+
+
+async def test_no_host_or_several_is_a_422_naming_the_candidates(api, registered, tmp_path):
+    shared = tmp_path / "shared"
+    (shared / "ws").mkdir(parents=True)
+    first = registered("one", [str(shared)])
+    second = registered("two", [str(shared)])
+    ambiguous = await start(api, shared / "ws")
+    assert ambiguous.status_code == 422
+    assert first in ambiguous.text and second in ambiguous.text and "several" in ambiguous.text
+    nowhere = await start(api, tmp_path / "nowhere")
+    assert nowhere.status_code == 422 and "no live host holds" in nowhere.text
+    assert first in nowhere.text  # the candidates are named
+    chosen = await start(api, shared / "ws", host=second)  # a named host wins
+    assert chosen.status_code == 201 and chosen.json()["host"] == second
+
+
+async def test_a_named_host_must_be_known_and_hold_the_workspace(api, registered, tmp_path):
+    (tmp_path / "a" / "ws").mkdir(parents=True)
+    a = registered("a", [str(tmp_path / "a")])
+    unknown = await start(api, tmp_path / "a" / "ws", host="no-such-host")
+    assert unknown.status_code == 422 and "unknown host 'no-such-host'" in unknown.text
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    outside = await start(api, elsewhere, host=a)
+    assert outside.status_code == 422 and "does not hold" in outside.text
+
+
+async def test_a_task_waiting_for_its_host_shows_it_everywhere_and_can_be_cancelled(
+        api, registered, scripted_llm, tmp_path):
+    """The session's host goes into the task; with no worker of it, the task is
+    `waiting_for_host` in GET /tasks/{id}, in ?status= and over SSE; cancel still works."""
+    from tests.llm_fixtures import unique_scenario
+    from tests.workflow.helpers import CODING, SUMMARY, call, final, plan_of, wait_until
+
+    api.app.state.settings = api.app.state.settings.model_copy(
+        update={"refloop_host_wait_s": 1.0})
+    (tmp_path / "w" / "ws").mkdir(parents=True)
+    host = registered("w", [str(tmp_path / "w")])  # known and live; no worker polls it
+    model = unique_scenario(scripted_llm, {
+        "intent": [CODING], "plan": [plan_of("write_file")],
+        "act": [call("write_file", path="a.txt", content="a"), final("ok")],
+        "summary": [SUMMARY]})
+    session = (await api.post("/agent/interactive/start", json={
+        "workspace": str(tmp_path / "w" / "ws"), "host": host, "model": model})).json()
+    assert session["host"] == host
+    task_id = (await api.post("/agent/interactive/task", json={
+        "session_id": session["session_id"], "task": "write a.txt"})).json()["task_id"]
+
+    async def status() -> str:
+        return (await api.get(f"/tasks/{task_id}")).json()["status"]
+
+    await wait_until(lambda: _is(status(), "waiting_for_host"), "waiting_for_host", 30)
+    state = (await api.get(f"/tasks/{task_id}")).json()
+    assert state["progress"]["status"] == "waiting_for_host"
+    listed = (await api.get("/tasks", params={"status": "waiting_for_host"})).json()
+    assert task_id in [t["task_id"] for t in listed]
+    assert (await api.post(f"/tasks/{task_id}/cancel")).status_code == 202
+    await wait_until(lambda: _is(status(), "cancelled"), "cancelled", 30)
+    # Over SSE (in-process transport: read once the stream has ended)
+    events = (await api.get(f"/tasks/{task_id}/events")).text
+    assert "event: waiting_for_host" in events and "cancelled by request" in events
+    assert not (tmp_path / "w" / "ws" / "a.txt").exists()
+
+
+async def _is(value, expected: str) -> bool:
+    return await value == expected
