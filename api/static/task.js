@@ -82,10 +82,14 @@ function show(event) {
   }
 }
 
+function showStatus(status) {  // any status, as the API says it
+  $("#status").textContent = status;
+  $("#cancel").hidden = !["queued", "running", "waiting_approval", "waiting_for_host"].includes(status);
+}
+
 async function finish() {
   const state = await api(`/tasks/${taskId}`);
-  $("#status").textContent = state.status;  // any status, as the API says it
-  $("#cancel").hidden = !["queued", "running", "waiting_approval", "waiting_for_host"].includes(state.status);
+  showStatus(state.status);
   const result = state.result;
   if (!result) return;
   $("#final").hidden = false;
@@ -107,8 +111,9 @@ seen.forEach(show);
 $("#status").textContent = "running";
 try {
   await streamEvents(`/tasks/${taskId}/events`, seen.length ? seen[seen.length - 1].id : 0,
-  (event) => { seen.push(event); sessionStorage.setItem(seenKey, JSON.stringify(seen));
-               show(event); });
+  (event) => {
+    if (event.type === "status") { showStatus(event.data.status); return; }  // not an event
+    seen.push(event); sessionStorage.setItem(seenKey, JSON.stringify(seen)); show(event); });
 } catch (error) {
   if (error.status !== 401) throw error;  // 401: the sign-in form is showing
 }

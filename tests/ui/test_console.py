@@ -128,6 +128,8 @@ def test_prompt_task_reviews_approval_and_stats(console, tmp_path):
         page.get_by_label("Approvals").select_option("confirm_writes")
         page.get_by_role("button", name="Start").click()
         page.wait_for_url("**/task.html?id=*")
+        # The wait is told as a status of its own, as the API tells it.
+        expect(page.locator("#status")).to_have_text("waiting_approval")
         # Approve the write, watch the review fail, approve the fix, watch it pass.
         page.get_by_role("button", name="Approve").click()
         expect(page.locator(".quality-review.fail")).to_contain_text("no Summary section")
