@@ -21,6 +21,7 @@ import time
 import uuid
 from pathlib import Path
 
+from bench.bench_scale import scenario
 from bench.common import compile_bytecode
 from refloop.contract.task import TaskInput
 from refloop.llm.scripted import ScriptedLLMProcess
@@ -33,18 +34,6 @@ from refloop.worker.temporal_server import EmbeddedTemporal
 from refloop.workflows.agent import AgentTaskWorkflow
 
 TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def scenario(steps: int, latency_ms: int) -> dict:
-    acts = [{"tool_calls": [{"name": "write_file", "arguments": {
-        "path": f"f{n}.txt", "content": f"step {n}\n" * 20}}]} for n in range(steps)]
-    return {"latency_ms": latency_ms, "responses": {
-        "intent": [{"json": {"intent": "CODING_TASK", "confidence": 1, "reason": "x"}}],
-        "plan": [{"json": {"task_type": "coding",
-                           "steps": [{"goal": "write", "tool": "write_file"}]}}],
-        "act": [*acts, {"content": "done"}],
-        "summary": [{"content": "done"}],
-    }}
 
 
 def cpu_s(pid: int) -> float:
