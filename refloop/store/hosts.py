@@ -70,13 +70,7 @@ def list_hosts(store: Store) -> list[HostInfo]:
 def forget(store: Store, host_id: str) -> bool:
     """Drop a host's row (an operator retiring a machine; tests cleaning up)."""
     _ensure_table(store)
-    with Session(store.engine) as session:
-        row = session.get(HostRecord, host_id)
-        if row is None:
-            return False
-        session.delete(row)
-        session.commit()
-        return True
+    return store.delete(HostRecord, host_id)
 
 
 def public(info: HostInfo) -> dict[str, Any]:
