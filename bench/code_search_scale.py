@@ -28,14 +28,18 @@ from bench.code_search_eval import (
 from refloop.search.index import CodeIndex
 
 # The pass as the index activity runs it (`python -m refloop.search.index`), then its own
-# resource usage: CPU of all its threads, and its peak resident memory.
+# resource usage: CPU of all its threads, and its peak resident memory. The peak is VmHWM,
+# not ru_maxrss: Linux carries ru_maxrss across exec, so a child started from a large
+# parent would report the parent's peak.
 PASS = """
 import json, resource, sys
 from refloop.search.index import main
 main(sys.argv[1:])
 usage = resource.getrusage(resource.RUSAGE_SELF)
+with open("/proc/self/status") as status:
+    peak_kb = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
 print(json.dumps({"usage": {"cpu_s": usage.ru_utime + usage.ru_stime,
-                            "peak_rss_mb": usage.ru_maxrss / 1024}}), flush=True)
+                            "peak_rss_mb": peak_kb / 1024}}), flush=True)
 """
 POLL_S = 0.1
 
