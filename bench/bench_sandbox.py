@@ -5,9 +5,10 @@ a 10-step agent task of run_cmd calls with the sandbox on and off.
 
     .venv/bin/python -m bench.bench_sandbox [--runs 200] [--steps 10]
 
-Measured (--runs 60, shared 2-core host at load average 12.5, as root): bare 2.7 ms median;
-`bwrap --bind / /` alone 12.6; the old profile (reaper + prlimit exec) 34.5; the profile
-27.7, a cost of 25 ms over bare (CPU: 5.2 ms). The goal is 12 ms (GOAL_MS).
+Measured (--runs 60, as root) on a quiet 2-core host (load average 0.6): bare 1.8 ms median;
+`bwrap --bind / /` alone 5.0; the old profile (reaper + prlimit exec) 14.0; the profile
+12.2, a cost of 10.4 ms over bare (CPU: 7.8 ms). At load average 12.5 the profile cost
+25 ms, mostly waiting for a CPU. The goal is 12 ms (GOAL_MS).
 """
 
 from __future__ import annotations
