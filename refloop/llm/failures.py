@@ -7,10 +7,10 @@ from __future__ import annotations
 import email.utils
 import logging
 import re
+import sys
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
-import httpx
 import openai
 
 from refloop.contract.errors import LLMClientError, LLMError, LLMTransportError
@@ -101,4 +101,11 @@ def abandoned_by(err: openai.OpenAIError) -> bool:
     if isinstance(err, openai.APITimeoutError):
         return True
     return (isinstance(err, openai.APIConnectionError)
-            and not isinstance(err.__cause__, httpx.ConnectError))
+            and not isinstance(err.__cause__, _connect_errors()))
+
+
+def _connect_errors() -> tuple[type[Exception], ...]:
+    """The transport's "could not connect": httpx2's (openai 3), httpx's (openai 1 and 2).
+    Whichever raised it is loaded; neither is imported for this."""
+    return tuple(module.ConnectError for name in ("httpx2", "httpx")
+                 if (module := sys.modules.get(name)) is not None)

@@ -163,6 +163,9 @@ async def test_connection_refused_is_retryable():
     with pytest.raises(LLMTransportError) as err:
         await gateway.chat(Purpose.act, USER)
     assert err.value.retryable
+    # Refused: the request reached no server, so nothing is left generating on it.
+    usage = gateway.usage_by_purpose["act"]
+    assert (usage.failed_calls, usage.abandoned_calls, usage.abandoned_max_tokens) == (1, 0, 0)
 
 
 async def test_exhausted_scenario_is_a_clear_client_error(gateway, scripted_llm):
