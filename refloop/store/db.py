@@ -14,8 +14,6 @@ from typing import Any, TypeVar
 
 from sqlalchemy import JSON, Boolean, Column, Text, event, inspect
 from sqlalchemy import text as sql_text
-from sqlalchemy.dialects.postgresql import insert as postgresql_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Field, Session, SQLModel, create_engine, select
@@ -204,6 +202,15 @@ def sqlite_engine(url: str) -> Engine:
         cursor.close()
 
     return engine
+
+
+def _dialect_insert(sqlite: bool) -> Any:
+    """The dialect's INSERT (it has ON CONFLICT); only the one in use is imported."""
+    if sqlite:
+        from sqlalchemy.dialects.sqlite import insert
+    else:
+        from sqlalchemy.dialects.postgresql import insert
+    return insert
 
 
 def add_missing_columns(engine: Engine) -> None:
@@ -395,7 +402,7 @@ class Store:
             return key  # stored (or read back) by this process already
         self.init()
         # One statement: a blob another worker stored first is left as it is.
-        insert = sqlite_insert if self.sqlite else postgresql_insert
+        insert = _dialect_insert(self.sqlite)
         statement = insert(BlobRecord).values(
             key=key, text=text, size=len(text), created_at=utcnow()
         ).on_conflict_do_nothing(index_elements=["key"])

@@ -1,6 +1,7 @@
 """A fresh worker: nothing its first poll does not need is on the way to it. The search
-warm-up (LanceDB, onnxruntime, the model), FastAPI (the scripted model's server) and the
-regex engine load later or never; the warm-up starts once the worker polls."""
+warm-up (LanceDB, onnxruntime, the model), FastAPI (the scripted model's server), the
+regex engine, the model SDK's unused types and the unused database dialect load later or
+never; the warm-up starts once the worker polls."""
 
 from __future__ import annotations
 
@@ -21,7 +22,11 @@ import refloop.cli.main  # noqa: F401
 import refloop.worker.main as worker_main
 from refloop.search import runtime
 
-HEAVY = ("lancedb", "onnxruntime", "tokenizers", "torch", "fastapi", "uvicorn", "regex")
+HEAVY = ("lancedb", "onnxruntime", "tokenizers", "torch", "fastapi", "uvicorn", "regex",
+         # the API's type models refloop never uses (refloop.llm.lazy_types), httpx beside
+         # the SDK's own httpx2, and the database dialect not in use
+         "openai.types.responses.response", "openai.types.beta", "httpx",
+         "sqlalchemy.dialects.postgresql")
 out = {"imported": [name for name in HEAVY if name in sys.modules],
        "warming_after_imports": sorted(runtime._WARMING)}
 
