@@ -15,15 +15,15 @@ from refloop.runtime.client import connect
 from refloop.runtime.net import free_port
 from refloop.settings import Settings
 from refloop.worker.temporal_server import EmbeddedTemporal
-from tests.constants import BASE_DATABASE_URL, TEST_DATABASE_URL
+from tests.constants import TEST_DATABASE_URL
 from tests.llm_fixtures import scripted_llm  # noqa: F401  (session fixture)
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if TEST_DATABASE_URL != BASE_DATABASE_URL:  # an xdist worker: its own database
-        problem = create_database(TEST_DATABASE_URL)
-        if problem:  # the DB tests fail on their own; the rest still run
-            config.issue_config_time_warning(pytest.PytestWarning(problem), stacklevel=2)
+    # Each xdist worker has its own database, and REFLOOP_TEST_DATABASE_URL may name a new one.
+    problem = create_database(TEST_DATABASE_URL)
+    if problem:  # the DB tests fail on their own; the rest still run
+        config.issue_config_time_warning(pytest.PytestWarning(problem), stacklevel=2)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -34,7 +34,7 @@ with workflow.unsafe.imports_passed_through():
     from refloop.workflows.state import AgentState
 
 from refloop.contract.policies import CARRIED_EVENTS, MAX_REPLANS, TOOL_RESULT_CHARS
-from refloop.workflows import accounting, completeness_logic, logic, triggers
+from refloop.workflows import accounting, completeness_logic, logic, patches, triggers
 from refloop.workflows.agent_base import TaskFailed, describe_failure, raise_if_cancelled
 from refloop.workflows.approval_phase import ApprovalPhase, validate_decision
 from refloop.workflows.calls import call_activity
@@ -45,9 +45,6 @@ from refloop.workflows.review_phase import QualityReviewPhase
 from refloop.workflows.visibility_phase import VisibilityPhase
 from refloop.workflows.workspace_phase import WorkspacePhase
 
-# A call that may not be repeated and was cut off is a tool error the model reads (before
-# this patch it failed the task).
-INTERRUPTED_CALL_PATCH = "interrupted-call-is-a-tool-error"
 
 @workflow.defn(name="AgentTaskWorkflow")
 class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, WorkspacePhase,
@@ -100,6 +97,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
 
     @workflow.run
     async def run(self, inp: TaskInput) -> TaskResult:
+        patches.ask_every_patch()
         try:
             try:
                 if inp.resume_state is None:
@@ -141,7 +139,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
             self._account_failure(err)
             return await self._finish_failed("activity_failed", describe_failure(err))
         # Runs recorded before completeness reflection existed replay without it.
-        if workflow.patched("completeness-reflection"):
+        if workflow.patched(patches.COMPLETENESS_REFLECTION):
             await self._reflect_on_completeness()
         if not inp.is_supplement:
             await self._summarize()
@@ -178,7 +176,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
             if isinstance(err, ActivityError):
                 raise_if_cancelled(err)
             if not (logic.is_question(self.state.input.task)
-                    and workflow.patched("direct-answer-for-unplannable-questions")):
+                    and workflow.patched(patches.DIRECT_ANSWER_UNPLANNABLE)):
                 raise
             if isinstance(err, ActivityError):
                 self._account_failure(err)
@@ -189,7 +187,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
         planning = self.state.planning
         reason = logic.question_planned_as_edits(self.state.input.task, planning.intent,
                                                  planning.plan, self.edit_tools)
-        if reason and workflow.patched("direct-answer-for-questions-planned-as-edits"):
+        if reason and workflow.patched(patches.DIRECT_ANSWER_PLANNED_AS_EDIT):
             planning.plan, planning.direct_answer = None, True
             self._emit("plan_skipped", {"reason": reason, "direct_answer": True})
 
@@ -310,8 +308,8 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
         """A tool call a model without structured tool calls wrote as text."""
         if self.state.planning.direct_answer:
             return []
-        parsed = logic.parse_text_tool_call(
-            act.content, f"text_{iteration}", every_form=workflow.patched("text-tool-call-forms"))
+        every_form = workflow.patched(patches.TEXT_TOOL_CALL_FORMS)
+        parsed = logic.parse_text_tool_call(act.content, f"text_{iteration}", every_form=every_form)
         return [parsed] if parsed else []
 
     async def _run_calls(self, calls: list[ToolCall], iteration: int,
@@ -449,7 +447,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
             if TOOLS[call.name].properties.retry_safe:
                 raise
             why = not_run_again(call.name, describe_failure(err))
-            if workflow.patched(INTERRUPTED_CALL_PATCH):
+            if workflow.patched(patches.INTERRUPTED_CALL):
                 # The model reads it and decides (check the workspace, run it again or not):
                 # one lost worker must not end a task of hours.
                 return ToolResult(ok=False, error=f"E_INTERRUPTED: {why}")
@@ -530,7 +528,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
             self.state.planning.plan, self.edit_tools, self.state.all_edits_ok,
             logic.last_completeness_verdict(self.state.events))
         # Runs recorded before honest outcomes existed replay as they ended.
-        if missing and workflow.patched("incomplete-task-status"):
+        if missing and workflow.patched(patches.INCOMPLETE_STATUS):
             return await self._finish_incomplete(missing)
         self._stop_indexing()
         await self._settle_indexing()

@@ -22,10 +22,8 @@ with workflow.unsafe.imports_passed_through():
     from refloop.contract.tool_properties import ToolProperties
     from refloop.workflows.state import AgentState
 
-from refloop.workflows import accounting, logic
+from refloop.workflows import accounting, logic, patches
 from refloop.workflows.calls import call_activity
-
-STORE_WRITES_LOCAL = "store-writes-local"
 
 
 class TaskFailed(Exception):
@@ -70,7 +68,7 @@ class AgentBase:
         """A DB write as a local activity; runs recorded before the patch replay theirs as
         scheduled activities."""
         await call_activity(activity, arg, summary=summary,
-                            local=workflow.patched(STORE_WRITES_LOCAL))
+                            local=workflow.patched(patches.STORE_WRITES_LOCAL))
 
     def _append(self, message: ChatMessage) -> None:
         """A turn for the next `act`, which adds it to the stored conversation and trims."""

@@ -22,13 +22,10 @@ with workflow.unsafe.imports_passed_through():
     from refloop.contract.activity_calls import ActivityCall
     from refloop.contract.hosts import model_queue, next_wait
     from refloop.contract.policies import ActivityOptions
+from refloop.workflows import patches
 
 ArgT = TypeVar("ArgT", bound=BaseModel)
 ResultT = TypeVar("ResultT")
-
-# Runs recorded before the model and host queues existed schedule every activity on the
-# workflow's own queue, and replay so.
-HOST_QUEUES_PATCH = "host-task-queues"
 
 
 class ActivityRouter(Protocol):
@@ -49,7 +46,7 @@ class ModelQueueRouter:
     """The router of a workflow without a host: its model calls on the model queue."""
 
     def activity_queue(self, activity: ActivityCall) -> str | None:
-        if activity.runs_on != "model" or not workflow.patched(HOST_QUEUES_PATCH):
+        if activity.runs_on != "model" or not workflow.patched(patches.HOST_QUEUES):
             return None
         return model_queue(workflow.info().task_queue)
 

@@ -19,13 +19,14 @@ with workflow.unsafe.imports_passed_through():
     from refloop.contract.activity_calls import ActivityCall
     from refloop.contract.activity_io import HostCheckInput
 
+from refloop.workflows import patches
 from refloop.workflows.agent_base import (
     AgentBase,
     TaskFailed,
     describe_failure,
     raise_if_cancelled,
 )
-from refloop.workflows.calls import HOST_QUEUES_PATCH, call_activity
+from refloop.workflows.calls import call_activity
 
 WAITING = "waiting_for_host"
 
@@ -36,7 +37,7 @@ class HostPhase(AgentBase):
 
     def _routes(self) -> bool:
         if self._routed is None:
-            self._routed = workflow.patched(HOST_QUEUES_PATCH)
+            self._routed = workflow.patched(patches.HOST_QUEUES)
         return self._routed
 
     def activity_queue(self, activity: ActivityCall) -> str | None:

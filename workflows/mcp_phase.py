@@ -10,10 +10,9 @@ with workflow.unsafe.imports_passed_through():
     from refloop.contract.mcp import McpCallInput, McpListInput, mcp_tool_properties
     from refloop.contract.messages import ToolCall, ToolSpec
 
+from refloop.workflows import patches
 from refloop.workflows.agent_base import AgentBase
 from refloop.workflows.calls import call_activity
-
-MCP_TOOLS_PATCH = "mcp-tool-servers"
 
 
 def with_mcp_reads(constraints: ToolConstraints | None,
@@ -39,7 +38,7 @@ class McpPhase(AgentBase):
 
     async def _list_mcp_tools(self) -> None:
         inp = self.state.input
-        if not inp.mcp_servers or not workflow.patched(MCP_TOOLS_PATCH):
+        if not inp.mcp_servers or not workflow.patched(patches.MCP_TOOLS):
             return
         listing = await call_activity(
             activity_calls.MCP_LIST_TOOLS,

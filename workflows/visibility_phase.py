@@ -11,11 +11,8 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from refloop.contract import visibility
 
-from refloop.workflows import logic
+from refloop.workflows import logic, patches
 from refloop.workflows.agent_base import AgentBase
-
-# Runs recorded before refloop upserted search attributes replay without the upserts.
-SEARCH_ATTRIBUTES_PATCH = "refloop-search-attributes"
 
 
 class VisibilityPhase(AgentBase):
@@ -36,7 +33,7 @@ class VisibilityPhase(AgentBase):
         step = logic.current_step(planning.plan, planning.completed_steps)
         details = visibility.plan_details(planning.plan, planning.completed_steps, step)
         workflow.set_current_details(details or f"iteration {state.stats.iterations}")
-        if not workflow.patched(SEARCH_ATTRIBUTES_PATCH):
+        if not workflow.patched(patches.SEARCH_ATTRIBUTES):
             return
         wanted: dict[str, Any] = {
             "status": status or self._visible_status(),
@@ -63,7 +60,7 @@ class VisibilityPhase(AgentBase):
 
 def show_code_review(status: str, session_id: str | None = None) -> None:
     """The code-review workflow's search attributes: kind, status (and session)."""
-    if not workflow.patched(SEARCH_ATTRIBUTES_PATCH):
+    if not workflow.patched(patches.SEARCH_ATTRIBUTES):
         return
     updates = [visibility.STATUS.value_set(status), visibility.KIND.value_set("code_review")]
     if session_id:

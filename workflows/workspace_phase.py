@@ -12,12 +12,10 @@ with workflow.unsafe.imports_passed_through():
     from refloop.contract import activity_calls
     from refloop.contract.task import IndexReport, WorkspaceDescription, WorkspaceInput
 
+from refloop.workflows import patches
 from refloop.workflows.agent_base import AgentBase, describe_failure, raise_if_cancelled
 from refloop.workflows.calls import start_activity
 
-# Runs recorded before this phase existed replay without its activities.
-WORKSPACE_PATCH = "workspace-context"
-INDEX_SETTLE_PATCH = "index-cancel-settles"
 SEMANTIC_TOOL = "search_semantic"
 
 
@@ -28,7 +26,7 @@ class WorkspacePhase(AgentBase):
 
     def _begin_describing(self) -> None:
         """Fresh runs: describe the workspace while intent and plan are worked out."""
-        if workflow.patched(WORKSPACE_PATCH):
+        if workflow.patched(patches.WORKSPACE_CONTEXT):
             self._describing = start_activity(
                 activity_calls.DESCRIBE_WORKSPACE,
                 WorkspaceInput(workspace=self.state.input.workspace),
@@ -67,7 +65,7 @@ class WorkspacePhase(AgentBase):
         """Before the run ends: wait for a cancelled index to stop (runs recorded before
         this patch ended without waiting)."""
         handle, self._cancelled_index = self._cancelled_index, None
-        if handle is None or not workflow.patched(INDEX_SETTLE_PATCH):
+        if handle is None or not workflow.patched(patches.INDEX_SETTLE):
             return
         with contextlib.suppress(ActivityError):  # cancelled, as asked
             await handle

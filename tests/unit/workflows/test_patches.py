@@ -1,0 +1,42 @@
+"""Every `workflow.patched()` of the agent workflow names a patch in `AGENT_PATCHES`, so a
+new run settles it in its first activation."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import refloop.workflows.agent as agent
+from refloop.workflows import patches
+
+WORKFLOWS = Path(agent.__file__).parent
+# The code-review workflow schedules no local activity; its one patch is shared.
+OTHER_WORKFLOWS = {"code_review.py", "patches.py"}
+
+
+def patched_ids(source: str) -> list[str]:
+    ids = []
+    for node in ast.walk(ast.parse(source)):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "patched"):
+            arg = node.args[0]
+            assert isinstance(arg, ast.Attribute) and isinstance(arg.value, ast.Name) \
+                and arg.value.id == "patches", f"a patch id outside patches: {ast.unparse(arg)}"
+            ids.append(getattr(patches, arg.attr))
+    return ids
+
+
+def test_every_patch_of_the_agent_workflow_is_settled_at_start():
+    asked = {pid for path in WORKFLOWS.glob("*.py") if path.name not in OTHER_WORKFLOWS
+             for pid in patched_ids(path.read_text())}
+    assert asked == set(patches.AGENT_PATCHES)
+    assert len(set(patches.AGENT_PATCHES)) == len(patches.AGENT_PATCHES)
+
+
+def test_a_patch_id_written_inline_is_refused():
+    try:
+        patched_ids('workflow.patched("new-feature")')
+    except AssertionError as err:
+        assert "outside patches" in str(err)
+    else:
+        raise AssertionError("an inline patch id went unnoticed")
