@@ -89,6 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     review.add_argument("--desc", default="", help="task description / focus")
     review.add_argument("--json", action="store_true", help="the whole result as JSON")
     review.add_argument("--model", help="model name (default REFLOOP_REVIEW_MODEL)")
+    review.add_argument("--host", help="the worker host holding --workdir, for --file "
+                        "(default: this machine's REFLOOP_HOST_ID when TEMPORAL_ADDRESS "
+                        "names a deployment)")
 
     evaluate = sub.add_parser(
         "eval", help="early-reflection metrics over a scenario suite, triggers on vs off")

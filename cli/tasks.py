@@ -188,6 +188,15 @@ async def replay_histories(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
+def review_host(args: argparse.Namespace, settings: Settings | None) -> str | None:
+    """The host whose disk a review reads: --host, else (a file review on a deployment,
+    where workers are hosts) this machine. A diff or snippet carries its content."""
+    host = getattr(args, "host", None)
+    if host is None and args.file and settings is not None and settings.temporal_address:
+        host = settings.refloop_host_id
+    return host
+
+
 def review_request(args: argparse.Namespace, settings: Settings | None = None) -> Any:
     """The code-review supervisor's unified task JSON from the command line."""
     from refloop.contract.code_review import CodeReviewInput
@@ -197,7 +206,8 @@ def review_request(args: argparse.Namespace, settings: Settings | None = None) -
     if not workdir.is_dir():
         fail(f"--workdir: not a directory: {workdir}")
     common = {"working_directory": str(workdir), "task_desc": args.desc,
-              "output_format": args.format, "model": args.model}
+              "output_format": args.format, "model": args.model,
+              "host": review_host(args, settings)}
     if args.snippet is not None:
         return CodeReviewInput(review_type="snippet", content=args.snippet, **common)
     if args.file:
@@ -219,7 +229,19 @@ def review_request(args: argparse.Namespace, settings: Settings | None = None) -
     return CodeReviewInput(review_type="diff", content=diff, **common)
 
 
+def failure_text(failure: BaseException) -> str:
+    """The innermost message of a failed workflow (our activities word it for users)."""
+    cause: BaseException | None = failure
+    text = str(failure)
+    while cause is not None:
+        text = getattr(cause, "message", None) or str(cause) or text
+        cause = cause.__cause__
+    return text
+
+
 async def run_review(args: argparse.Namespace, settings: Settings) -> int:
+    from temporalio.client import WorkflowFailureError
+
     from refloop.contract.code_review import CodeReviewResult
     from refloop.contract.visibility import start_metadata
     from refloop.worker.stack import embedded_stack
@@ -229,10 +251,14 @@ async def run_review(args: argparse.Namespace, settings: Settings) -> int:
     workflow_id = f"review-{uuid.uuid4().hex[:12]}"
     async with embedded_stack(settings, with_worker=settings.temporal_address is None) as stack:
         err_console.print(f"[bold]code review[/] {workflow_id} ({request.review_type})")
-        result: CodeReviewResult = await stack.client.execute_workflow(
-            CodeReviewWorkflow.run, request, id=workflow_id,
-            task_queue=stack.settings.task_queue, result_type=CodeReviewResult,
-            **start_metadata(f"code review ({request.review_type}) {args.desc}".strip()))
+        try:
+            result: CodeReviewResult = await stack.client.execute_workflow(
+                CodeReviewWorkflow.run, request, id=workflow_id,
+                task_queue=stack.settings.task_queue, result_type=CodeReviewResult,
+                **start_metadata(f"code review ({request.review_type}) {args.desc}".strip()))
+        except WorkflowFailureError as failure:  # e.g. a host that cannot read --workdir
+            err_console.print(f"[bold red]code review failed:[/] {failure_text(failure)}")
+            return 1
     for attempt in result.attempts:
         err_console.print(f"[yellow]attempt {attempt['attempt']} ({attempt['agent']}): "
                           f"{attempt['error']}[/]")

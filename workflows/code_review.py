@@ -9,13 +9,16 @@ activity retries and cost no attempt.
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from refloop.contract import activity_calls
+    from refloop.contract import activity_calls, hosts
     from refloop.contract.activity_calls import ActivityCall
+    from refloop.contract.activity_io import HostCheckInput
     from refloop.contract.code_review import (
         MAX_ATTEMPTS,
         AgentCallInput,
@@ -31,8 +34,14 @@ with workflow.unsafe.imports_passed_through():
     )
 
 from refloop.workflows import code_review_logic as logic
+from refloop.workflows.agent_base import describe_failure, raise_if_cancelled
 from refloop.workflows.calls import ModelQueueRouter, call_activity
 from refloop.workflows.visibility_phase import show_code_review
+
+# Reviews recorded before they had a host read their content on the shared queue (a
+# `host` in their input was ignored), and replay so.
+REVIEW_HOST_PATCH = "code-review-host"
+WAITING = "waiting_for_host"
 
 
 @workflow.defn(name="CodeReviewWorkflow")
@@ -44,6 +53,49 @@ class CodeReviewWorkflow(ModelQueueRouter):
         self.attempts: list[dict[str, Any]] = []
         self.provenance: list[dict[str, Any]] = []
         self.stage = "content"
+        self._on_host: bool | None = None
+
+    def _routes_to_host(self) -> bool:
+        """Whether the content read runs on the review's host (asked once per run)."""
+        if self._on_host is None:
+            self._on_host = bool(self.request.host) and workflow.patched(REVIEW_HOST_PATCH)
+        return self._on_host
+
+    def activity_queue(self, activity: ActivityCall) -> str | None:
+        if activity.runs_on == "workspace" and self._routes_to_host():
+            return hosts.host_queue(workflow.info().task_queue, self.request.host or "")
+        return super().activity_queue(activity)
+
+    def host_wait(self, activity: ActivityCall) -> timedelta | None:
+        if activity.runs_on != "workspace" or not self._routes_to_host():
+            return None
+        return hosts.host_wait(self.request.host_wait_s)
+
+    async def host_waiting(self, waiting: bool, activity: ActivityCall,
+                           waited: timedelta) -> None:
+        """No worker of the host took the read within `waited`: the review shows
+        `waiting_for_host` until one does (a state, not a failure)."""
+        if waiting == (self.stage == WAITING):
+            return
+        self.stage = WAITING if waiting else "content"
+        show_code_review(WAITING if waiting else "running")
+
+    async def _check_host(self) -> None:
+        """A host the database does not know, or whose roots do not hold the directory,
+        fails the review at once with the reason (the API answers 422 with the same)."""
+        host = self.request.host
+        if not host or not self._routes_to_host():
+            return
+        try:
+            await call_activity(activity_calls.CHECK_HOST,
+                                HostCheckInput(host=host,
+                                               workspace=self.request.working_directory),
+                                summary=f"host {host}")
+        # A local activity's failure arrives as the activity's own ApplicationError.
+        except (ActivityError, ApplicationError) as err:
+            raise_if_cancelled(err)
+            raise ApplicationError(describe_failure(err), type="HostRefused",
+                                   non_retryable=True) from None
 
     @workflow.query(description="The review's stage (content, review, verify, format, done) "
                     "and its supervisor attempts so far.")
@@ -62,6 +114,7 @@ class CodeReviewWorkflow(ModelQueueRouter):
         return result
 
     async def _review(self, request: CodeReviewInput) -> CodeReviewResult:
+        await self._check_host()
         content = await call_activity(
             activity_calls.LOAD_REVIEW_CONTENT,
             LoadContentInput(request=request, task_id=self.task_id),

@@ -53,7 +53,7 @@ class HostPhase(AgentBase):
         inp = self.state.input
         if activity.runs_on != "workspace" or not inp.host:
             return None
-        return timedelta(seconds=inp.host_wait_s) if inp.host_wait_s else hosts.DEFAULT_HOST_WAIT
+        return hosts.host_wait(inp.host_wait_s)
 
     async def host_waiting(self, waiting: bool, activity: ActivityCall,
                            waited: timedelta) -> None:

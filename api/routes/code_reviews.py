@@ -20,6 +20,7 @@ from temporalio.service import RPCError
 
 from refloop.api.deps import ClientDep, SettingsDep, StoreDep
 from refloop.api.reconcile import is_not_found, refresh
+from refloop.api.routes.hosts import place_workspace, unprocessable
 from refloop.api.routes.tasks import task_row
 from refloop.api.schemas import JsonInt
 from refloop.contract.code_review import CodeReviewInput, CodeReviewResult
@@ -60,14 +61,21 @@ class CodeReviewState(BaseModel):
 @router.post("", response_model=CodeReviewAccepted, status_code=202)
 async def start_review(body: CodeReviewRequest, client: ClientDep, store: StoreDep,
                        settings: SettingsDep) -> CodeReviewAccepted:
-    try:  # the review reads files there: inside REFLOOP_WORKSPACE_ROOTS only
-        workdir = await asyncio.to_thread(resolve_workspace, body.working_directory, settings)
-    except WorkspaceError as err:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(err)) from err
+    host = None
+    if body.review_type == "file" or body.host is not None:
+        # It reads files there: on the host holding them, else inside the API's roots.
+        workdir, host = await place_workspace(store, settings, body.working_directory,
+                                              body.host)
+    else:  # the diff or snippet travels in the request: no host's disk is read
+        try:  # inside REFLOOP_WORKSPACE_ROOTS only
+            workdir = str(await asyncio.to_thread(resolve_workspace, body.working_directory,
+                                                  settings))
+        except WorkspaceError as err:
+            raise unprocessable(err) from err
     task_id = body.task_id or f"review-{uuid.uuid4().hex[:12]}"
     workflow_id = f"code-review-{task_id}"
     request = CodeReviewInput.model_validate({**body.model_dump(), "task_id": task_id,
-                                              "working_directory": str(workdir)})
+                                              "working_directory": workdir, "host": host})
     record = RecordTaskInput(task_id=task_id, workflow_id=workflow_id, kind="code_review",
                              status="queued", input=request.model_dump(mode="json"))
     if not await asyncio.to_thread(store.claim_task, record):

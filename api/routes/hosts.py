@@ -17,7 +17,13 @@ from fastapi import APIRouter, HTTPException, status
 
 from refloop.api.deps import StoreDep
 from refloop.contract.hosts import HostInfo, HostRefused, NoHostHolds, check_host, choose_host
-from refloop.runtime.workspaces import WorkspaceError, system_refusal
+from refloop.runtime.workspaces import (
+    WorkspaceError,
+    fresh_workspace,
+    resolve_workspace,
+    system_refusal,
+)
+from refloop.settings import Settings
 from refloop.store.db import Store
 from refloop.store.hosts import list_hosts
 
@@ -43,7 +49,7 @@ def host_path(raw: str) -> str:
     return str(path)
 
 
-def unprocessable(err: Exception) -> HTTPException:
+def unprocessable(err: Exception | str) -> HTTPException:
     return HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(err))
 
 
@@ -61,6 +67,31 @@ async def session_host(store: Store, raw: str, requested: str | None
         return err
     except (WorkspaceError, HostRefused) as err:
         raise unprocessable(err) from err
+
+
+async def place_workspace(store: Store, settings: Settings, raw: str | None,
+                          requested: str | None) -> tuple[str, str | None]:
+    """(workspace, host) of new work: on the live host whose roots hold `raw` (or the
+    requested one, after the same check), else, with no live host holding it, inside the
+    API's own roots with no host (one machine); `raw` None: a fresh directory. 422 when
+    refused."""
+    placed = None
+    if raw is not None or requested is not None:  # on a host's disk, if any live
+        placed = await session_host(store, raw or "", requested)
+    unheld = placed if isinstance(placed, NoHostHolds) else None
+    if unheld is not None:  # today's rule decides: the API's own roots, no host
+        placed = None
+    host = placed[1] if placed is not None else None
+    if placed is not None and host != settings.refloop_host_id:
+        return placed[0], host  # on another machine: that host checks it again
+    try:  # inside REFLOOP_WORKSPACE_ROOTS, or a fresh directory under the data dir
+        workspace = await asyncio.to_thread(
+            lambda: resolve_workspace(raw, settings) if raw is not None
+            else fresh_workspace(settings))
+    except WorkspaceError as err:
+        why = f"{unheld}; {err}" if unheld is not None else str(err)
+        raise unprocessable(why) from err
+    return str(workspace), host
 
 
 async def recheck_host(store: Store, workspace: str, host: str) -> None:

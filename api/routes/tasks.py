@@ -15,7 +15,7 @@ from temporalio.service import RPCError
 
 from refloop.api.deps import ClientDep, SettingsDep, StoreDep
 from refloop.api.reconcile import OPEN_STATUSES, is_not_found, mark_lost
-from refloop.api.routes.hosts import recheck_host, session_host
+from refloop.api.routes.hosts import place_workspace, recheck_host
 from refloop.api.schemas import (
     ApprovalBody,
     ApprovalOutcome,
@@ -28,7 +28,6 @@ from refloop.api.schemas import (
 from refloop.api.sse import event_stream
 from refloop.api.task_view import listed, live_state
 from refloop.contract.activity_io import ApprovalDecision, ModelEndpoint
-from refloop.contract.hosts import NoHostHolds
 from refloop.contract.task import RecordTaskInput, TaskInput
 from refloop.contract.visibility import start_metadata
 from refloop.runtime.telemetry import tracer
@@ -36,7 +35,6 @@ from refloop.runtime.workspaces import (
     ID_PATTERN,
     WorkspaceError,
     ensure_fresh_workspace,
-    fresh_workspace,
     resolve_workspace,
 )
 from refloop.settings import Settings
@@ -65,24 +63,8 @@ def not_found(what: str) -> HTTPException:
 @interactive.post("/start", response_model=SessionStarted, status_code=201)
 async def start_session(body: SessionStart, store: StoreDep,
                         settings: SettingsDep) -> SessionStarted:
-    placed = None
-    if body.workspace is not None or body.host is not None:  # on a host's disk, if any live
-        placed = await session_host(store, body.workspace or "", body.host)
-    unheld = placed if isinstance(placed, NoHostHolds) else None
-    if unheld is not None:  # today's rule decides: the API's own roots, no host
-        placed = None
-    host = placed[1] if placed is not None else None
-    try:
-        if placed is not None and host != settings.refloop_host_id:
-            workspace = placed[0]  # on another machine: that host checks it again
-        else:  # inside REFLOOP_WORKSPACE_ROOTS, or a fresh directory under the data dir
-            workspace = await asyncio.to_thread(
-                lambda: resolve_workspace(body.workspace, settings)
-                if body.workspace is not None else fresh_workspace(settings))
-    except WorkspaceError as err:
-        why = f"{unheld}; {err}" if unheld is not None else str(err)
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, why) from err
-    return await asyncio.to_thread(_new_session, body, store, settings, str(workspace), host)
+    workspace, host = await place_workspace(store, settings, body.workspace, body.host)
+    return await asyncio.to_thread(_new_session, body, store, settings, workspace, host)
 
 
 def _new_session(body: SessionStart, store: Store, settings: Settings, workspace: str,

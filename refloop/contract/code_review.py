@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from refloop.contract.hosts import HOST_ID_PATTERN
+
 MAX_ATTEMPTS = 3
 QUALITY_THRESHOLD = 50
 
@@ -24,6 +26,12 @@ class CodeReviewInput(BaseModel):
     output_format: str = "detailed"  # detailed | simple | a free-text instruction
     model: str | None = None
     max_content_lines: int = Field(default=3000, ge=10)
+    # The worker host holding the directory (GET /hosts): the content read runs on that
+    # host's task queue. Optional: None reads on any worker, as before hosts existed.
+    host: str | None = Field(default=None, pattern=HOST_ID_PATTERN)
+    # How long a worker of the host may take to pick the read up before the review shows
+    # `waiting_for_host` (None: 60 s).
+    host_wait_s: float | None = Field(default=None, gt=0)
 
 
 class RetryContext(BaseModel):

@@ -38,6 +38,11 @@ def model_queue(shared: str) -> str:
     return f"{shared}.llm"
 
 
+def host_wait(seconds: float | None) -> timedelta:
+    """The first bound on a host picking a workspace call up (None: the default)."""
+    return timedelta(seconds=seconds) if seconds else DEFAULT_HOST_WAIT
+
+
 def next_wait(waited: timedelta) -> timedelta:
     """The bound of the next try after a host did not answer within `waited`: doubling,
     so a host gone for a weekend costs a few events an hour, not thousands."""

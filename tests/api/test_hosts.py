@@ -123,3 +123,47 @@ async def test_a_task_waiting_for_its_host_shows_it_everywhere_and_can_be_cancel
 
 async def _is(value, expected: str) -> bool:
     return await value == expected
+
+
+async def start_review(api, workdir, host=None, review_type="file"):
+    body = {"review_type": review_type, "working_directory": str(workdir)}
+    if review_type == "file":
+        body["file_paths"] = ["m.py"]
+    else:
+        body["content"] = "eval(x)"
+    if host is not None:
+        body["host"] = host
+    return await api.post("/code-reviews", json=body)
+
+
+async def test_a_file_review_gets_the_host_holding_its_directory(api, registered, tmp_path):
+    """As for a session: the one live host holding it, a named host after the roots check,
+    and the same 422s; the review's input names its host."""
+    from refloop.store.db import store_for
+
+    (tmp_path / "a" / "repo").mkdir(parents=True)
+    (tmp_path / "shared").mkdir()
+    a = registered("a", [str(tmp_path / "a")])
+    first = registered("one", [str(tmp_path / "shared")])
+    registered("two", [str(tmp_path / "shared")])
+    placed = await start_review(api, tmp_path / "a" / "repo")
+    assert placed.status_code == 202, placed.text
+    row = store_for(api.app.state.settings.effective_database_url).get_task(
+        placed.json()["task_id"])
+    assert row.input["host"] == a and row.input["working_directory"] == str(
+        tmp_path / "a" / "repo")
+    await api.app.state.client.get_workflow_handle(placed.json()["workflow_id"]).terminate()
+    refusals = {
+        "unknown host 'no-such-host'": await start_review(api, tmp_path / "a" / "repo",
+                                                          host="no-such-host"),
+        "does not hold": await start_review(api, tmp_path / "shared", host=a),
+        "several live hosts": await start_review(api, tmp_path / "shared"),
+        "name an absolute path": await start_review(api, "repo", host=first),
+    }
+    for expected, response in refusals.items():
+        assert response.status_code == 422 and expected in response.text, response.text
+    # A snippet carries its content: no host's disk is read, and none is named.
+    snippet = await start_review(api, tmp_path / "shared", review_type="snippet")
+    assert snippet.status_code == 202, snippet.text
+    assert store_for(api.app.state.settings.effective_database_url).get_task(
+        snippet.json()["task_id"]).input["host"] is None

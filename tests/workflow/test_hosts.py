@@ -68,6 +68,18 @@ def unique_host(name: str) -> str:
     return f"{name}-{uuid.uuid4().hex[:6]}"
 
 
+@contextlib.asynccontextmanager
+async def two_hosts(temporal_server: str, settings: Settings, tmp_path: Path, task_queue: str
+                    ) -> AsyncIterator[list[str]]:
+    """Hosts a and b, each with its own worker, data dir and root (`<host>-root`)."""
+    hosts = [unique_host("a"), unique_host("b")]
+    async with running_host(temporal_server, host_settings(settings, tmp_path, hosts[0]),
+                            task_queue), \
+            running_host(temporal_server, host_settings(settings, tmp_path, hosts[1]),
+                         task_queue):
+        yield hosts
+
+
 def edit_scenario(path: str) -> dict:
     return {"intent": [CODING], "plan": [plan_of("write_file")],
             "act": [call("write_file", path=path, content="hi\n"), final("written")],
@@ -89,10 +101,7 @@ def where_activities_ran(history) -> list[tuple[str, str, str]]:
 
 async def test_golden_each_tasks_workspace_activities_run_on_its_hosts_worker(
         temporal_server, client, settings, scripted_llm, tmp_path, task_queue):
-    hosts = [unique_host("a"), unique_host("b")]
-    configs = {host: host_settings(settings, tmp_path, host) for host in hosts}
-    async with running_host(temporal_server, configs[hosts[0]], task_queue), \
-            running_host(temporal_server, configs[hosts[1]], task_queue):
+    async with two_hosts(temporal_server, settings, tmp_path, task_queue) as hosts:
         handles = {}
         for host in hosts:
             workspace = tmp_path / f"{host}-root" / "ws"
