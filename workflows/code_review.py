@@ -34,13 +34,11 @@ with workflow.unsafe.imports_passed_through():
     )
 
 from refloop.workflows import code_review_logic as logic
+from refloop.workflows import patches
 from refloop.workflows.agent_base import describe_failure, raise_if_cancelled
 from refloop.workflows.calls import ModelQueueRouter, call_activity
 from refloop.workflows.visibility_phase import show_code_review
 
-# Reviews recorded before they had a host read their content on the shared queue (a
-# `host` in their input was ignored), and replay so.
-REVIEW_HOST_PATCH = "code-review-host"
 WAITING = "waiting_for_host"
 
 
@@ -58,7 +56,10 @@ class CodeReviewWorkflow(ModelQueueRouter):
     def _routes_to_host(self) -> bool:
         """Whether the content read runs on the review's host (asked once per run)."""
         if self._on_host is None:
-            self._on_host = bool(self.request.host) and workflow.patched(REVIEW_HOST_PATCH)
+            # Reviews recorded before they had a host read their content on the shared
+            # queue (a `host` in their input was ignored), and replay so.
+            self._on_host = bool(self.request.host) and workflow.patched(
+                patches.CODE_REVIEW_HOST)
         return self._on_host
 
     def activity_queue(self, activity: ActivityCall) -> str | None:

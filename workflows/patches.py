@@ -32,6 +32,9 @@ TEXT_TOOL_CALL_FORMS = "text-tool-call-forms"  # only one textual tool-call form
 INTERRUPTED_CALL = "interrupted-call-is-a-tool-error"  # it failed the task
 INCOMPLETE_STATUS = "incomplete-task-status"  # unfinished work was "completed"
 
+# The code-review workflow's own, asked in its first activation when the review has a host.
+CODE_REVIEW_HOST = "code-review-host"  # the content read on the shared queue
+
 AGENT_PATCHES = (
     WORKSPACE_CONTEXT, INDEX_SETTLE, SEARCH_ATTRIBUTES, HOST_QUEUES, STORE_WRITES_LOCAL,
     MCP_TOOLS, COMPLETENESS_REFLECTION, DIRECT_ANSWER_UNPLANNABLE,

@@ -10,7 +10,8 @@ import refloop.workflows.agent as agent
 from refloop.workflows import patches
 
 WORKFLOWS = Path(agent.__file__).parent
-# The code-review workflow schedules no local activity; its one patch is shared.
+# The code-review workflow's patches are asked before its one local activity (the host
+# check) or after scheduled ones only.
 OTHER_WORKFLOWS = {"code_review.py", "patches.py"}
 
 
