@@ -4,6 +4,7 @@ ports), scripted model and DB URL."""
 from __future__ import annotations
 
 import collections
+import signal
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -20,6 +21,9 @@ from tests.llm_fixtures import scripted_llm  # noqa: F401  (session fixture)
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # A run stopped by SIGTERM (a timeout, CI) tears down like Ctrl-C: the session's dev
+    # servers and model servers stop instead of outliving it.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     # Each xdist worker has its own database, and REFLOOP_TEST_DATABASE_URL may name a new one.
     problem = create_database(TEST_DATABASE_URL)
     if problem:  # the DB tests fail on their own; the rest still run
