@@ -10,6 +10,8 @@ from refloop.activities.mcp_activities import mcp_specs
 from refloop.activities.model_calls import call_model, model_ledger
 from refloop.contract import activity_calls
 from refloop.contract.activity_io import (
+    ClaimedFilesInput,
+    ClaimedFilesResult,
     CompletenessInput,
     CompletenessResult,
     CompletenessVerdict,
@@ -30,22 +32,19 @@ NO_SUPPLEMENTS_REASK = (
 )
 
 
-def deterministic_evidence(inp: CompletenessInput) -> tuple[list[str], list[str]]:
-    """(decisive, advisory) findings, no model needed.
-
-    A file the model claims to have written but that does not exist is decisive. An
-    unmarked plan step is only advisory: the work may be done without the marker.
-    """
-    root = workspace_root(inp.workspace)
+def missing_claimed_files(workspace: str, claimed_files: list[str]) -> list[str]:
+    """The decisive findings, no model needed: a file the model claims to have written but
+    that does not exist (reads the workspace: on the task's host)."""
+    root = workspace_root(workspace)
     decisive = []
-    for name in inp.claimed_files:
+    for name in claimed_files:
         try:
             exists = is_file(resolve(root, name))
         except ToolError:
             exists = False
         if not exists:
             decisive.append(f"the answer claims {name} was written, but it does not exist")
-    return decisive, [f"plan {step} was not marked complete" for step in inp.missing_steps]
+    return decisive
 
 
 class ReflectionActivities:
@@ -55,8 +54,23 @@ class ReflectionActivities:
 
     @activity.defn(name=activity_calls.CHECK_COMPLETENESS.name)
     async def check_completeness(self, inp: CompletenessInput) -> CompletenessResult:
-        decisive, advisory = await asyncio.to_thread(deterministic_evidence, inp)
-        evidence = decisive + advisory
+        """Read and judge in one activity (runs recorded before the split)."""
+        decisive = await asyncio.to_thread(missing_claimed_files, inp.workspace,
+                                           inp.claimed_files)
+        return await self.judge_completeness(inp.model_copy(update={"decisive": decisive}))
+
+    @activity.defn(name=activity_calls.CHECK_CLAIMED_FILES.name)
+    async def check_claimed_files(self, inp: ClaimedFilesInput) -> ClaimedFilesResult:
+        return ClaimedFilesResult(missing=await asyncio.to_thread(
+            missing_claimed_files, inp.workspace, inp.claimed_files))
+
+    @activity.defn(name=activity_calls.JUDGE_COMPLETENESS.name)
+    async def judge_completeness(self, inp: CompletenessInput) -> CompletenessResult:
+        """The judge, given the missing files (decisive) found on the task's host. An
+        unmarked plan step is only advisory: the work may be done without the marker."""
+        decisive = inp.decisive or []
+        evidence = decisive + [f"plan {step} was not marked complete"
+                               for step in inp.missing_steps]
         settings = self.gateway.settings
         history = [f"{h.tool} {h.arguments} -> {h.outcome}" for h in inp.history]
         messages = completeness_messages(inp.task, history, inp.tool_names, evidence,

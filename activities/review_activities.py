@@ -8,7 +8,12 @@ from temporalio import activity
 
 from refloop.activities.model_calls import call_model
 from refloop.contract import activity_calls
-from refloop.contract.activity_io import QualityReview, QualityReviewInput, QualityReviewResult
+from refloop.contract.activity_io import (
+    EditedFile,
+    JudgeEditInput,
+    QualityReviewInput,
+    QualityReviewResult,
+)
 from refloop.contract.errors import ToolError
 from refloop.contract.messages import Purpose
 from refloop.llm.gateway import LLMGateway
@@ -42,32 +47,47 @@ def build_snippet(inp: QualityReviewInput, content: str) -> tuple[str, int | Non
     return snippet.text, snippet.start_line, snippet.end_line
 
 
+def read_for_review(inp: QualityReviewInput) -> EditedFile:
+    """The edited file as the reviewer sees it (reads the workspace: on the task's host)."""
+    file_path, content = read_edited(inp)
+    snippet, start, end = build_snippet(inp, content)
+    return EditedFile(file_path=file_path, tool=inp.tool, snippet=snippet, start_line=start,
+                      end_line=end, problems=deterministic_problems(file_path, content))
+
+
 class ReviewActivities:
     def __init__(self, gateway: LLMGateway) -> None:
         self.gateway = gateway
 
     @activity.defn(name=activity_calls.QUALITY_REVIEW.name)
     async def quality_review(self, inp: QualityReviewInput) -> QualityReviewResult:
-        file_path, content = await asyncio.to_thread(read_edited, inp)
-        snippet, start, end = build_snippet(inp, content)
-        base = {"file_path": file_path, "tool": inp.tool, "start_line": start, "end_line": end}
-        problems = deterministic_problems(file_path, content)
-        if problems:  # no model call: the file is broken whatever the rules say
-            return QualityReviewResult(review=QualityReview(
-                **base, passed=False, outcome="deterministic_failed", reasons=problems,
-                suggestions="Fix these problems first.", summary="deterministic check failed",
-            ))
+        """Read and judge in one activity (runs recorded before the split)."""
+        edited = await asyncio.to_thread(read_for_review, inp)
+        failed = edited.failed_checks()
+        if failed is not None:  # no model call: the file is broken whatever the rules say
+            return QualityReviewResult(review=failed)
+        return await self.judge_edit(JudgeEditInput(task=inp.task, edited=edited,
+                                                    rules=inp.rules, model=inp.model,
+                                                    endpoint=inp.endpoint))
+
+    @activity.defn(name=activity_calls.READ_EDIT.name)
+    async def read_edit(self, inp: QualityReviewInput) -> EditedFile:
+        return await asyncio.to_thread(read_for_review, inp)
+
+    @activity.defn(name=activity_calls.JUDGE_EDIT.name)
+    async def judge_edit(self, inp: JudgeEditInput) -> QualityReviewResult:
+        edited = inp.edited
         out = await call_model(self.gateway.structured(
             Purpose.quality_review,
-            review_messages(inp.task, file_path, snippet, inp.rules),
+            review_messages(inp.task, edited.file_path, edited.snippet, inp.rules),
             QualityVerdict,
             model=self.gateway.settings.review_model(inp.model),
             endpoint=inp.endpoint,
         ))
         verdict = out.value
         return QualityReviewResult(
-            review=QualityReview(
-                **base, passed=verdict.passed, outcome="passed" if verdict.passed else "failed",
+            review=edited.review(
+                passed=verdict.passed, outcome="passed" if verdict.passed else "failed",
                 reasons=verdict.reasons, suggestions=verdict.suggestions, summary=verdict.summary,
             ),
             usage=out.usage,

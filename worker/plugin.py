@@ -68,8 +68,9 @@ def activities_for(settings: Settings) -> Built:
     hosts = HostActivities(database)
     activities = [
         llm.classify_intent, llm.make_plan, llm.act, llm.summarize,
-        review.quality_review,
-        reflection.check_completeness, reflection.plan_supplement,
+        review.quality_review, review.read_edit, review.judge_edit,
+        reflection.check_completeness, reflection.check_claimed_files,
+        reflection.judge_completeness, reflection.plan_supplement,
         store.record_task, store.record_quality_review,
         code_review.load_content, code_review.review, code_review.verify,
         code_review.format_output, code_review.record_content,

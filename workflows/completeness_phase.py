@@ -7,11 +7,16 @@ from temporalio.exceptions import ActivityError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
     from refloop.contract import activity_calls
-    from refloop.contract.activity_io import CompletenessInput, Supplement, SupplementPlanInput
+    from refloop.contract.activity_io import (
+        ClaimedFilesInput,
+        CompletenessInput,
+        Supplement,
+        SupplementPlanInput,
+    )
     from refloop.contract.messages import COMPLETE_STEP, Plan
     from refloop.contract.task import TaskResult
 
-from refloop.workflows import accounting, completeness_logic, logic
+from refloop.workflows import accounting, completeness_logic, logic, patches
 from refloop.workflows.agent_base import AgentBase, describe_failure, raise_if_cancelled
 from refloop.workflows.calls import call_activity
 
@@ -38,24 +43,35 @@ class CompletenessPhase(AgentBase):
     async def _check_completeness(self, round_number: int) -> list[Supplement]:
         inp = self.state.input
         ledger = self.state.calls.ledger
+        check = CompletenessInput(
+            task=inp.task, workspace=inp.workspace,
+            history=completeness_logic.condensed_history(ledger),
+            tool_names=[n for n in self.tool_names if n != COMPLETE_STEP],
+            claimed_files=completeness_logic.claimed_files(
+                completeness_logic.claim_texts(ledger, self.state.conversation.answer)),
+            missing_steps=completeness_logic.missing_steps(
+                self.state.planning.plan, self.state.planning.completed_steps),
+            final_answer=self.state.conversation.answer,
+            model=inp.model,
+            endpoint=inp.endpoint,
+            max_supplements=inp.reflection_max_supplements,
+        )
+        summary = f"completeness check {round_number}"
         try:
-            result = await call_activity(
-                activity_calls.CHECK_COMPLETENESS,
-                CompletenessInput(
-                    task=inp.task, workspace=inp.workspace,
-                    history=completeness_logic.condensed_history(ledger),
-                    tool_names=[n for n in self.tool_names if n != COMPLETE_STEP],
-                    claimed_files=completeness_logic.claimed_files(
-                        completeness_logic.claim_texts(ledger, self.state.conversation.answer)),
-                    missing_steps=completeness_logic.missing_steps(
-                        self.state.planning.plan, self.state.planning.completed_steps),
-                    final_answer=self.state.conversation.answer,
-                    model=inp.model,
-                    endpoint=inp.endpoint,
-                    max_supplements=inp.reflection_max_supplements,
-                ),
-                summary=f"completeness check {round_number}",
-            )
+            if workflow.patched(patches.WORKSPACE_READS_APART):
+                # The files are looked at on the task's host; the judge runs on the model
+                # queue, under the fleet's rate limit.
+                found = await call_activity(
+                    activity_calls.CHECK_CLAIMED_FILES,
+                    ClaimedFilesInput(workspace=inp.workspace,
+                                      claimed_files=check.claimed_files),
+                    summary=f"claimed files {round_number}")
+                result = await call_activity(
+                    activity_calls.JUDGE_COMPLETENESS,
+                    check.model_copy(update={"decisive": found.missing}), summary=summary)
+            else:
+                result = await call_activity(activity_calls.CHECK_COMPLETENESS, check,
+                                             summary=summary)
         except ActivityError as err:
             raise_if_cancelled(err)
             self._account_failure(err)

@@ -31,6 +31,9 @@ DIRECT_ANSWER_PLANNED_AS_EDIT = "direct-answer-for-questions-planned-as-edits"
 TEXT_TOOL_CALL_FORMS = "text-tool-call-forms"  # only one textual tool-call form
 INTERRUPTED_CALL = "interrupted-call-is-a-tool-error"  # it failed the task
 INCOMPLETE_STATUS = "incomplete-task-status"  # unfinished work was "completed"
+# The quality review and the completeness check read the workspace on the task's host and
+# ask the model on the model queue; before, one activity did both on the host queue.
+WORKSPACE_READS_APART = "workspace-reads-apart-from-model-calls"
 
 # The code-review workflow's own, asked in its first activation when the review has a host.
 CODE_REVIEW_HOST = "code-review-host"  # the content read on the shared queue
@@ -39,6 +42,7 @@ AGENT_PATCHES = (
     WORKSPACE_CONTEXT, INDEX_SETTLE, SEARCH_ATTRIBUTES, HOST_QUEUES, STORE_WRITES_LOCAL,
     MCP_TOOLS, COMPLETENESS_REFLECTION, DIRECT_ANSWER_UNPLANNABLE,
     DIRECT_ANSWER_PLANNED_AS_EDIT, TEXT_TOOL_CALL_FORMS, INTERRUPTED_CALL, INCOMPLETE_STATUS,
+    WORKSPACE_READS_APART,
 )
 
 

@@ -8,14 +8,16 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from refloop.contract import activity_calls
     from refloop.contract.activity_io import (
+        JudgeEditInput,
         QualityReview,
         QualityReviewInput,
+        QualityReviewResult,
         RecordQualityReviewInput,
         ToolResult,
     )
     from refloop.contract.messages import ToolCall
 
-from refloop.workflows import accounting, review_logic
+from refloop.workflows import accounting, patches, review_logic
 from refloop.workflows.agent_base import AgentBase, describe_failure, raise_if_cancelled
 from refloop.workflows.calls import call_activity
 
@@ -50,22 +52,24 @@ class QualityReviewPhase(AgentBase):
         if file_path in self.state.reviews.capped:
             self._emit("quality_review_skipped", {"file_path": file_path, "reason": "cap"})
             return None
+        request = QualityReviewInput(
+            task=inp.task,
+            workspace=inp.workspace,
+            tool=call.name,
+            arguments=call.arguments,
+            data=result.data,
+            rules=inp.quality_review_rules or review_logic.DEFAULT_RULES,
+            model=inp.model,
+            endpoint=inp.endpoint,
+            snippet_lines=inp.quality_review_snippet_lines,
+        )
+        summary = f"quality review {file_path}"
         try:
-            outcome = await call_activity(
-                activity_calls.QUALITY_REVIEW,
-                QualityReviewInput(
-                    task=inp.task,
-                    workspace=inp.workspace,
-                    tool=call.name,
-                    arguments=call.arguments,
-                    data=result.data,
-                    rules=inp.quality_review_rules or review_logic.DEFAULT_RULES,
-                    model=inp.model,
-                    endpoint=inp.endpoint,
-                    snippet_lines=inp.quality_review_snippet_lines,
-                ),
-                summary=f"quality review {file_path}",
-            )
+            if workflow.patched(patches.WORKSPACE_READS_APART):
+                outcome = await self._read_then_judge(request, summary)
+            else:
+                outcome = await call_activity(activity_calls.QUALITY_REVIEW, request,
+                                              summary=summary)
             review = outcome.review
             if outcome.usage is not None:
                 self._account(outcome.usage)
@@ -89,6 +93,21 @@ class QualityReviewPhase(AgentBase):
             summary=f"record quality review {file_path}",
         )
         return review
+
+    async def _read_then_judge(self, request: QualityReviewInput, summary: str
+                               ) -> QualityReviewResult:
+        """The edited file read on the task's host; the reviewer model asked on the model
+        queue (under the fleet's rate limit) unless deterministic checks already failed."""
+        edited = await call_activity(activity_calls.READ_EDIT, request,
+                                     summary=f"read {request.data.get('file_path', '')}")
+        failed = edited.failed_checks()
+        if failed is not None:
+            return QualityReviewResult(review=failed)
+        return await call_activity(
+            activity_calls.JUDGE_EDIT,
+            JudgeEditInput(task=request.task, edited=edited, rules=request.rules,
+                           model=request.model, endpoint=request.endpoint),
+            summary=summary)
 
     def _count_review(self, review: QualityReview) -> None:
         self.state.reviews.done.append(review)

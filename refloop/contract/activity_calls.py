@@ -17,11 +17,15 @@ from refloop.contract import code_review as review
 from refloop.contract.activity_io import (
     ActInput,
     ActResult,
+    ClaimedFilesInput,
+    ClaimedFilesResult,
     ClassifyIntentInput,
     ClassifyIntentResult,
     CompletenessInput,
     CompletenessResult,
+    EditedFile,
     HostCheckInput,
+    JudgeEditInput,
     MakePlanInput,
     MakePlanResult,
     QualityReviewInput,
@@ -75,14 +79,24 @@ MAKE_PLAN = ActivityCall("refloop.llm.make_plan", MakePlanInput, MakePlanResult,
 ACT = ActivityCall("refloop.llm.act", ActInput, ActResult, LLM_CALL, runs_on="model")
 SUMMARIZE = ActivityCall("refloop.llm.summarize", SummarizeInput, SummarizeResult, LLM_CALL,
                          runs_on="model")
-# Reads the workspace (do the files the answer names exist?) before its model call.
+# Reads the workspace (do the files the answer names exist?) before its model call: runs
+# recorded before the split into the two below.
 CHECK_COMPLETENESS = ActivityCall("refloop.llm.check_completeness", CompletenessInput,
                                   CompletenessResult, LLM_CALL, runs_on="workspace")
+CHECK_CLAIMED_FILES = ActivityCall("refloop.reflection.check_claimed_files", ClaimedFilesInput,
+                                   ClaimedFilesResult, WORKSPACE_CALL, runs_on="workspace")
+JUDGE_COMPLETENESS = ActivityCall("refloop.llm.judge_completeness", CompletenessInput,
+                                  CompletenessResult, LLM_CALL, runs_on="model")
 PLAN_SUPPLEMENT = ActivityCall("refloop.llm.plan_supplement", SupplementPlanInput,
                                MakePlanResult, LLM_CALL, runs_on="model")
-# Reads the edited file before its model call.
+# Reads the edited file before its model call: runs recorded before the split into the
+# two below (the read on the task's host, the model call under the fleet's rate limit).
 QUALITY_REVIEW = ActivityCall("refloop.review.quality_review", QualityReviewInput,
                               QualityReviewResult, REVIEW_CALL, runs_on="workspace")
+READ_EDIT = ActivityCall("refloop.review.read_edit", QualityReviewInput, EditedFile,
+                         WORKSPACE_CALL, runs_on="workspace")
+JUDGE_EDIT = ActivityCall("refloop.review.judge_edit", JudgeEditInput, QualityReviewResult,
+                          REVIEW_CALL, runs_on="model")
 RECORD_TASK = ActivityCall("refloop.store.record_task", RecordTaskInput, None, STORE_WRITE,
                            local=True)
 RECORD_QUALITY_REVIEW = ActivityCall("refloop.store.record_quality_review",
@@ -124,8 +138,9 @@ def run_tool(name: str) -> ActivityCall[RunToolInput, ToolResult]:
 
 
 FIXED: tuple[ActivityCall, ...] = (
-    CLASSIFY_INTENT, MAKE_PLAN, ACT, SUMMARIZE, CHECK_COMPLETENESS, PLAN_SUPPLEMENT,
-    QUALITY_REVIEW, RECORD_TASK, RECORD_QUALITY_REVIEW, DESCRIBE_WORKSPACE, INDEX_WORKSPACE,
+    CLASSIFY_INTENT, MAKE_PLAN, ACT, SUMMARIZE, CHECK_COMPLETENESS, CHECK_CLAIMED_FILES,
+    JUDGE_COMPLETENESS, PLAN_SUPPLEMENT, QUALITY_REVIEW, READ_EDIT, JUDGE_EDIT, RECORD_TASK,
+    RECORD_QUALITY_REVIEW, DESCRIBE_WORKSPACE, INDEX_WORKSPACE,
     MCP_LIST_TOOLS, MCP_CALL_TOOL, LOAD_REVIEW_CONTENT, REVIEW_AGENT, VERIFY_AGENT,
     FORMAT_REVIEW, RECORD_REVIEW_CONTENT, CHECK_HOST,
 )

@@ -155,6 +155,40 @@ class QualityReviewResult(BaseModel):
     usage: LLMUsageRecord | None = None  # None when no model was called
 
 
+class EditedFile(BaseModel):
+    """An edited file as its reviewer sees it, read on the task's host: the snippet around
+    the edit and what deterministic checks found (no model needed for those)."""
+
+    file_path: str
+    tool: str
+    snippet: str = ""
+    start_line: int | None = None
+    end_line: int | None = None
+    problems: list[str] = Field(default_factory=list)
+
+    def review(self, **verdict: Any) -> QualityReview:
+        return QualityReview(file_path=self.file_path, tool=self.tool,
+                             start_line=self.start_line, end_line=self.end_line, **verdict)
+
+    def failed_checks(self) -> QualityReview | None:
+        """The review when the file is broken whatever the rules say, else None."""
+        if not self.problems:
+            return None
+        return self.review(passed=False, outcome="deterministic_failed", reasons=self.problems,
+                           suggestions="Fix these problems first.",
+                           summary="deterministic check failed")
+
+
+class JudgeEditInput(BaseModel):
+    """The reviewer model's call on an edited file (on the model queue)."""
+
+    task: str
+    edited: EditedFile
+    rules: str
+    model: str | None = None
+    endpoint: ModelEndpoint | None = None
+
+
 class Supplement(BaseModel):
     action: str
     reason: str = ""
@@ -200,6 +234,20 @@ class CompletenessInput(BaseModel):
     model: str | None = None
     endpoint: ModelEndpoint | None = None  # a model config's endpoint
     max_supplements: int = 3
+    # The claimed files found missing, when read on the task's host beforehand (None: the
+    # activity reads the workspace itself, as runs recorded before the split do).
+    decisive: list[str] | None = None
+
+
+class ClaimedFilesInput(BaseModel):
+    workspace: str
+    claimed_files: list[str]
+
+
+class ClaimedFilesResult(BaseModel):
+    """What the workspace says of the files the answer claims: the missing ones, worded."""
+
+    missing: list[str] = Field(default_factory=list)
 
 
 class CompletenessResult(BaseModel):

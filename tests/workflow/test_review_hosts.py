@@ -31,6 +31,7 @@ from tests.workflow.helpers import (
     final,
     plan_of,
     result_of,
+    run_task,
     wait_until,
 )
 from tests.workflow.test_code_review import issue, review, verify
@@ -45,9 +46,6 @@ from tests.workflow.test_hosts import (
 from tests.workflow.test_quality_review import PASS, RULES
 
 pytestmark = pytest.mark.slow
-
-CHECKS_HISTORY = "agent_task_reviewed_before_split"
-
 
 def record(history, name: str) -> None:
     if os.environ.get("REFLOOP_RECORD_HISTORIES"):
@@ -147,12 +145,11 @@ async def test_a_review_waits_for_its_host_and_resumes_when_it_is_back(
     assert len(read) == 1 and f"@{gone} " in read[0][2]
 
 
-async def test_golden_review_record(temporal_server, client, settings, scripted_llm, tmp_path,
-                                    task_queue):
-    hosts = [unique_host("a"), unique_host("b")]
-    configs = {host: host_settings(settings, tmp_path, host) for host in hosts}
-    async with running_host(temporal_server, configs[hosts[0]], task_queue), \
-            running_host(temporal_server, configs[hosts[1]], task_queue):
+async def test_golden_reviews_read_on_the_host_and_ask_the_model_on_the_model_queue(
+        temporal_server, client, settings, scripted_llm, tmp_path, task_queue):
+    """The quality review and the completeness check: the workspace read on the task's
+    host, the model call on `<queue>.llm`, where the fleet's rate limit applies."""
+    async with two_hosts(temporal_server, settings, tmp_path, task_queue) as hosts:
         host = hosts[0]
         workspace = tmp_path / f"{host}-root" / "ws"
         workspace.mkdir()
@@ -168,10 +165,41 @@ async def test_golden_review_record(temporal_server, client, settings, scripted_
                 enable_reflection=True),
             id=f"test-{uuid.uuid4().hex[:10]}", task_queue=task_queue)
         outcome = await result_of(task)
-        assert outcome.status == "completed", outcome.answer
-        history = await task.fetch_history()
-        print(where_activities_ran(history), host_queue, model_queue)
-        record(history, CHECKS_HISTORY)
+    assert outcome.status == "completed", outcome.answer
+    assert [e.data["outcome"] for e in outcome.events if e.type == "quality_review"] == \
+        ["passed"]
+    history = await task.fetch_history()
+    record(history, "agent_task_reviews_apart")
+    ran = {name: (queue, identity) for name, queue, identity in where_activities_ran(history)}
+    for name in ("refloop.review.read_edit", "refloop.reflection.check_claimed_files"):
+        queue, identity = ran[name]
+        assert queue == host_queue(task_queue, host) and f"@{host} " in identity, ran
+    for name in ("refloop.review.judge_edit", "refloop.llm.judge_completeness"):
+        assert ran[name][0] == model_queue(task_queue), ran
+    assert "refloop.review.quality_review" not in ran
+    assert "refloop.llm.check_completeness" not in ran
+    assert len(scripted_llm.requests(model=model, purpose="quality_review")) == 1
+    judged = str(scripted_llm.requests(model=model, purpose="completeness")[0]["body"])
+    assert "does not exist" not in judged  # report.md is there: nothing decisive
+
+
+async def test_a_missing_claimed_file_and_a_broken_edit_are_found_without_the_model(
+        client, settings, scripted_llm, workspace, task_queue):
+    """What the host read finds decides alone: invalid JSON fails its review with no model
+    call; a claimed file that is not there makes the task incomplete."""
+    model = unique_scenario(scripted_llm, {
+        "intent": [CODING], "plan": [plan_of("write_file")],
+        "act": [call("write_file", path="data.json", content="{not json"),
+                final("wrote data.json and notes.md")],
+        "completeness": [COMPLETE, COMPLETE], "summary": [SUMMARY]})
+    result = await run_task(client, settings, task_queue, model, workspace,
+                            enable_quality_review=True, quality_review_rules=RULES,
+                            enable_reflection=True, reflection_max_rounds=1)
+    reviews = [e.data for e in result.events if e.type == "quality_review"]
+    assert reviews and reviews[0]["outcome"] == "deterministic_failed"
+    assert not scripted_llm.requests(model=model, purpose="quality_review")
+    judged = str(scripted_llm.requests(model=model, purpose="completeness")[0]["body"])
+    assert "notes.md was written, but it does not exist" in judged
 
 
 async def test_the_cli_review_naming_a_host_that_cannot_read_it_fails_at_once(
