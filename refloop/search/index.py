@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import itertools
 import json
 import sys
 import threading
@@ -148,19 +149,31 @@ class CodeIndex:
     # ------------------------------------------------------------ storage
 
     def _db(self):
-        lancedb = import_lancedb()
-        self.index_dir.mkdir(parents=True, exist_ok=True)
-        return lancedb.connect(str(self.index_dir))
+        return _connection(self.index_dir)
 
     def _table(self, create: bool):
+        """The table, opened once per process (a handle checks for newer versions on every
+        read, so it sees other processes' writes; reopening per query cost more than the
+        query)."""
         import pyarrow as pa
 
+        key = (str(self.index_dir.resolve()), self.table_name)
+        with _OPEN_LOCK:
+            table = _OPEN_TABLES.get(key)
+            if table is not None and not (self.index_dir / f"{self.table_name}.lance").is_dir():
+                del _OPEN_TABLES[key]  # the index dir was wiped: open afresh
+                table = None
+        if table is not None:
+            return table
         db = self._db()
         try:
-            return db.open_table(self.table_name)
+            table = db.open_table(self.table_name)
         except ValueError:  # not created yet
             if not create:
                 return None
+        else:
+            with _OPEN_LOCK:
+                return _OPEN_TABLES.setdefault(key, table)
         self._drop_older_schemas(db)
         schema = pa.schema([
             pa.field("path", pa.string()),
@@ -173,7 +186,9 @@ class CodeIndex:
             pa.field("file_hash", pa.string()),
             pa.field("vector", pa.list_(pa.float32(), DIMENSIONS)),
         ])
-        return db.create_table(self.table_name, schema=schema, exist_ok=True)
+        table = db.create_table(self.table_name, schema=schema, exist_ok=True)
+        with _OPEN_LOCK:
+            return _OPEN_TABLES.setdefault(key, table)
 
     def _drop_older_schemas(self, db) -> None:
         """An index of this workspace built by an older chunker is never read again: it goes
@@ -358,11 +373,14 @@ class CodeIndex:
         from refloop.contract.task import SemanticHit
 
         table = self._table(create=False)
-        if table is None or table.count_rows() == 0:
+        if table is None:
             return []
         rows = self._ranked_chunks(table, query, mode)
+        inside: dict[str, bool] = {}  # a file is checked once, and only if it ranks
+        present = (row for row in merge_by_definition(rows, len(rows))
+                   if inside.setdefault(row["path"], self._inside(row["path"])))
         hits = []
-        for row in merge_by_definition([r for r in rows if self._inside(r["path"])], limit):
+        for row in itertools.islice(present, limit):
             hits.append(SemanticHit(
                 path=row["path"], start_line=row["start_line"], end_line=row["end_line"],
                 text=self._hit_text(row), score=round(float(row["_score"]), 4)))
@@ -409,10 +427,17 @@ class CodeIndex:
 
     @staticmethod
     def _has_text_index(table) -> bool:
+        """Whether the full-text index exists (once seen, remembered for the handle: it is
+        only ever replaced, never dropped)."""
+        if id(table) in _TEXT_INDEXED:
+            return True
         try:
-            return any("lexical" in index.columns for index in table.list_indices())
+            found = any("lexical" in index.columns for index in table.list_indices())
         except Exception:  # an index listing problem only costs the lexical side
             return False
+        if found:
+            _TEXT_INDEXED.add(id(table))
+        return found
 
     def _hit_text(self, row: dict) -> str:
         """What the model reads: the definition from the file as it is now (up to
@@ -429,6 +454,27 @@ class CodeIndex:
     def _inside(self, relative: str) -> bool:
         path = (self.workspace / relative).resolve()
         return path.is_relative_to(self.workspace) and path.is_file()
+
+
+_OPEN_LOCK = threading.Lock()
+_CONNECTIONS: dict[str, object] = {}
+_OPEN_TABLES: dict[tuple[str, str], object] = {}  # (index dir, table name) -> handle
+_TEXT_INDEXED: set[int] = set()  # ids of handles whose table has its full-text index
+
+
+def _connection(index_dir: Path):
+    """One LanceDB connection per index dir and process; its tables re-read the latest
+    version on every query (`read_consistency_interval` 0), so a long-lived handle sees
+    what another process stored."""
+    from datetime import timedelta
+
+    lancedb = import_lancedb()
+    index_dir.mkdir(parents=True, exist_ok=True)
+    key = str(index_dir.resolve())
+    with _OPEN_LOCK:
+        if key not in _CONNECTIONS:
+            _CONNECTIONS[key] = lancedb.connect(key, read_consistency_interval=timedelta(0))
+        return _CONNECTIONS[key]
 
 
 _SIDE_POOL: list[ThreadPoolExecutor] = []

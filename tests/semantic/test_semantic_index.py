@@ -107,3 +107,25 @@ def test_an_index_of_an_older_chunker_is_dropped_when_the_current_one_is_made(tm
     assert old not in names and not (index_dir / f"{old}.manifest.json").exists()
     assert table_name(workspace) in names and manifest_path(index_dir, workspace).exists()
     assert other_workspace in names  # only this workspace's old index goes
+
+
+def test_a_long_lived_handle_sees_other_writers_and_a_wiped_index(repo: Path, tmp_path: Path):
+    """Tables are opened once per process: a search still sees rows another process (here a
+    pass of its own) stored after it opened the table, and an index dir wiped and rebuilt."""
+    import shutil
+    import subprocess
+    import sys
+
+    reader = CodeIndex(tmp_path / "index", repo)
+    reader.update()
+    assert reader.search("convert a hex colour to rgb", 1)[0].path != "utils/colors.py"
+    (repo / "utils" / "colors.py").write_text("def hex_to_rgb(value):\n    return value\n")
+    subprocess.run([sys.executable, "-m", "refloop.search.index", str(repo),
+                    str(tmp_path / "index")], check=True, capture_output=True)
+    assert reader.search("convert a hex colour to rgb", 1)[0].path == "utils/colors.py"
+    shutil.rmtree(tmp_path / "index")
+    (repo / "utils" / "colors.py").unlink()
+    assert reader.search("convert a hex colour to rgb", 1) == []
+    CodeIndex(tmp_path / "index", repo).update()
+    assert reader.search("where is the retry policy configured", 1)[0].path == \
+        "net/retries.py"
