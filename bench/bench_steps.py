@@ -60,9 +60,6 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "wal-no-fsync": {"pragmas": ("journal_mode=wal", "synchronous=off")},
     "no-eager": {"dynamic_config": {**DYNAMIC_CONFIG,
                                     "system.enableActivityEagerExecution": "false"}},
-    "one-partition": {"dynamic_config": {**DYNAMIC_CONFIG,
-                                         "matching.numTaskqueueReadPartitions": "1",
-                                         "matching.numTaskqueueWritePartitions": "1"}},
 }
 METRICS = ("persistence_latency_sum", "persistence_latency_count",
            "visibility_persistence_latency_sum", "service_latency_sum",
