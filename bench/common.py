@@ -37,13 +37,19 @@ class BenchEnv:
     settings: Settings
     queue: str
 
-    async def run(self, name: str, scenario: dict, **task: object
-                  ) -> tuple[TaskResult, float, WorkflowHandle]:
-        """Run one agent task on scenario `name` in a fresh workspace; (result, seconds, handle)."""
+    def prepare(self, name: str, scenario: dict) -> None:
+        """Load scenario `name` into the scripted model and make its workspace."""
         self.llm.load(name, scenario)
+        (self.root / name).mkdir()
+
+    async def run(self, name: str, scenario: dict | None, **task: object
+                  ) -> tuple[TaskResult, float, WorkflowHandle]:
+        """Run one agent task on scenario `name` in a fresh workspace; (result, seconds, handle).
+        `scenario` None: loaded already, and the workspace made (`prepare`)."""
+        if scenario is not None:
+            self.prepare(name, scenario)
         task.setdefault("enable_reflection", False)  # benches that measure it turn it on
         workspace = self.root / name
-        workspace.mkdir()
         started = time.perf_counter()
         handle = await self.client.start_workflow(
             AgentTaskWorkflow.run,
