@@ -109,6 +109,22 @@ class ApprovalOutcome(BaseModel):
     outcome: str
 
 
+class MoveBody(BaseModel):
+    """Move a task waiting for a host that will never return. Copy its workspace (and the
+    journal under the old host's data dir) to the new host first, at the same path."""
+
+    model_config = ConfigDict(extra="forbid", strict=True,
+                              json_schema_extra={"examples": [{"host": "worker-b"}]})
+
+    host: str = Field(pattern=HOST_ID_PATTERN)
+
+
+class TaskMoved(BaseModel):
+    task_id: str
+    host: str
+    moved_from: str | None
+
+
 class PromptBase(BaseModel):
     name: str = Field(min_length=1, max_length=200)
     system_prompt: str = Field(min_length=1, max_length=100_000)

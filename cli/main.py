@@ -25,6 +25,7 @@ from refloop.cli.serve import (
 )
 from refloop.cli.tasks import (
     export_history,
+    move_task,
     replay_histories,
     run_eval,
     run_review,
@@ -54,6 +55,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--mcp", metavar="NAMES",
                      help="MCP servers whose tools the task may use, e.g. git,time "
                           "(names in the REFLOOP_MCP_CONFIG file)")
+
+    move = sub.add_parser("move", help="move a task waiting for a host that will never "
+                          "return to another host (copy its workspace there first)")
+    move.add_argument("task", help="the task ID")
+    move.add_argument("--host", required=True, help="the live host to run it on; its "
+                      "roots must hold the task's workspace path")
 
     sub.add_parser("worker", help="run a worker against TEMPORAL_ADDRESS")
     sub.add_parser("mcp", help="serve refloop's tasks as an MCP server over stdio "
@@ -120,7 +127,7 @@ def main(argv: list[str] | None = None) -> None:
         ports = {"refloop_temporal_port": getattr(args, "temporal_port", None),
                  "refloop_ui_port": getattr(args, "ui_port", None)}
         settings = settings.model_copy(update={k: v for k, v in ports.items() if v})
-    if args.command in ("worker", "api", "history") and not settings.temporal_address:
+    if args.command in ("worker", "api", "history", "move") and not settings.temporal_address:
         from refloop.worker.temporal_server import find_running_address
 
         # The server a running `refloop up` of this data dir serves, wherever its port.
@@ -151,6 +158,8 @@ def main(argv: list[str] | None = None) -> None:
         runner = run_review(args, settings)
     elif args.command == "history":
         runner = export_history(args, settings)
+    elif args.command == "move":
+        runner = move_task(args, settings)
     else:
         runner = replay_histories(args)
     if args.command in ("run", "review"):

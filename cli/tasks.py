@@ -291,3 +291,42 @@ async def run_eval(args: argparse.Namespace) -> int:
     else:
         print(render(table, outcomes))
     return 0
+
+
+async def move_task(args: argparse.Namespace, settings: Settings) -> int:
+    """`refloop move TASK --host H`: a task waiting for a host that will never return goes
+    to H (live, its roots holding the task's workspace, copied there first)."""
+    from temporalio.client import WorkflowUpdateFailedError
+    from temporalio.service import RPCError
+
+    from refloop.api.routes.hosts import live_host_holding
+    from refloop.api.routes.tasks import describe_update_failure, move_session
+    from refloop.contract.hosts import HostMove, HostRefused
+    from refloop.runtime.client import connect
+    from refloop.store.db import store_for
+    from refloop.store.hosts import list_hosts
+    from refloop.workflows.agent import AgentTaskWorkflow
+
+    if not settings.temporal_address:
+        fail("refloop move needs the deployment: set TEMPORAL_ADDRESS and DATABASE_URL")
+    store = store_for(settings.effective_database_url)
+    row = await asyncio.to_thread(store.get_task, args.task)
+    if row is None or row.kind != "agent":
+        fail(f"no agent task {args.task!r} in the database")
+    try:
+        target = live_host_holding(await asyncio.to_thread(list_hosts, store), args.host,
+                                   row.input.get("workspace", ""))
+    except HostRefused as err:
+        fail(str(err))
+    client = await connect(settings.temporal_address, settings.temporal_namespace)
+    try:
+        await client.get_workflow_handle(row.workflow_id).execute_update(
+            AgentTaskWorkflow.move_to_host, HostMove(host=target))
+    except WorkflowUpdateFailedError as err:
+        fail(f"task {args.task} not moved: {describe_update_failure(err)}")
+    except RPCError as err:
+        fail(f"task {args.task} not moved: {err.message}")
+    if row.session_id:
+        await asyncio.to_thread(move_session, store, row.session_id, args.host)
+    err_console.print(f"task {args.task} moved from {row.input.get('host')} to {args.host}")
+    return 0

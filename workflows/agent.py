@@ -26,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
         SummarizeInput,
         ToolResult,
     )
+    from refloop.contract.hosts import HostMove, refuse_move
     from refloop.contract.messages import ChatMessage, Plan, ToolCall
     from refloop.contract.task import Event, TaskInput, TaskProgress, TaskResult
     from refloop.contract.text import task_keywords
@@ -92,6 +93,18 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
     @decide_approval.validator
     def _validate_decision(self, decision: ApprovalDecision) -> None:
         validate_decision(self.state.approvals.waiting, decision)
+
+    @workflow.update(description="Move a task waiting for a host that will never return to "
+                     'another: {"host": <that host as GET /hosts lists it>}; it must be live '
+                     "and its roots must hold the task's workspace (copied there first).")
+    async def move_to_host(self, move: HostMove) -> str:
+        self._move_to_host(move)
+        return move.host.host_id
+
+    @move_to_host.validator
+    def _validate_move(self, move: HostMove) -> None:
+        inp = self.state.input
+        refuse_move(inp.host, inp.workspace, self.state.status, move)
 
     # ------------------------------------------------------------ run
 

@@ -10,6 +10,7 @@ its host picks up within the bound is not a failure: the workflow is told (it sh
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import Any, Protocol, TypeVar
 
@@ -41,6 +42,10 @@ class ActivityRouter(Protocol):
                            waited: timedelta) -> None:
         """The host did not pick the call up within `waited` (True), or it is back (False)."""
 
+    def host_moves(self) -> int:
+        """How many times the task was moved to another host (a change: a waiting call is
+        taken back and scheduled on the new host)."""
+
 
 class ModelQueueRouter:
     """The router of a workflow without a host: its model calls on the model queue."""
@@ -56,6 +61,9 @@ class ModelQueueRouter:
     async def host_waiting(self, waiting: bool, activity: ActivityCall,
                            waited: timedelta) -> None:
         return None
+
+    def host_moves(self) -> int:
+        return 0
 
 
 def _router() -> ActivityRouter | None:
@@ -88,14 +96,27 @@ async def call_activity(activity: ActivityCall[ArgT, ResultT], arg: ArgT, *,
             task_queue=queue, **opts.kwargs())
     waited: timedelta | None = None
     while True:
+        moves = router.host_moves()
+        handle = workflow.start_activity(
+            activity.name, arg, result_type=activity.result_type, summary=summary,
+            task_queue=queue, schedule_to_start_timeout=wait, **opts.kwargs())
+        # A task moved to another host while this call waits: the call is taken back from
+        # the old host's queue (nobody picked it up) and scheduled on the new one.
         try:
-            result = await workflow.execute_activity(
-                activity.name, arg, result_type=activity.result_type, summary=summary,
-                task_queue=queue, schedule_to_start_timeout=wait, **opts.kwargs())
+            await workflow.wait_condition(
+                lambda: handle.done() or router.host_moves() != moves)  # noqa: B023
+        except asyncio.CancelledError:  # the task is cancelled: so is the call, as before
+            handle.cancel()
+        moved = router.host_moves() != moves
+        if moved and not handle.done():
+            handle.cancel()
+        try:
+            result = await handle
         except ActivityError as err:
-            if not_picked_up(err):
-                await router.host_waiting(True, activity, wait)
-                waited, wait = wait, next_wait(wait)
+            if not_picked_up(err) or (moved and isinstance(err.cause, CancelledError)):
+                if not moved:
+                    await router.host_waiting(True, activity, wait)
+                waited, wait = wait, (router.host_wait(activity) if moved else next_wait(wait))
                 queue = router.activity_queue(activity)  # a moved task: its new host
                 continue
             if waited is not None and not isinstance(err.cause, CancelledError):

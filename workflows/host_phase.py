@@ -34,6 +34,18 @@ WAITING = "waiting_for_host"
 class HostPhase(AgentBase):
     _routed: bool | None = None
     _waiting_since: str | None = None
+    _moves = 0
+
+    def host_moves(self) -> int:
+        return self._moves
+
+    def _move_to_host(self, move: hosts.HostMove) -> None:
+        """The task's workspace calls go to `move.host` from now on: the call waiting for
+        the old host is taken back and scheduled there (`calls.call_activity`)."""
+        before = self.state.input.host
+        self.state.input = self.state.input.model_copy(update={"host": move.host.host_id})
+        self._moves += 1
+        self._emit("moved_to_host", {"from": before, "to": move.host.host_id})
 
     def _routes(self) -> bool:
         if self._routed is None:

@@ -102,3 +102,12 @@ async def recheck_host(store: Store, workspace: str, host: str) -> None:
         check_host(host, workspace, known)
     except HostRefused as err:
         raise unprocessable(err) from err
+
+
+def live_host_holding(known: list[HostInfo], host: str, workspace: str) -> HostInfo:
+    """The host a task may move to: known, live, its roots holding the workspace
+    (HostRefused, with the reason, if not)."""
+    target = check_host(host, workspace, known)
+    if not target.live:
+        raise HostRefused(f"host {host!r} is not live (last seen {target.last_seen:%F %T}Z)")
+    return target

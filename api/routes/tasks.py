@@ -15,19 +15,27 @@ from temporalio.service import RPCError
 
 from refloop.api.deps import ClientDep, SettingsDep, StoreDep
 from refloop.api.reconcile import OPEN_STATUSES, is_not_found, mark_lost
-from refloop.api.routes.hosts import place_workspace, recheck_host
+from refloop.api.routes.hosts import (
+    live_host_holding,
+    place_workspace,
+    recheck_host,
+    unprocessable,
+)
 from refloop.api.schemas import (
     ApprovalBody,
     ApprovalOutcome,
+    MoveBody,
     SessionStart,
     SessionStarted,
     TaskAccepted,
     TaskCreate,
+    TaskMoved,
     TaskState,
 )
 from refloop.api.sse import event_stream
 from refloop.api.task_view import listed, live_state
 from refloop.contract.activity_io import ApprovalDecision, ModelEndpoint
+from refloop.contract.hosts import HostMove, HostRefused
 from refloop.contract.task import RecordTaskInput, TaskInput
 from refloop.contract.visibility import start_metadata
 from refloop.runtime.telemetry import tracer
@@ -46,6 +54,7 @@ from refloop.store.db import (
     Store,
     TaskRecord,
 )
+from refloop.store.hosts import list_hosts
 from refloop.workflows.agent import AgentTaskWorkflow
 
 interactive = APIRouter(prefix="/agent/interactive", tags=["interactive"])
@@ -277,3 +286,49 @@ async def decide(task_id: TaskId, body: ApprovalBody, client: ClientDep,
         raise HTTPException(status.HTTP_409_CONFLICT,
                             f"call {body.call_id!r} is not awaiting a decision") from err
     return ApprovalOutcome(call_id=body.call_id, outcome=outcome)
+
+
+MOVE_RESPONSES = {
+    404: {"description": "No such agent task"},
+    409: {"description": "The task has ended, has no host, or is not waiting_for_host"},
+    422: {"description": "The host is unknown, not live, or its roots do not hold the "
+                         "task's workspace"},
+}
+
+
+@tasks.post("/{task_id}/move", response_model=TaskMoved, responses=MOVE_RESPONSES)
+async def move_task(task_id: TaskId, body: MoveBody, client: ClientDep,
+                    store: StoreDep) -> TaskMoved:
+    """Move a task waiting for a host that will never return to another live host whose
+    roots hold its workspace; the call it waits on is scheduled there at once."""
+    row = await task_row(store, task_id, kind="agent")
+    if row.status in TERMINAL_STATUSES:
+        raise ended(task_id, row)
+    workspace, before = row.input.get("workspace", ""), row.input.get("host")
+    known = await asyncio.to_thread(list_hosts, store)
+    try:
+        target = live_host_holding(known, body.host, workspace)
+    except HostRefused as err:
+        raise unprocessable(err) from err
+    handle = client.get_workflow_handle(row.workflow_id)
+    try:
+        host = await handle.execute_update(AgentTaskWorkflow.move_to_host,
+                                           HostMove(host=target))
+    # The validator's word (not waiting, no host, ...); the test server says NOT_FOUND.
+    except WorkflowUpdateFailedError as err:
+        raise HTTPException(status.HTTP_409_CONFLICT, describe_update_failure(err)) from err
+    except RPCError as err:
+        raise HTTPException(status.HTTP_409_CONFLICT, err.message) from err
+    if row.session_id:  # the session's next tasks go to the new host too
+        await asyncio.to_thread(move_session, store, row.session_id, host)
+    return TaskMoved(task_id=task_id, host=host, moved_from=before)
+
+
+def describe_update_failure(err: WorkflowUpdateFailedError) -> str:
+    cause = err.cause
+    return getattr(cause, "message", None) or str(cause or err)
+
+
+def move_session(store: Store, session_id: str, host: str) -> None:
+    if store.get(SessionRecord, session_id) is not None:
+        store.update(SessionRecord, session_id, {"host": host})

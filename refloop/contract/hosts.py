@@ -99,6 +99,33 @@ def check_host(host: str, path: str, hosts: Sequence[HostInfo]) -> HostInfo:
     return chosen
 
 
+class HostMove(BaseModel):
+    """Move a task waiting for a host that will never return to another host. `host` is
+    that host as the hosts table has it now: the API and `refloop move` read it (a workflow
+    cannot), and the workflow's validator checks it against the task."""
+
+    host: HostInfo
+
+
+def refuse_move(current: str | None, workspace: str, status: str, move: HostMove) -> None:
+    """Why the move cannot be made (ValueError), if it cannot: the task must wait for its
+    host (nothing of it runs anywhere), and the new host be another one, live, whose roots
+    hold the workspace."""
+    target = move.host
+    if current is None:
+        raise ValueError("the task has no host: its workspace activities run on any worker")
+    if status != "waiting_for_host":
+        raise ValueError(f"the task is {status}, not waiting_for_host: only a task waiting "
+                         "for its host can be moved")
+    if target.host_id == current:
+        raise ValueError(f"the task is already on host {current!r}")
+    if not target.live:
+        raise ValueError(f"host {target.host_id!r} is not live")
+    if not holds(target.roots, workspace):
+        raise ValueError(f"host {target.host_id!r} does not hold {workspace} (its roots: "
+                         f"{', '.join(target.roots) or 'none'})")
+
+
 def choose_host(path: str, hosts: Sequence[HostInfo], requested: str | None = None) -> str:
     """The host of a workspace: the requested one after the roots check, else the one live
     host whose roots hold it; none or several is a refusal naming the candidates."""

@@ -167,3 +167,59 @@ async def test_a_file_review_gets_the_host_holding_its_directory(api, registered
     assert snippet.status_code == 202, snippet.text
     assert store_for(api.app.state.settings.effective_database_url).get_task(
         snippet.json()["task_id"]).input["host"] is None
+
+
+async def test_moving_a_waiting_task_to_another_host(api, registered, scripted_llm, tmp_path):
+    """POST /tasks/{id}/move: 422 for a host that is unknown, not live or not holding the
+    workspace; 409 for a task on that host already or ended; the move itself names the new
+    host in the task's events and the session."""
+    from tests.llm_fixtures import unique_scenario
+    from tests.workflow.helpers import CODING, SUMMARY, call, final, plan_of, wait_until
+
+    api.app.state.settings = api.app.state.settings.model_copy(
+        update={"refloop_host_wait_s": 1.0})
+    root = tmp_path / "w"
+    (root / "ws").mkdir(parents=True)
+    old = registered("old", [str(root)])
+    new = registered("new", [str(root)])
+    elsewhere = registered("elsewhere", [str(tmp_path / "other")])
+    stale = registered("stale", [str(root)], beat_s=0.05)
+    model = unique_scenario(scripted_llm, {
+        "intent": [CODING], "plan": [plan_of("write_file")],
+        "act": [call("write_file", path="a.txt", content="a"), final("ok")],
+        "summary": [SUMMARY]})
+    session = (await api.post("/agent/interactive/start", json={
+        "workspace": str(root / "ws"), "host": old, "model": model})).json()
+    task_id = (await api.post("/agent/interactive/task", json={
+        "session_id": session["session_id"], "task": "write a.txt"})).json()["task_id"]
+
+    async def status() -> str:
+        return (await api.get(f"/tasks/{task_id}")).json()["status"]
+
+    await wait_until(lambda: _is(status(), "waiting_for_host"), "waiting_for_host", 30)
+
+    async def move(host, task=task_id):
+        return await api.post(f"/tasks/{task}/move", json={"host": host})
+
+    refusals = {"unknown host 'no-such-host'": await move("no-such-host"),
+                "is not live": await move(stale),
+                "does not hold": await move(elsewhere)}
+    for expected, response in refusals.items():
+        assert response.status_code == 422 and expected in response.text, response.text
+    for hostile in ({"host": "../x"}, {"host": new, "extra": 1}, {"host": 7}):
+        assert (await api.post(f"/tasks/{task_id}/move", json=hostile)).status_code == 422
+    assert (await move(new, "task-nosuch")).status_code == 404
+    moved = await move(new)
+    assert moved.status_code == 200, moved.text
+    assert moved.json() == {"task_id": task_id, "host": new, "moved_from": old}
+    again = await move(new)
+    assert again.status_code == 409 and "already on host" in again.text
+    sessions = store_for(api.app.state.settings.effective_database_url)
+    from refloop.store.db import SessionRecord
+    assert sessions.get(SessionRecord, session["session_id"]).host == new
+    assert (await api.post(f"/tasks/{task_id}/cancel")).status_code == 202
+    await wait_until(lambda: _is(status(), "cancelled"), "cancelled", 30)
+    events = (await api.get(f"/tasks/{task_id}/events")).text
+    assert "event: moved_to_host" in events
+    ended = await move(new)
+    assert ended.status_code == 409 and "already ended" in ended.text
