@@ -47,7 +47,10 @@ def rejects_field(status: int | None, body: str, word: str) -> bool:
 FALLBACKS = {
     "stream": "not streamed from now on: max_tokens is the server's to keep, and each "
               "request is bounded by REFLOOP_LLM_TIMEOUT_S alone",
-    "stream_tools": "requests offering tools are not streamed from now on: their "
+    "stream_tools": "requests offering tools under tool_choice auto now pick their tool "
+                    "first (a short capped request), then stream the call with that tool "
+                    "named (or none)",
+    "stream_named": "requests offering tools are not streamed from now on: their "
                     "max_tokens is the server's to keep, and each is bounded by "
                     "REFLOOP_LLM_TIMEOUT_S alone",
     "stream_options": "streams without it from now on; their usage is refloop's estimate",
@@ -64,12 +67,23 @@ class EndpointState:
     response_format: bool = True  # plain `json_object` accepted (code review)
     stream: bool = True  # stream answers (refloop/llm/stream.py)
     stream_options: bool = True  # ask for the usage at the end of a stream
-    # stream a request that offers tools (llama-cpp-python 0.3.36 cannot stream a tool
-    # call chosen under `tool_choice: auto`: its stream ends without a chunk)
+    # stream a request that offers tools under `tool_choice: auto`. llama-cpp-python 0.3.36
+    # cannot (its stream ends without a chunk, and unstreamed it drops max_tokens): such an
+    # endpoint is asked which tool first, then for the call with that tool named.
     stream_tools: bool = True
+    # stream a request that names its tool (or `none`); off: unstreamed, bounded by time
+    stream_named: bool = True
 
-    def streams(self, offers_tools: bool) -> bool:
-        return self.stream and (self.stream_tools or not offers_tools)
+    def streams(self, offers_tools: bool, named: bool = False) -> bool:
+        if not offers_tools:
+            return self.stream
+        return self.stream and (self.stream_named if named else self.stream_tools)
+
+    def picks_tool(self) -> bool:
+        """A request offering tools under `tool_choice: auto` goes as a pick, then the call
+        with its tool named: both stream, so both are cut at their caps."""
+        return (self.stream and not self.stream_tools and self.stream_named
+                and self.native_tools and self.tool_choice)
 
 
 class Endpoints:
@@ -114,8 +128,8 @@ class Endpoints:
 
     def drop(self, base_url: str, model: str, what: str, reason: str) -> bool:
         """Stop sending `tool_choice` / `tools` / `response_format`, or stop streaming
-        (`stream`, `stream_options`, `stream_tools`); False if already off or the operator
-        pinned native tools."""
+        (`stream`, `stream_options`, `stream_tools`, `stream_named`); False if already off
+        or the operator pinned native tools."""
         state = self.state(base_url, model)
         pinned = what in ("tool_choice", "native_tools") and self.tool_mode == "native"
         if not getattr(state, what) or pinned:

@@ -28,13 +28,14 @@ from refloop.contract.messages import (
     ToolSpec,
     parse_max_tokens,
 )
-from refloop.contract.text import detect_abnormal_output
+from refloop.contract.text import detect_abnormal_output, first_json_object
 from refloop.llm.endpoint import Endpoints, rejects_field, rejects_mode
 from refloop.llm.failures import (
     abandoned_by,
     classify,
 )
 from refloop.llm.ledger import current_ledger, in_flight, settled
+from refloop.llm.prompts import NO_TOOL, tool_pick_messages, tool_pick_schema
 from refloop.llm.stream import (
     Answer,
     EmptyStream,
@@ -58,6 +59,23 @@ from refloop.runtime.telemetry import tracer
 from refloop.settings import Settings
 
 PURPOSE_HEADER = "X-Refloop-Purpose"
+# A tool pick answers `{"tool": NAME}`: a few tokens, with room for long MCP tool names.
+PICK_MAX_TOKENS = 48
+
+
+class PickTheToolFirst(Exception):
+    """The endpoint was just found unable to stream a tool call it chooses itself."""
+
+
+def picked_tool(content: str | None, names: list[str]) -> str | None:
+    """The offered tool a pick's answer names, else None."""
+    candidate = first_json_object(content or "")
+    try:
+        value = json.loads(candidate) if candidate else None
+    except ValueError:
+        return None
+    name = value.get("tool") if isinstance(value, dict) else None
+    return name if name in names else None
 
 
 def cut_at(cut: str | None, cap: int, settings: Settings) -> str:
@@ -185,9 +203,12 @@ class LLMGateway:
                 release()
         # The stream ended before its first chunk: the endpoint cannot stream this request.
         extra = kwargs["extra_body"]
-        what = "stream_tools" if extra.get("tools") else "stream"
+        what = ("stream" if not extra.get("tools") else
+                "stream_tools" if extra.get("tool_choice", "auto") == "auto" else "stream_named")
         if not self.endpoints.drop(base_url, model, what, str(empty)):
             raise LLMTransportError(str(empty)) from empty
+        if self.endpoints.state(base_url, model).picks_tool():
+            raise PickTheToolFirst from empty
         unstreamed = {k: v for k, v in kwargs.items() if k not in ("stream", "stream_options")}
         return await self._create(purpose, model, client, base_url, **unstreamed)
 
@@ -221,11 +242,13 @@ class LLMGateway:
         response_format: dict[str, Any] | None = None,
         max_tokens: int | None = None,
         endpoint: ModelEndpoint | None = None,
+        reask_cut: bool = True,
     ) -> ChatOutcome:
         """One answer; an answer cut off at the token cap (by the server, or by refloop
         hanging up on a stream past it or still generating at the time bound) is re-asked
         once with the cut stated, and a second cut-off is InvalidModelOutput (never a
-        transport error: the same request would run away again)."""
+        transport error: the same request would run away again). Without `reask_cut` a
+        cut answer is returned as it is."""
         client = self.client_for(endpoint)
         base_url = self._base_url_of(endpoint)
         if endpoint is not None:  # a task's model config: its model and temperature
@@ -233,10 +256,14 @@ class LLMGateway:
             temperature = endpoint.temperature if temperature is None else temperature
         model = model or self.default_model
         cap = max_tokens or self.max_tokens[purpose.value]
-        first = await self._chat_once(purpose, messages, model, tools, parallel_tool_calls,
-                                      temperature, top_p, response_format, cap,
-                                      client, base_url)
-        if not first.truncated:
+
+        async def answer(conversation: list[ChatMessage]) -> ChatOutcome:
+            return await self._answer(purpose, conversation, model, tools, parallel_tool_calls,
+                                      temperature, top_p, response_format, cap, client,
+                                      base_url, endpoint)
+
+        first = await answer(messages)
+        if not first.truncated or not reask_cut:
             return first
         self._unusable(first)
         reask = [*messages,
@@ -245,9 +272,7 @@ class LLMGateway:
                      f"Your answer was cut off {cut_at(first.cut, cap, self.settings)}. "
                      f"Answer again, complete and well within {cap} tokens: one tool call, "
                      "or a short answer."))]
-        second = await self._chat_once(purpose, reask, model, tools, parallel_tool_calls,
-                                       temperature, top_p, response_format, cap,
-                                       client, base_url)
+        second = await answer(reask)
         usage = first.usage.usage.add(second.usage.usage)
         if second.truncated:
             self._unusable(second)
@@ -259,12 +284,54 @@ class LLMGateway:
         return second.model_copy(update={"usage": LLMUsageRecord(
             purpose=purpose, model=model, usage=usage)})
 
+    async def _answer(
+        self, purpose: Purpose, messages: list[ChatMessage], model: str,
+        tools: list[ToolSpec] | None, parallel_tool_calls: bool | None,
+        temperature: float | None, top_p: float | None,
+        response_format: dict[str, Any] | None, max_tokens: int,
+        client: openai.AsyncOpenAI, base_url: str, endpoint: ModelEndpoint | None,
+    ) -> ChatOutcome:
+        """One answer. An endpoint that cannot stream a tool call it chose itself
+        (llama-cpp-python 0.3.36 under `tool_choice: auto`, which also drops max_tokens
+        there) is asked which tool first, then for the call with that tool named (or
+        `none`): both stream, so both end at their caps."""
+        state = self.endpoints.state(base_url, model)
+        while True:
+            choice, picking = None, TokenUsage()
+            if tools and self._tool_choice() == "auto" and state.picks_tool():
+                choice, picking = await self._pick_tool(purpose, messages, tools, model,
+                                                        temperature, top_p, endpoint)
+            try:
+                outcome = await self._chat_once(purpose, messages, model, tools,
+                                                parallel_tool_calls, temperature, top_p,
+                                                response_format, max_tokens, client,
+                                                base_url, tool_choice=choice)
+            except PickTheToolFirst:  # just learnt: this endpoint needs the pick
+                continue
+            outcome.usage.usage = picking.add(outcome.usage.usage)
+            return outcome
+
+    async def _pick_tool(self, purpose: Purpose, messages: list[ChatMessage],
+                         tools: list[ToolSpec], model: str, temperature: float | None,
+                         top_p: float | None, endpoint: ModelEndpoint | None
+                         ) -> tuple[Any, TokenUsage]:
+        """The tool the model calls next, as a `tool_choice` (`none`: it answers in text,
+        where a tool call written out is still read), and what asking cost. Structured
+        and capped at PICK_MAX_TOKENS; an answer naming no offered tool is `none`."""
+        names = [spec.name for spec in tools]
+        outcome = await self._structured_call(
+            purpose, tool_pick_messages(messages, names), "ToolPick", tool_pick_schema(names),
+            model, temperature, top_p, endpoint, max_tokens=PICK_MAX_TOKENS, reask_cut=False)
+        name = picked_tool(outcome.content, names)
+        choice = {"type": "function", "function": {"name": name}} if name else NO_TOOL
+        return choice, outcome.usage.usage
+
     async def _chat_once(
         self, purpose: Purpose, messages: list[ChatMessage], model: str,
         tools: list[ToolSpec] | None, parallel_tool_calls: bool | None,
         temperature: float | None, top_p: float | None,
         response_format: dict[str, Any] | None, max_tokens: int,
-        client: openai.AsyncOpenAI, base_url: str,
+        client: openai.AsyncOpenAI, base_url: str, tool_choice: Any = None,
     ) -> ChatOutcome:
         # Messages and tools are already wire-format dicts: sent as extra_body, the JSON is
         # the same and the SDK skips re-walking them on every call (a fifth of a busy
@@ -277,7 +344,7 @@ class LLMGateway:
             if tools and state.native_tools:
                 extra["tools"] = [spec.wire for spec in tools]
                 if state.tool_choice:
-                    extra["tool_choice"] = self._tool_choice()
+                    extra["tool_choice"] = tool_choice or self._tool_choice()
                 if parallel_tool_calls is not None:
                     extra["parallel_tool_calls"] = parallel_tool_calls
             for name, value in (("temperature", temperature), ("top_p", top_p)):
@@ -286,7 +353,8 @@ class LLMGateway:
             if response_format is not None and (state.response_format
                                                 or response_format.get("type") != "json_object"):
                 extra["response_format"] = response_format
-            if state.streams(offers_tools="tools" in extra):
+            if state.streams(offers_tools="tools" in extra,
+                             named=extra.get("tool_choice", "auto") != "auto"):
                 kwargs["stream"] = True
                 if state.stream_options:
                     kwargs["stream_options"] = {"include_usage": True}
@@ -384,7 +452,8 @@ class LLMGateway:
         model = (endpoint.model if endpoint else model) or self.default_model
         last_error = ""
         for attempt in range(1, reasks + 2):
-            outcome = await self._structured_call(purpose, conversation, schema, model,
+            outcome = await self._structured_call(purpose, conversation, schema.__name__,
+                                                  json_schema_of(schema), model,
                                                   temperature, top_p, endpoint)
             total = total.add(outcome.usage.usage)
             try:
@@ -410,19 +479,19 @@ class LLMGateway:
         )
 
     async def _structured_call(
-        self, purpose: Purpose, messages: list[ChatMessage], schema: type[T], model: str,
-        temperature: float | None, top_p: float | None,
-        endpoint: ModelEndpoint | None = None,
+        self, purpose: Purpose, messages: list[ChatMessage], name: str,
+        wire_schema: dict[str, Any], model: str, temperature: float | None,
+        top_p: float | None, endpoint: ModelEndpoint | None = None,
+        max_tokens: int | None = None, reask_cut: bool = True,
     ) -> ChatOutcome:
         """One answer in the strongest mode the endpoint takes, stepping down on refusal."""
         while True:
             base_url = self._base_url_of(endpoint)
             mode = self.endpoints.structured_mode(base_url, model)
-            wire_schema = json_schema_of(schema)
             if mode == "json_schema":
                 prompt, response_format = messages, {
                     "type": "json_schema",
-                    "json_schema": {"name": schema.__name__, "schema": wire_schema,
+                    "json_schema": {"name": name, "schema": wire_schema,
                                     "strict": False},
                 }
             else:
@@ -437,7 +506,8 @@ class LLMGateway:
             try:
                 return await self.chat(purpose, prompt, model=model, temperature=temperature,
                                        top_p=top_p, response_format=response_format,
-                                       endpoint=endpoint)
+                                       max_tokens=max_tokens, endpoint=endpoint,
+                                       reask_cut=reask_cut)
             except LLMError as err:
                 body = getattr(err, "body", "") or str(err)
                 if mode == "prompt" or not rejects_mode(err.status, body):

@@ -142,3 +142,27 @@ def code_agent_messages(system: str, task_json: dict, files: dict[str, str],
     if review is not None:
         body += "\n\nReview agent output:\n" + json.dumps(review, ensure_ascii=False)
     return [ChatMessage(role="system", content=system), ChatMessage(role="user", content=body)]
+
+
+# An endpoint that cannot stream a tool call it chose itself is asked which tool first.
+TOOL_PICK_ASK = "Which tool do you call next?"
+NO_TOOL = "none"
+
+
+def tool_pick_messages(messages: list[ChatMessage], names: list[str]) -> list[ChatMessage]:
+    return [*messages, ChatMessage(role="user", content=(
+        f"{TOOL_PICK_ASK} Answer only JSON {{\"tool\": NAME}}, NAME one of: "
+        f"{', '.join(names)}; or {{\"tool\": \"{NO_TOOL}\"}} to answer in text without a "
+        "tool."))]
+
+
+def tool_pick_schema(names: list[str]) -> dict:
+    return {"type": "object", "required": ["tool"],
+            "properties": {"tool": {"type": "string", "enum": [*names, NO_TOOL]}}}
+
+
+def is_tool_pick(messages: list) -> bool:
+    """The last message asks which tool (the scripted model answers it from its script)."""
+    last = messages[-1] if messages else None
+    return (isinstance(last, dict) and isinstance(last.get("content"), str)
+            and last["content"].startswith(TOOL_PICK_ASK))

@@ -36,8 +36,9 @@ class ScriptedResponse(BaseModel):
     when_contains: str | None = None
     # "length": the answer was cut off at max_tokens (as a real server reports it)
     finish_reason: str | None = None
-    # A server that ignores max_tokens: streamed, tokens until the client hangs up;
-    # unstreamed, RUNAWAY_FACTOR times the cap (reported in its usage)
+    # A server that ignores max_tokens: streamed, tokens (the first tool call's arguments,
+    # with tool_calls) until the client hangs up; unstreamed, RUNAWAY_FACTOR times the cap
+    # (reported in its usage)
     runaway: bool = False
     # Streamed: this many tokens, then nothing (a stalled server)
     stall_after: int | None = Field(default=None, ge=0)
@@ -81,6 +82,11 @@ class EndpointQuirks(BaseModel):
     # llama-cpp-python 0.3.36: a streamed answer that would be a tool call under
     # `tool_choice: auto` ends without a chunk (its handler raises inside the stream)
     stream_tools_break: bool = False
+    # llama-cpp-python 0.3.36 again: unstreamed, a tool call under `tool_choice: auto`
+    # ignores max_tokens (its handler passes none on): RUNAWAY_FACTOR times the cap
+    unstreamed_tools_run_away: bool = False
+    # A server that cannot stream a tool call at all, the tool named or not
+    stream_named_tools_break: bool = False
 
 
 class Scenario(BaseModel):

@@ -25,6 +25,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from refloop.contract.messages import Purpose
+from refloop.llm.prompts import NO_TOOL, is_tool_pick
 from refloop.llm.scenario import (
     SCRIPTED_MARKER,
     Scenario,
@@ -85,8 +86,9 @@ class ScriptState:
             return self.scenarios.get(model) or self.scenarios.get(self.default)
 
     def next_response(
-        self, model: str, purpose: Purpose, text: str, turn: int = 0
+        self, model: str, purpose: Purpose, text: str, turn: int = 0, peek: bool = False
     ) -> tuple[Scenario | None, ScriptedResponse | None, int]:
+        """The entry answering this request; `peek`: left for the next request too."""
         with self.lock:
             scenario = self.scenarios.get(model) or self.scenarios.get(self.default)
             if scenario is None:
@@ -100,9 +102,11 @@ class ScriptState:
                 entry = entries[index]
                 index += 1
                 if entry.when_contains is None or entry.when_contains in text:
-                    self.cursors[key] = index
+                    if not peek:
+                        self.cursors[key] = index
                     return scenario, entry, len(entries)
-            self.cursors[key] = index
+            if not peek:
+                self.cursors[key] = index
             return scenario, None, len(entries)
 
     def put_back(self, scenario: Scenario, purpose: Purpose, entry: ScriptedResponse) -> None:
@@ -178,23 +182,43 @@ def _answer(state: ScriptState, body: dict[str, Any], purpose_name: str | None,
     text = json.dumps(body.get("messages", []), ensure_ascii=False)
     messages = body.get("messages") or []
     turn = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
-    scenario, entry, total = state.next_response(model, purpose, text, turn)
+    # Asked which tool comes next: the next scripted answer's tool, which stays to answer
+    # the call that follows (a scenario lists the answers, not the picks).
+    picking = is_tool_pick(messages)
+    scenario, entry, total = state.next_response(model, purpose, text, turn, peek=picking)
     if scenario is None:
         return _error(400, "no scripted scenario is loaded", "scenario_missing"), 0
     if entry is None:
         message = (f"scripted scenario '{scenario.name}' exhausted for purpose "
                    f"'{purpose.value}' after {total} responses")
         return _error(400, message, "scenario_exhausted"), 0
-    if breaks_stream(scenario, entry, body):
+    if picking:
+        entry = pick_answer(entry)
+    elif breaks_stream(scenario, entry, body):
         state.put_back(scenario, purpose, entry)  # the client asks again unstreamed
     return (_render(scenario, entry, body, record),
             (scenario.latency_ms + entry.delay_ms) / 1000)
 
 
+def pick_answer(entry: ScriptedResponse) -> ScriptedResponse:
+    """The answer to "which tool next": the scripted answer's first tool, else none."""
+    name = entry.tool_calls[0].name if entry.status == 200 and entry.tool_calls else NO_TOOL
+    return ScriptedResponse(json={"tool": name}, delay_ms=entry.delay_ms,
+                            token_ms=entry.token_ms)
+
+
+def chooses_itself(body: dict[str, Any]) -> bool:
+    """Tools offered, the model left to choose (`tool_choice` auto or absent)."""
+    return bool(body.get("tools")) and body.get("tool_choice", "auto") == "auto"
+
+
 def breaks_stream(scenario: Scenario, entry: ScriptedResponse, body: dict[str, Any]) -> bool:
-    """llama-cpp-python 0.3.36: a tool call chosen under `tool_choice: auto` cannot stream."""
-    return bool(scenario.endpoint.stream_tools_break and body.get("stream")
-                and entry.tool_calls and body.get("tool_choice") == "auto")
+    """llama-cpp-python 0.3.36: a tool call chosen under `tool_choice: auto` cannot stream
+    (`stream_named_tools_break`: nor one with its tool named)."""
+    if not (body.get("stream") and body.get("tools") and entry.tool_calls):
+        return False
+    quirks = scenario.endpoint
+    return quirks.stream_tools_break if chooses_itself(body) else quirks.stream_named_tools_break
 
 
 def _quirk_rejection(scenario: Scenario | None, body: dict[str, Any]) -> JSONResponse | None:
@@ -256,12 +280,15 @@ def _render(scenario: Scenario, entry: ScriptedResponse, body: dict[str, Any],
             for call in entry.tool_calls
         ]
     finish = entry.finish_reason or ("tool_calls" if message.get("tool_calls") else "stop")
+    runaway_tokens = RUNAWAY_FACTOR * int(body.get("max_tokens") or 16)
     if entry.runaway and not body.get("stream"):  # generated to its context's end
-        tokens = RUNAWAY_FACTOR * int(body.get("max_tokens") or 16)
-        message["content"], finish = RUNAWAY_TEXT * tokens, "length"
+        message["content"], finish = RUNAWAY_TEXT * runaway_tokens, "length"
+    # llama-cpp-python 0.3.36 passes no max_tokens on for a tool call it chose itself
+    overran = entry.runaway or (scenario.endpoint.unstreamed_tools_run_away
+                                and not body.get("stream") and chooses_itself(body)
+                                and bool(message.get("tool_calls")))
     prompt = _tokens(body.get("messages", []))
-    completion = (RUNAWAY_FACTOR * int(body.get("max_tokens") or 16) if entry.runaway
-                  else _tokens(message))
+    completion = runaway_tokens if overran else _tokens(message)
     usage = {"prompt_tokens": prompt, "completion_tokens": completion,
              "total_tokens": prompt + completion}
     base = {"id": f"chatcmpl-scripted-{uuid.uuid4().hex[:12]}", "created": int(time.time()),

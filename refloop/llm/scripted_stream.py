@@ -5,15 +5,16 @@ answer in at most MAX_PIECES pieces), each
 tool call as a first delta with its id and name then its arguments in pieces, the finish
 chunk, and, when the request asks (`stream_options.include_usage`), a last chunk with the
 usage. Two ways real servers misbehave, per scripted entry: `runaway` ignores `max_tokens`
-and streams until the client hangs up; `stall_after: N` sends N tokens, then nothing. What
-was sent is logged per request (`chunks`, `hung_up`), as the server's own count.
+and streams until the client hangs up (a tool call: its arguments never close);
+`stall_after: N` sends N tokens, then nothing. What was sent is logged per request
+(`chunks`, `hung_up`), as the server's own count.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 TOKEN_CHARS = 4
@@ -52,6 +53,17 @@ def token_deltas(message: dict[str, Any]) -> list[dict[str, Any]]:
     return deltas
 
 
+def runaway_deltas(message: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """A server ignoring max_tokens: the text, or the first tool call's arguments, go on."""
+    calls = message.get("tool_calls") or []
+    piece: dict[str, Any] = {"content": RUNAWAY_TEXT}
+    if calls:
+        yield token_deltas({"tool_calls": calls[:1]})[0]  # the call's id and name
+        piece = {"tool_calls": [{"index": 0, "function": {"arguments": RUNAWAY_TEXT}}]}
+    while True:
+        yield piece
+
+
 async def stream_answer(base: dict[str, Any], message: dict[str, Any], finish_reason: str,
                         usage: dict[str, Any] | None, record: dict[str, Any],
                         runaway: bool = False, stall_after: int | None = None,
@@ -60,9 +72,9 @@ async def stream_answer(base: dict[str, Any], message: dict[str, Any], finish_re
     record.update(chunks=0, hung_up=False)
     try:
         yield chunk(base, {"role": "assistant"})
-        deltas = iter(token_deltas(message))
+        deltas = runaway_deltas(message) if runaway else iter(token_deltas(message))
         while True:
-            delta = {"content": RUNAWAY_TEXT} if runaway else next(deltas, None)
+            delta = next(deltas, None)
             if delta is None:
                 break
             if stall_after is not None and record["chunks"] >= stall_after:

@@ -60,6 +60,9 @@ class EmptyStream(Exception):
     """The stream ended without a single chunk: the server could not stream this request
     (llama-cpp-python 0.3.36 drops the connection when `tool_choice: auto` picks a tool)."""
 
+    def __init__(self) -> None:
+        super().__init__("the stream ended without a chunk")
+
 
 @dataclass
 class PartialCall:

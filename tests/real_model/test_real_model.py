@@ -96,9 +96,8 @@ async def test_run_is_honest_and_bounded(real_model, run, client, tmp_path, task
     abandoned = sum(bool(r.get("abandoned")) for r in sent if not r.get("stream"))
     delivered = sum(r.get("completion_tokens", 0) for r in sent if not r.get("abandoned"))
     # Tokens generated past a request's own max_tokens. Streamed: refloop hangs up at the
-    # cap, the server finishes the token it is on (one). Unstreamed: llama-cpp-python
-    # 0.3.36 cannot stream a tool call chosen under tool_choice auto, and its handler
-    # drops max_tokens there: the server alone decides; reported, never absorbed.
+    # cap, the server finishes the token it is on (one). Unstreamed (only an endpoint that
+    # cannot stream at all): the server alone decides; reported, never absorbed.
     def past_cap(rows: list[dict[str, Any]]) -> list[int]:
         return [max(0, r.get("completion_tokens", 0) - (r.get("max_tokens") or 0))
                 for r in rows]
@@ -133,8 +132,12 @@ async def test_run_is_honest_and_bounded(real_model, run, client, tmp_path, task
     assert usage.cut_calls + usage.failed_calls >= hung_up, usage
     assert server_completion <= (usage.completion_tokens + usage.abandoned_max_tokens
                                  + unstreamed_overrun + hung_up), usage
-    # Every streamed request ends within its cap plus one chunk.
+    # Every request is bounded by construction: each one offering tools streams (a tool
+    # the server cannot stream under tool_choice auto is picked first, then named), and
+    # every stream ends within its cap plus one chunk.
+    assert all(r.get("stream") for r in sent if r.get("tools")), sent
     assert all(over <= 1 for over in streamed_overrun), streamed_overrun
+    assert unstreamed_overrun == 0, sent
     # No request loops on a rejected mode: each rejected format is asked at most once.
     rejected = [r for r in sent if r["status"] not in (200, None) and r.get("response_format")]
     kinds = [(r["response_format"], r.get("schema_in_format")) for r in rejected]

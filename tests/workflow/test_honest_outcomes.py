@@ -16,6 +16,7 @@ from refloop.activities.llm_activities import LLMActivities
 from refloop.contract import activity_calls
 from refloop.contract.activity_io import ClassifyIntentInput, ClassifyIntentResult
 from refloop.llm.gateway import LLMGateway
+from refloop.llm.prompts import is_tool_pick
 from refloop.store.db import store_for
 from refloop.workflows import accounting
 from tests.llm_fixtures import unique_scenario
@@ -119,31 +120,38 @@ async def test_stock_llama_cpp_endpoint_negotiates_and_counts_every_request(
 
 async def test_a_model_ignoring_max_tokens_is_cut_and_the_task_goes_on(
         client, settings, scripted_llm, workspace, task_queue):
-    """An act answer that streams past its cap is hung up on, counted with its overrun and
-    told to the model; a llama-cpp-python tool call that cannot stream is asked again
-    unstreamed. The task completes and every request is in the stats."""
+    """llama-cpp-python 0.3.36's flaws, emulated over HTTP: a tool call it chooses itself
+    cannot stream and, unstreamed, ignores max_tokens. So the endpoint is asked which tool,
+    then for the call with it named, both streamed; a call whose arguments run on is hung
+    up at its cap, counted with its overrun and told to the model. No request goes
+    unstreamed, none passes its cap by more than a chunk, and the task completes."""
     settings = settings.model_copy(update={"refloop_max_tokens": "act=48"})
+    write = {"name": "write_file", "arguments": {"path": "hello.txt", "content": "hi\n"}}
     model = quirky(scripted_llm, {
         "intent": [CODING], "plan": [plan_of("write_file")],
-        "act": [{"runaway": True, "token_ms": 10},
+        "act": [{"runaway": True, "token_ms": 10, "tool_calls": [write]},
                 call("write_file", path="hello.txt", content="hi\n"), final("written")],
         "summary": [SUMMARY],
-    }, stream_tools_break=True)
+    }, stream_tools_break=True, unstreamed_tools_run_away=True)
     result = await run(client, settings, task_queue, model, workspace)
     assert result.status == "completed", result.answer
     assert (workspace / "hello.txt").read_text() == "hi\n"
     acts = scripted_llm.requests(model=model, purpose="act")
-    runaway = acts[0]
+    picks = [is_tool_pick(r["body"]["messages"]) for r in acts]
+    # The stream that ended without a chunk; then each answer is a pick and a named call.
+    assert picks == [False, True, False, True, False, True, False]
+    assert all(r["body"]["stream"] for r in acts)
+    assert [r["chunks"] for r in acts][0] == 0
+    assert all(r["chunks"] <= r["body"]["max_tokens"] + 2 for r in acts)
+    runaway = acts[2]
+    assert runaway["body"]["tool_choice"]["function"]["name"] == "write_file"
     # The cap, the token the server was on, and one more a loaded machine may send
     # before the hang-up reaches it.
     assert runaway["hung_up"] and 48 <= runaway["chunks"] <= 50
-    assert "cut off at the limit of 48 tokens" in acts[1]["body"]["messages"][-1]["content"]
-    # The tool call: a stream that ended without a chunk, then the same request unstreamed.
-    assert [(bool(r["body"].get("stream")), r.get("chunks")) for r in acts[1:3]] == \
-        [(True, 0), (False, None)]
+    assert "cut off at the limit of 48 tokens" in acts[4]["body"]["messages"][-1]["content"]
     act = result.stats.usage_by_purpose["act"]
-    assert act.calls == len(acts) == 4 and act.cut_calls == 1
-    assert act.failed_calls == 2  # the cut answer, the empty stream
+    assert act.calls == len(acts) == 7 and act.cut_calls == 1
+    assert act.failed_calls == 2  # the empty stream, the cut answer
     assert act.completion_tokens >= 48
     assert result.stats.llm_calls == len(scripted_llm.requests(model=model))
 

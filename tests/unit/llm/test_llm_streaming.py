@@ -11,8 +11,9 @@ import pytest
 
 from refloop.contract.errors import InvalidModelOutput, LLMTransportError
 from refloop.contract.messages import ChatMessage, Purpose, ToolSpec
-from refloop.llm.gateway import LLMGateway
+from refloop.llm.gateway import PICK_MAX_TOKENS, LLMGateway, picked_tool
 from refloop.llm.ledger import RequestLedger, current_ledger
+from refloop.llm.prompts import is_tool_pick
 from refloop.llm.stream import StreamTally, streamed_answer
 from refloop.settings import Settings
 from tests.llm_fixtures import unique_scenario
@@ -180,22 +181,73 @@ async def test_refused_stream_options_stream_without_them_and_estimate(scripted_
     assert usage.prompt_tokens > 0
 
 
-async def test_a_tool_call_that_cannot_stream_is_asked_again_unstreamed(scripted_llm,
-                                                                        caplog):
+def sent_shape(scripted_llm, model: str) -> list[tuple[str, bool, object]]:
+    """Each request as (what it was, streamed, its tool_choice)."""
+    shape = []
+    for r in scripted_llm.requests(model=model):
+        body = r["body"]
+        kind = ("pick" if is_tool_pick(body["messages"]) else
+                "tools" if body.get("tools") else "plain")
+        choice = body.get("tool_choice")
+        if isinstance(choice, dict):
+            choice = choice["function"]["name"]
+        shape.append((kind, bool(body.get("stream")), choice))
+    return shape
+
+
+async def test_a_tool_call_that_cannot_stream_is_picked_then_streamed_named(scripted_llm,
+                                                                            caplog):
     """llama-cpp-python 0.3.36 (chatml-function-calling, tool_choice auto): a tool call
-    cannot stream, its stream ends without a chunk. Asked again unstreamed at once, and
-    requests offering tools are not streamed from then on; others still are."""
-    gateway = gateway_for(scripted_llm)
+    cannot stream (its stream ends without a chunk) and, unstreamed, ignores max_tokens.
+    Learnt once per endpoint: the model is asked which tool (a short capped request), then
+    for the call with that tool named; both stream, so both end at their caps."""
+    gateway = gateway_for(scripted_llm, refloop_max_tokens="act=64")
     model = scenario(scripted_llm, {"act": [WRITE_CALL, WRITE_CALL, {"content": "done"}]},
-                     stream_tools_break=True)
+                     stream_tools_break=True, unstreamed_tools_run_away=True)
     first, ledger = await chat_with_ledger(gateway, model, tools=[WRITE])
     second = await gateway.chat(Purpose.act, USER, model=model, tools=[WRITE])
-    third = await gateway.chat(Purpose.act, USER, model=model)
+    third = await gateway.chat(Purpose.act, USER, model=model, tools=[WRITE])
     assert first.tool_calls[0].name == second.tool_calls[0].name == "write_file"
-    assert third.content == "done"
-    streamed = [bool(r["body"].get("stream")) for r in scripted_llm.requests(model=model)]
-    assert streamed == [True, False, False, True]
-    assert (ledger.usage.calls, ledger.usage.failed_calls) == (2, 1)
+    assert first.tool_calls[0].arguments == {"path": "a.txt"}
+    assert third.content == "done" and not third.tool_calls
+    assert sent_shape(scripted_llm, model) == [
+        ("tools", True, "auto"),  # the stream that ended without a chunk
+        ("pick", True, None), ("tools", True, "write_file"),
+        ("pick", True, None), ("tools", True, "write_file"),
+        ("pick", True, None), ("tools", True, "none")]
+    sent = scripted_llm.requests(model=model)
+    assert sent[1]["body"]["max_tokens"] == PICK_MAX_TOKENS
+    assert all(r["body"]["max_tokens"] == 64 for r in sent if not is_tool_pick(
+        r["body"]["messages"]))
+    # The pick and the call are both in the answer's usage and the ledger.
+    assert (ledger.usage.calls, ledger.usage.failed_calls) == (3, 1)
+    assert first.usage.usage.calls == 2
+    said = [r for r in caplog.records if "pick their tool first" in r.getMessage()]
+    assert len(said) == 1
+
+
+def test_a_pick_naming_no_offered_tool_is_none():
+    names = ["write_file", "read_file"]
+    assert picked_tool('{"tool": "read_file"}', names) == "read_file"
+    assert picked_tool('Sure: {"tool": "write_file"} it is', names) == "write_file"
+    for answer in ('{"tool": "rm_rf"}', '{"tool": "none"}', '{"tool": ["write_file"]}',
+                   '{"tool": "write_f', "write_file", "", None, "[1]"):
+        assert picked_tool(answer, names) is None, answer
+
+
+async def test_an_endpoint_that_cannot_stream_a_named_tool_call_goes_unstreamed(
+        scripted_llm, caplog):
+    """No stream for a tool call at all: the pick still streams; the call, asked again
+    unstreamed at once, is bounded by the time limit alone, and said so once."""
+    gateway = gateway_for(scripted_llm)
+    model = scenario(scripted_llm, {"act": [WRITE_CALL, WRITE_CALL]},
+                     stream_tools_break=True, stream_named_tools_break=True)
+    first = await gateway.chat(Purpose.act, USER, model=model, tools=[WRITE])
+    second = await gateway.chat(Purpose.act, USER, model=model, tools=[WRITE])
+    assert first.tool_calls[0].name == second.tool_calls[0].name == "write_file"
+    assert sent_shape(scripted_llm, model) == [
+        ("tools", True, "auto"), ("pick", True, None), ("tools", True, "write_file"),
+        ("tools", False, "write_file"), ("tools", False, "auto")]
     said = [r for r in caplog.records if "offering tools are not streamed" in r.getMessage()]
     assert len(said) == 1
 
