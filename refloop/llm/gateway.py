@@ -35,7 +35,7 @@ from refloop.llm.failures import (
     classify,
 )
 from refloop.llm.ledger import current_ledger, in_flight, settled
-from refloop.llm.prompts import NO_TOOL, tool_pick_messages, tool_pick_schema
+from refloop.llm.prompts import NO_TOOL, TOOL_PICK_NAME, tool_pick_messages, tool_pick_spec
 from refloop.llm.stream import (
     Answer,
     EmptyStream,
@@ -59,7 +59,7 @@ from refloop.runtime.telemetry import tracer
 from refloop.settings import Settings
 
 PURPOSE_HEADER = "X-Refloop-Purpose"
-# A tool pick answers `{"tool": NAME}`: a few tokens, with room for long MCP tool names.
+# A tool pick is a call `{"tool": NAME}`: a few tokens, with room for long MCP tool names.
 PICK_MAX_TOKENS = 48
 
 
@@ -67,15 +67,22 @@ class PickTheToolFirst(Exception):
     """The endpoint was just found unable to stream a tool call it chooses itself."""
 
 
-def picked_tool(content: str | None, names: list[str]) -> str | None:
-    """The offered tool a pick's answer names, else None."""
-    candidate = first_json_object(content or "")
-    try:
-        value = json.loads(candidate) if candidate else None
-    except ValueError:
-        return None
+def picked_tool(pick: ChatOutcome, names: list[str]) -> str | None:
+    """The offered tool a pick names (its call, else JSON in its text), else None."""
+    value: Any = next((call.arguments for call in pick.tool_calls
+                       if call.name == TOOL_PICK_NAME), None)
+    if value is None:
+        candidate = first_json_object(pick.content or "")
+        try:
+            value = json.loads(candidate) if candidate else None
+        except ValueError:
+            return None
     name = value.get("tool") if isinstance(value, dict) else None
     return name if name in names else None
+
+
+def named(tool: str) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": tool}}
 
 
 def cut_at(cut: str | None, cap: int, settings: Settings) -> str:
@@ -242,13 +249,11 @@ class LLMGateway:
         response_format: dict[str, Any] | None = None,
         max_tokens: int | None = None,
         endpoint: ModelEndpoint | None = None,
-        reask_cut: bool = True,
     ) -> ChatOutcome:
         """One answer; an answer cut off at the token cap (by the server, or by refloop
         hanging up on a stream past it or still generating at the time bound) is re-asked
         once with the cut stated, and a second cut-off is InvalidModelOutput (never a
-        transport error: the same request would run away again). Without `reask_cut` a
-        cut answer is returned as it is."""
+        transport error: the same request would run away again)."""
         client = self.client_for(endpoint)
         base_url = self._base_url_of(endpoint)
         if endpoint is not None:  # a task's model config: its model and temperature
@@ -263,7 +268,7 @@ class LLMGateway:
                                       base_url, endpoint)
 
         first = await answer(messages)
-        if not first.truncated or not reask_cut:
+        if not first.truncated:
             return first
         self._unusable(first)
         reask = [*messages,
@@ -297,34 +302,27 @@ class LLMGateway:
         `none`): both stream, so both end at their caps."""
         state = self.endpoints.state(base_url, model)
         while True:
-            choice, picking = None, TokenUsage()
+            choice, picking, offered = None, TokenUsage(), tools
             if tools and self._tool_choice() == "auto" and state.picks_tool():
-                choice, picking = await self._pick_tool(purpose, messages, tools, model,
-                                                        temperature, top_p, endpoint)
+                names = [spec.name for spec in tools]
+                offered = [*tools, tool_pick_spec(names)]
+                pick = await self._chat_once(
+                    purpose, tool_pick_messages(messages, names), model, offered, None,
+                    temperature, top_p, None, PICK_MAX_TOKENS, client, base_url,
+                    tool_choice=named(TOOL_PICK_NAME))
+                name = picked_tool(pick, names)
+                choice, picking = named(name) if name else NO_TOOL, pick.usage.usage
             try:
-                outcome = await self._chat_once(purpose, messages, model, tools,
+                outcome = await self._chat_once(purpose, messages, model, offered,
                                                 parallel_tool_calls, temperature, top_p,
                                                 response_format, max_tokens, client,
                                                 base_url, tool_choice=choice)
             except PickTheToolFirst:  # just learnt: this endpoint needs the pick
                 continue
             outcome.usage.usage = picking.add(outcome.usage.usage)
+            outcome.tool_calls = [call for call in outcome.tool_calls
+                                  if call.name != TOOL_PICK_NAME or offered is tools]
             return outcome
-
-    async def _pick_tool(self, purpose: Purpose, messages: list[ChatMessage],
-                         tools: list[ToolSpec], model: str, temperature: float | None,
-                         top_p: float | None, endpoint: ModelEndpoint | None
-                         ) -> tuple[Any, TokenUsage]:
-        """The tool the model calls next, as a `tool_choice` (`none`: it answers in text,
-        where a tool call written out is still read), and what asking cost. Structured
-        and capped at PICK_MAX_TOKENS; an answer naming no offered tool is `none`."""
-        names = [spec.name for spec in tools]
-        outcome = await self._structured_call(
-            purpose, tool_pick_messages(messages, names), "ToolPick", tool_pick_schema(names),
-            model, temperature, top_p, endpoint, max_tokens=PICK_MAX_TOKENS, reask_cut=False)
-        name = picked_tool(outcome.content, names)
-        choice = {"type": "function", "function": {"name": name}} if name else NO_TOOL
-        return choice, outcome.usage.usage
 
     async def _chat_once(
         self, purpose: Purpose, messages: list[ChatMessage], model: str,
@@ -452,8 +450,7 @@ class LLMGateway:
         model = (endpoint.model if endpoint else model) or self.default_model
         last_error = ""
         for attempt in range(1, reasks + 2):
-            outcome = await self._structured_call(purpose, conversation, schema.__name__,
-                                                  json_schema_of(schema), model,
+            outcome = await self._structured_call(purpose, conversation, schema, model,
                                                   temperature, top_p, endpoint)
             total = total.add(outcome.usage.usage)
             try:
@@ -479,19 +476,19 @@ class LLMGateway:
         )
 
     async def _structured_call(
-        self, purpose: Purpose, messages: list[ChatMessage], name: str,
-        wire_schema: dict[str, Any], model: str, temperature: float | None,
-        top_p: float | None, endpoint: ModelEndpoint | None = None,
-        max_tokens: int | None = None, reask_cut: bool = True,
+        self, purpose: Purpose, messages: list[ChatMessage], schema: type[T], model: str,
+        temperature: float | None, top_p: float | None,
+        endpoint: ModelEndpoint | None = None,
     ) -> ChatOutcome:
         """One answer in the strongest mode the endpoint takes, stepping down on refusal."""
         while True:
             base_url = self._base_url_of(endpoint)
             mode = self.endpoints.structured_mode(base_url, model)
+            wire_schema = json_schema_of(schema)
             if mode == "json_schema":
                 prompt, response_format = messages, {
                     "type": "json_schema",
-                    "json_schema": {"name": name, "schema": wire_schema,
+                    "json_schema": {"name": schema.__name__, "schema": wire_schema,
                                     "strict": False},
                 }
             else:
@@ -506,8 +503,7 @@ class LLMGateway:
             try:
                 return await self.chat(purpose, prompt, model=model, temperature=temperature,
                                        top_p=top_p, response_format=response_format,
-                                       max_tokens=max_tokens, endpoint=endpoint,
-                                       reask_cut=reask_cut)
+                                       endpoint=endpoint)
             except LLMError as err:
                 body = getattr(err, "body", "") or str(err)
                 if mode == "prompt" or not rejects_mode(err.status, body):

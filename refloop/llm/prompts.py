@@ -144,21 +144,24 @@ def code_agent_messages(system: str, task_json: dict, files: dict[str, str],
     return [ChatMessage(role="system", content=system), ChatMessage(role="user", content=body)]
 
 
-# An endpoint that cannot stream a tool call it chose itself is asked which tool first.
+# An endpoint that cannot stream a tool call it chose itself is asked which tool first, as
+# a call of one more tool offered with the others: the prompt of the pick and of the call
+# then differ only at their end, so a server's prompt cache serves the call.
 TOOL_PICK_ASK = "Which tool do you call next?"
+TOOL_PICK_NAME = "next_tool"
 NO_TOOL = "none"
 
 
 def tool_pick_messages(messages: list[ChatMessage], names: list[str]) -> list[ChatMessage]:
     return [*messages, ChatMessage(role="user", content=(
-        f"{TOOL_PICK_ASK} Answer only JSON {{\"tool\": NAME}}, NAME one of: "
-        f"{', '.join(names)}; or {{\"tool\": \"{NO_TOOL}\"}} to answer in text without a "
-        "tool."))]
+        f"{TOOL_PICK_ASK} Call {TOOL_PICK_NAME} with the tool, one of: {', '.join(names)}; "
+        f"or \"{NO_TOOL}\" to answer in text without a tool."))]
 
 
-def tool_pick_schema(names: list[str]) -> dict:
-    return {"type": "object", "required": ["tool"],
-            "properties": {"tool": {"type": "string", "enum": [*names, NO_TOOL]}}}
+def tool_pick_spec(names: list[str]) -> ToolSpec:
+    return ToolSpec(name=TOOL_PICK_NAME, description="Say which tool you call next.",
+                    parameters={"type": "object", "required": ["tool"], "properties": {
+                        "tool": {"type": "string", "enum": [*names, NO_TOOL]}}})
 
 
 def is_tool_pick(messages: list) -> bool:

@@ -25,7 +25,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from refloop.contract.messages import Purpose
-from refloop.llm.prompts import NO_TOOL, is_tool_pick
+from refloop.llm.prompts import NO_TOOL, TOOL_PICK_NAME, is_tool_pick
 from refloop.llm.scenario import (
     SCRIPTED_MARKER,
     Scenario,
@@ -201,10 +201,11 @@ def _answer(state: ScriptState, body: dict[str, Any], purpose_name: str | None,
 
 
 def pick_answer(entry: ScriptedResponse) -> ScriptedResponse:
-    """The answer to "which tool next": the scripted answer's first tool, else none."""
+    """The answer to "which tool next" (a call of the pick tool): the scripted answer's
+    first tool, else none."""
     name = entry.tool_calls[0].name if entry.status == 200 and entry.tool_calls else NO_TOOL
-    return ScriptedResponse(json={"tool": name}, delay_ms=entry.delay_ms,
-                            token_ms=entry.token_ms)
+    return ScriptedResponse(tool_calls=[{"name": TOOL_PICK_NAME, "arguments": {"tool": name}}],
+                            delay_ms=entry.delay_ms, token_ms=entry.token_ms)
 
 
 def chooses_itself(body: dict[str, Any]) -> bool:

@@ -9,12 +9,14 @@ from types import SimpleNamespace
 
 import pytest
 
+from refloop.contract.activity_io import LLMUsageRecord
 from refloop.contract.errors import InvalidModelOutput, LLMTransportError
-from refloop.contract.messages import ChatMessage, Purpose, ToolSpec
+from refloop.contract.messages import ChatMessage, Purpose, TokenUsage, ToolCall, ToolSpec
 from refloop.llm.gateway import PICK_MAX_TOKENS, LLMGateway, picked_tool
 from refloop.llm.ledger import RequestLedger, current_ledger
 from refloop.llm.prompts import is_tool_pick
 from refloop.llm.stream import StreamTally, streamed_answer
+from refloop.llm.wire import ChatOutcome
 from refloop.settings import Settings
 from tests.llm_fixtures import unique_scenario
 
@@ -212,9 +214,9 @@ async def test_a_tool_call_that_cannot_stream_is_picked_then_streamed_named(scri
     assert third.content == "done" and not third.tool_calls
     assert sent_shape(scripted_llm, model) == [
         ("tools", True, "auto"),  # the stream that ended without a chunk
-        ("pick", True, None), ("tools", True, "write_file"),
-        ("pick", True, None), ("tools", True, "write_file"),
-        ("pick", True, None), ("tools", True, "none")]
+        ("pick", True, "next_tool"), ("tools", True, "write_file"),
+        ("pick", True, "next_tool"), ("tools", True, "write_file"),
+        ("pick", True, "next_tool"), ("tools", True, "none")]
     sent = scripted_llm.requests(model=model)
     assert sent[1]["body"]["max_tokens"] == PICK_MAX_TOKENS
     assert all(r["body"]["max_tokens"] == 64 for r in sent if not is_tool_pick(
@@ -228,17 +230,24 @@ async def test_a_tool_call_that_cannot_stream_is_picked_then_streamed_named(scri
 
 def test_a_pick_naming_no_offered_tool_is_none():
     names = ["write_file", "read_file"]
-    assert picked_tool('{"tool": "read_file"}', names) == "read_file"
-    assert picked_tool('Sure: {"tool": "write_file"} it is', names) == "write_file"
-    for answer in ('{"tool": "rm_rf"}', '{"tool": "none"}', '{"tool": ["write_file"]}',
-                   '{"tool": "write_f', "write_file", "", None, "[1]"):
-        assert picked_tool(answer, names) is None, answer
+
+    def pick(arguments=None, content=None):
+        calls = [] if arguments is None else [ToolCall(id="c", name="next_tool",
+                                                       arguments=arguments)]
+        return ChatOutcome(content=content, tool_calls=calls, usage=LLMUsageRecord(
+            purpose=Purpose.act, model="m", usage=TokenUsage()))
+    assert picked_tool(pick({"tool": "read_file"}), names) == "read_file"
+    assert picked_tool(pick(content='Sure: {"tool": "write_file"}'), names) == "write_file"
+    for arguments in ({"tool": "rm_rf"}, {"tool": "none"}, {"tool": ["write_file"]}, {}):
+        assert picked_tool(pick(arguments), names) is None, arguments
+    for content in ('{"tool": "write_f', "write_file", "", None, "[1]"):
+        assert picked_tool(pick(content=content), names) is None, content
 
 
 async def test_an_endpoint_that_cannot_stream_a_named_tool_call_goes_unstreamed(
         scripted_llm, caplog):
-    """No stream for a tool call at all: the pick still streams; the call, asked again
-    unstreamed at once, is bounded by the time limit alone, and said so once."""
+    """No stream for a tool call at all, its tool named or not: the pick and the call are
+    asked again unstreamed at once, bounded by the time limit alone, and said so once."""
     gateway = gateway_for(scripted_llm)
     model = scenario(scripted_llm, {"act": [WRITE_CALL, WRITE_CALL]},
                      stream_tools_break=True, stream_named_tools_break=True)
@@ -246,7 +255,7 @@ async def test_an_endpoint_that_cannot_stream_a_named_tool_call_goes_unstreamed(
     second = await gateway.chat(Purpose.act, USER, model=model, tools=[WRITE])
     assert first.tool_calls[0].name == second.tool_calls[0].name == "write_file"
     assert sent_shape(scripted_llm, model) == [
-        ("tools", True, "auto"), ("pick", True, None), ("tools", True, "write_file"),
+        ("tools", True, "auto"), ("pick", True, "next_tool"), ("pick", False, "next_tool"),
         ("tools", False, "write_file"), ("tools", False, "auto")]
     said = [r for r in caplog.records if "offering tools are not streamed" in r.getMessage()]
     assert len(said) == 1
