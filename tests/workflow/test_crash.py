@@ -149,7 +149,9 @@ async def test_a_killed_workers_call_is_retried_within_seconds(
     # ... then the 2 s call, and the 3 s sticky timeout moves the workflow over.
     recovery_s = datetime.fromisoformat(completed.ts).timestamp() - killed_at
     print(f"retried {retry_s:.1f}s after the kill; the task ended at {recovery_s:.1f}s")
-    assert retry_s < 10 and recovery_s < 15, (retry_s, recovery_s)
+    # About 7 s and 12 s on a quiet machine; the bounds leave room for a loaded one and stay
+    # far below the call's 3-minute start-to-close timeout, which would otherwise notice.
+    assert retry_s < 30 and recovery_s < 40, (retry_s, recovery_s)
 
 
 async def test_sigterm_drains_the_running_call_then_the_next_worker_finishes(
