@@ -35,7 +35,7 @@ from refloop.llm.failures import (
     classify,
 )
 from refloop.llm.ledger import current_ledger, in_flight, settled
-from refloop.llm.prompts import NO_TOOL, TOOL_PICK_NAME, tool_pick_messages, tool_pick_spec
+from refloop.llm.prompts import NO_TOOL, TOOL_PICK_NAME, tool_pick_spec
 from refloop.llm.stream import (
     Answer,
     EmptyStream,
@@ -307,7 +307,7 @@ class LLMGateway:
                 names = [spec.name for spec in tools]
                 offered = [*tools, tool_pick_spec(names)]
                 pick = await self._chat_once(
-                    purpose, tool_pick_messages(messages, names), model, offered, None,
+                    purpose, messages, model, offered, None,
                     temperature, top_p, None, PICK_MAX_TOKENS, client, base_url,
                     tool_choice=named(TOOL_PICK_NAME))
                 name = picked_tool(pick, names)

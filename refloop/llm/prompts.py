@@ -145,27 +145,23 @@ def code_agent_messages(system: str, task_json: dict, files: dict[str, str],
 
 
 # An endpoint that cannot stream a tool call it chose itself is asked which tool first, as
-# a call of one more tool offered with the others: the prompt of the pick and of the call
-# then differ only at their end, so a server's prompt cache serves the call.
-TOOL_PICK_ASK = "Which tool do you call next?"
+# a call of one more tool offered with the others, on the same messages: the prompts of
+# the pick and of the call then differ only at their end, so a server's prompt cache
+# serves the call. (A question appended to the messages made smollm2 pick worse.)
 TOOL_PICK_NAME = "next_tool"
 NO_TOOL = "none"
-
-
-def tool_pick_messages(messages: list[ChatMessage], names: list[str]) -> list[ChatMessage]:
-    return [*messages, ChatMessage(role="user", content=(
-        f"{TOOL_PICK_ASK} Call {TOOL_PICK_NAME} with the tool, one of: {', '.join(names)}; "
-        f"or \"{NO_TOOL}\" to answer in text without a tool."))]
 
 
 def tool_pick_spec(names: list[str]) -> ToolSpec:
     return ToolSpec(name=TOOL_PICK_NAME, description="Say which tool you call next.",
                     parameters={"type": "object", "required": ["tool"], "properties": {
-                        "tool": {"type": "string", "enum": [*names, NO_TOOL]}}})
+                        "tool": {"type": "string", "enum": [*names, NO_TOOL],
+                                 "description": "the tool you call next, or none to "
+                                                "answer in text"}}})
 
 
-def is_tool_pick(messages: list) -> bool:
-    """The last message asks which tool (the scripted model answers it from its script)."""
-    last = messages[-1] if messages else None
-    return (isinstance(last, dict) and isinstance(last.get("content"), str)
-            and last["content"].startswith(TOOL_PICK_ASK))
+def is_tool_pick(body: dict) -> bool:
+    """A request asking which tool (the scripted model answers it from its script)."""
+    choice = body.get("tool_choice")
+    return (isinstance(choice, dict) and isinstance(choice.get("function"), dict)
+            and choice["function"].get("name") == TOOL_PICK_NAME)

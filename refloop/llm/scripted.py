@@ -184,7 +184,7 @@ def _answer(state: ScriptState, body: dict[str, Any], purpose_name: str | None,
     turn = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
     # Asked which tool comes next: the next scripted answer's tool, which stays to answer
     # the call that follows (a scenario lists the answers, not the picks).
-    picking = is_tool_pick(messages)
+    picking = is_tool_pick(body)
     scenario, entry, total = state.next_response(model, purpose, text, turn, peek=picking)
     if scenario is None:
         return _error(400, "no scripted scenario is loaded", "scenario_missing"), 0

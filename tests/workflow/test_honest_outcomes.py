@@ -137,7 +137,7 @@ async def test_a_model_ignoring_max_tokens_is_cut_and_the_task_goes_on(
     assert result.status == "completed", result.answer
     assert (workspace / "hello.txt").read_text() == "hi\n"
     acts = scripted_llm.requests(model=model, purpose="act")
-    picks = [is_tool_pick(r["body"]["messages"]) for r in acts]
+    picks = [is_tool_pick(r["body"]) for r in acts]
     # The stream that ended without a chunk; then each answer is a pick and a named call.
     assert picks == [False, True, False, True, False, True, False]
     assert all(r["body"]["stream"] for r in acts)

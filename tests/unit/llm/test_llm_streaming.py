@@ -188,7 +188,7 @@ def sent_shape(scripted_llm, model: str) -> list[tuple[str, bool, object]]:
     shape = []
     for r in scripted_llm.requests(model=model):
         body = r["body"]
-        kind = ("pick" if is_tool_pick(body["messages"]) else
+        kind = ("pick" if is_tool_pick(body) else
                 "tools" if body.get("tools") else "plain")
         choice = body.get("tool_choice")
         if isinstance(choice, dict):
@@ -219,8 +219,7 @@ async def test_a_tool_call_that_cannot_stream_is_picked_then_streamed_named(scri
         ("pick", True, "next_tool"), ("tools", True, "none")]
     sent = scripted_llm.requests(model=model)
     assert sent[1]["body"]["max_tokens"] == PICK_MAX_TOKENS
-    assert all(r["body"]["max_tokens"] == 64 for r in sent if not is_tool_pick(
-        r["body"]["messages"]))
+    assert all(r["body"]["max_tokens"] == 64 for r in sent if not is_tool_pick(r["body"]))
     # The pick and the call are both in the answer's usage and the ledger.
     assert (ledger.usage.calls, ledger.usage.failed_calls) == (3, 1)
     assert first.usage.usage.calls == 2
