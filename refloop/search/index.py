@@ -17,6 +17,7 @@ import fcntl
 import hashlib
 import itertools
 import json
+import os
 import sys
 import threading
 import time
@@ -494,12 +495,25 @@ def _path_filter(paths: list[str]) -> str:
     return f"path IN ({quoted})"
 
 
+# A pass runs beside the worker's searches on the same cores: below them, it takes only
+# what they leave (FastAPI query p95 with an httpx pass beside it, load 3 on 2 cores: 81 ms
+# at equal priority, 43 ms with the pass at 10).
+PASS_NICENESS = 10
+
+
+def lower_priority(niceness: int = PASS_NICENESS) -> None:
+    """Lower this process's CPU priority by `niceness` (no-op where not allowed)."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.nice(niceness)
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m refloop.search.index WORKSPACE INDEX_DIR [MODEL [BATCH_CHUNKS]]`: one
     indexing pass in its own process (the worker stays responsive); progress and the
     report as JSON lines."""
     args = argv if argv is not None else sys.argv[1:]
     workspace, index_dir = args[:2]
+    lower_priority()
     index = CodeIndex(Path(index_dir), Path(workspace), args[2] if len(args) > 2 else
                       DEFAULT_MODEL)
     batch = int(args[3]) if len(args) > 3 else EMBED_BATCH_CHUNKS

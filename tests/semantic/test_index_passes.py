@@ -105,3 +105,18 @@ def test_a_cut_off_pass_resumes_without_re_embedding_the_files_it_stored(tmp_pat
                    for path in workspace.rglob("*.py"))
     assert report.chunks_total == expected  # each file's chunks once: none twice
     assert not index.answer("how many zebras are in the inventory", 3).partial
+
+
+def test_a_pass_runs_below_the_searches_beside_it():
+    """The pass lowers its own CPU priority, so searches on the same cores stay fast."""
+    import subprocess
+    import sys
+
+    from refloop.search.index import PASS_NICENESS
+
+    done = subprocess.run(
+        [sys.executable, "-c", "import os\nfrom refloop.search.index import lower_priority\n"
+         "before = os.nice(0)\nlower_priority()\nprint(before, os.nice(0))"],
+        capture_output=True, text=True, check=True)
+    before, after = map(int, done.stdout.split())
+    assert after == min(19, before + PASS_NICENESS)
