@@ -537,9 +537,15 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
         )
 
     async def _finish_completed(self) -> TaskResult:
+        planning = self.state.planning
+        edits_ok = self.state.all_edits_ok
+        unplanned_edit = workflow.patched(patches.UNPLANNED_EDIT_TASKS) and \
+            logic.edit_task_without_plan(planning.intent, planning.plan, planning.direct_answer)
+        if unplanned_edit:  # a command may have made the change (`echo hi > hello.txt`)
+            edits_ok += logic.successful_calls(self.state.events, logic.may_change_workspace)
         missing = logic.missing_work(
-            self.state.planning.plan, self.edit_tools, self.state.all_edits_ok,
-            logic.last_completeness_verdict(self.state.events))
+            planning.plan, self.edit_tools, edits_ok,
+            logic.last_completeness_verdict(self.state.events), unplanned_edit)
         # Runs recorded before honest outcomes existed replay as they ended.
         if missing and workflow.patched(patches.INCOMPLETE_STATUS):
             return await self._finish_incomplete(missing)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from refloop.contract import tool_catalog
@@ -316,17 +316,31 @@ def is_edit(tool: str, arguments: dict[str, Any], edit_tools: set[str]) -> bool:
     return tool in edit_tools and tool_catalog.is_edit(tool, arguments)
 
 
-def successful_edits(events: Iterable[Event], edit_tools: set[str]) -> int:
-    """Edit calls that succeeded, counted from a run's events."""
+def may_change_workspace(tool: str, arguments: dict[str, Any]) -> bool:
+    """A call that can change the workspace: a built-in that writes or runs a command (not a
+    read, not a control tool), or a tool refloop does not declare (an MCP server's)."""
+    properties = tool_catalog.tool_properties(tool)
+    return properties is None or properties.kind_of(arguments) in ("write", "execute")
+
+
+def successful_calls(events: Iterable[Event], counted: Callable[[str, dict[str, Any]], bool]
+                     ) -> int:
+    """Calls that succeeded and that `counted(tool, arguments)` accepts, from a run's
+    events."""
     args: dict[str, dict[str, Any]] = {}
     count = 0
     for event in events:
         if event.type == "tool_call":
             args[event.data.get("id")] = event.data.get("args") or {}
-        elif event.type == "tool_result" and event.data.get("ok") and is_edit(
-                event.data.get("tool", ""), args.get(event.data.get("id"), {}), edit_tools):
+        elif event.type == "tool_result" and event.data.get("ok") and counted(
+                event.data.get("tool", ""), args.get(event.data.get("id"), {})):
             count += 1
     return count
+
+
+def successful_edits(events: Iterable[Event], edit_tools: set[str]) -> int:
+    """Edit calls that succeeded, counted from a run's events."""
+    return successful_calls(events, lambda tool, arguments: is_edit(tool, arguments, edit_tools))
 
 
 def last_completeness_verdict(events: Iterable[Event]) -> dict[str, Any] | None:
@@ -335,11 +349,23 @@ def last_completeness_verdict(events: Iterable[Event]) -> dict[str, Any] | None:
     return verdicts[-1] if verdicts else None
 
 
+def edit_task_without_plan(intent: IntentResult | None, plan: Plan | None,
+                           direct_answer: bool) -> bool:
+    """A run with no plan (planning off) whose intent is to change or create files: it is
+    done only once a call that can change the workspace succeeded. A question answered
+    directly is not such a run."""
+    return (plan is None and not direct_answer and intent is not None
+            and intent.intent == IntentLabel.CODING_TASK)
+
+
 def missing_work(plan: Plan | None, edit_tools: set[str], edits_ok: int,
-                 last_verdict: dict[str, Any] | None) -> list[str]:
+                 last_verdict: dict[str, Any] | None,
+                 edit_task_unplanned: bool = False) -> list[str]:
     """Why a run that reached its end is not done; empty: it may end `completed`.
 
     - the plan has a step that edits the workspace, but no edit tool call succeeded;
+    - the task, run without a plan, asks for changes (`edit_task_unplanned`: its count of
+      successful calls that may change the workspace is `edits_ok`), and there were none;
     - the last completeness verdict (not a fail-open one) still found gaps.
     """
     missing: list[str] = []
@@ -348,6 +374,9 @@ def missing_work(plan: Plan | None, edit_tools: set[str], edits_ok: int,
              if step.tool in edit_tools]
     if steps and edits_ok == 0:
         missing.append("the plan requires changes but no edit succeeded: " + "; ".join(steps))
+    elif edit_task_unplanned and edits_ok == 0:
+        missing.append("the task asks to change or create files but no call that changes "
+                       "the workspace succeeded")
     if last_verdict and not last_verdict.get("is_complete", True) \
             and not last_verdict.get("fail_open"):
         aspects = [str(a) for a in last_verdict.get("missing_aspects") or []]

@@ -34,6 +34,9 @@ INCOMPLETE_STATUS = "incomplete-task-status"  # unfinished work was "completed"
 # The quality review and the completeness check read the workspace on the task's host and
 # ask the model on the model queue; before, one activity did both on the host queue.
 WORKSPACE_READS_APART = "workspace-reads-apart-from-model-calls"
+# A task run without a plan whose intent is to change files, and that changed none, is
+# incomplete; before, only a plan's edit steps or the completeness check could say so.
+UNPLANNED_EDIT_TASKS = "unplanned-edit-tasks-need-an-edit"
 
 # The code-review workflow's own, asked in its first activation when the review has a host.
 CODE_REVIEW_HOST = "code-review-host"  # the content read on the shared queue
@@ -42,7 +45,7 @@ AGENT_PATCHES = (
     WORKSPACE_CONTEXT, INDEX_SETTLE, SEARCH_ATTRIBUTES, HOST_QUEUES, STORE_WRITES_LOCAL,
     MCP_TOOLS, COMPLETENESS_REFLECTION, DIRECT_ANSWER_UNPLANNABLE,
     DIRECT_ANSWER_PLANNED_AS_EDIT, TEXT_TOOL_CALL_FORMS, INTERRUPTED_CALL, INCOMPLETE_STATUS,
-    WORKSPACE_READS_APART,
+    WORKSPACE_READS_APART, UNPLANNED_EDIT_TASKS,
 )
 
 

@@ -57,6 +57,33 @@ async def test_golden_no_edit_where_the_plan_needs_one_is_incomplete(
     assert row.finished_at is not None
 
 
+async def test_an_unplanned_task_to_create_a_file_that_wrote_none_is_incomplete(
+        client, settings, scripted_llm, workspace, task_queue):
+    """Planning off: "create hello.txt", and the model only says it did. Seen with a small
+    local model, whose run ended `completed` without the file."""
+    model = unique_scenario(scripted_llm, {
+        "intent": [CODING], "act": [final("I created hello.txt.")], "summary": [SUMMARY],
+    })
+    result = await run(client, settings, task_queue, model, workspace,
+                       task="Create hello.txt saying hi", enable_planning=False)
+    assert result.status == "incomplete" and result.stop_reason == "work_missing", result
+    assert "no call that changes the workspace succeeded" in result.missing[0]
+    assert not (workspace / "hello.txt").exists()
+
+
+async def test_an_unplanned_task_done_by_a_command_completes(
+        client, settings, scripted_llm, workspace, task_queue):
+    model = unique_scenario(scripted_llm, {
+        "intent": [CODING],
+        "act": [call("run_cmd", command="echo hi > hello.txt"), final("created")],
+        "summary": [SUMMARY],
+    })
+    result = await run(client, settings, task_queue, model, workspace,
+                       task="Create hello.txt saying hi", enable_planning=False)
+    assert result.status == "completed" and result.missing == [], result.missing
+    assert (workspace / "hello.txt").read_text() == "hi\n"
+
+
 async def test_a_successful_edit_completes(client, settings, scripted_llm, workspace,
                                            task_queue):
     model = unique_scenario(scripted_llm, {

@@ -133,3 +133,41 @@ def test_a_question_planned_as_edits_is_answered_directly(task, intent, tools, s
     if set_aside:
         assert "question" in reason and "write_file" in reason or "apply_patch" in reason
     assert logic.question_planned_as_edits(task, label, None, EDITS) is None
+
+
+def test_a_task_to_change_files_run_without_a_plan_needs_a_change():
+    from refloop.contract.messages import IntentLabel, IntentResult
+
+    coding = IntentResult(intent=IntentLabel.CODING_TASK, confidence=0.9, reason="create")
+    chat = IntentResult(intent=IntentLabel.GENERAL_CHAT, confidence=0.9, reason="hi")
+    plan = Plan(steps=[step("write_file")])
+    assert logic.edit_task_without_plan(coding, None, direct_answer=False)
+    assert not logic.edit_task_without_plan(coding, plan, direct_answer=False)  # the plan says
+    assert not logic.edit_task_without_plan(coding, None, direct_answer=True)  # a question
+    assert not logic.edit_task_without_plan(chat, None, direct_answer=False)
+    assert not logic.edit_task_without_plan(None, None, direct_answer=False)
+    missing = logic.missing_work(None, EDITS, 0, None, edit_task_unplanned=True)
+    assert missing == ["the task asks to change or create files but no call that changes the "
+                       "workspace succeeded"]
+    assert logic.missing_work(None, EDITS, 1, None, edit_task_unplanned=True) == []
+    assert logic.missing_work(None, EDITS, 0, None) == []
+
+
+def test_calls_that_may_change_the_workspace():
+    assert logic.may_change_workspace("write_file", {"path": "a", "content": ""})
+    assert logic.may_change_workspace("run_cmd", {"command": "echo hi > a"})
+    assert logic.may_change_workspace("some_mcp_tool", {})  # undeclared: may write
+    assert not logic.may_change_workspace("read_file", {"path": "a"})
+    assert not logic.may_change_workspace("str_replace_based_edit_tool",
+                                          {"command": "view", "path": "a"})
+    assert not logic.may_change_workspace("complete_step", {"step": 1})
+    events = [Event(seq=1, ts="t", type="tool_call", data={"id": "1", "tool": "run_cmd",
+                                                           "args": {"command": "true"}}),
+              Event(seq=2, ts="t", type="tool_result", data={"id": "1", "tool": "run_cmd",
+                                                             "ok": True}),
+              Event(seq=3, ts="t", type="tool_call", data={"id": "2", "tool": "read_file",
+                                                           "args": {"path": "a"}}),
+              Event(seq=4, ts="t", type="tool_result", data={"id": "2", "tool": "read_file",
+                                                             "ok": True})]
+    assert logic.successful_calls(events, logic.may_change_workspace) == 1
+    assert logic.successful_edits(events, EDITS) == 0
