@@ -236,8 +236,10 @@ async def test_retry_after_a_client_timeout_waits_for_the_abandoned_slot(scripte
 async def test_a_timed_out_request_stays_abandoned_with_its_cap(scripted_llm):
     """The server may still generate for a request the client gave up on: its usage is
     unknown, so the ledger says so and bounds it by the request's max_tokens."""
-    gateway = gateway_for(scripted_llm, refloop_llm_timeout_s=0.4, refloop_max_tokens="act=77")
-    model = scenario(scripted_llm, {"act": [{"content": "slow", "delay_ms": 1500},
+    # A timeout long enough for the request to reach the server on a loaded machine (else
+    # the slow entry is never taken and the next call gets it).
+    gateway = gateway_for(scripted_llm, refloop_llm_timeout_s=1.0, refloop_max_tokens="act=77")
+    model = scenario(scripted_llm, {"act": [{"content": "slow", "delay_ms": 4000},
                                             {"status": 503}, {"content": "fast"}]})
     ledger = RequestLedger()
     token = current_ledger.set(ledger)
