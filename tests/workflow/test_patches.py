@@ -58,7 +58,7 @@ async def test_a_new_run_settles_every_patch_first(client, settings, scripted_ll
         "summary": [SUMMARY],
     })
     result, history = await run_with_history(client, settings, task_queue, TaskInput(
-        task="write a", workspace=str(workspace), model=model))
+        task="write a", workspace=str(workspace), model=model, enable_reflection=False))
     assert result.status == "completed"
     first = first_task_commands(history)
     wanted = [("patch", PATCHES_AT_START), *(("patch", p) for p in AGENT_PATCHES)]
