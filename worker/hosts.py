@@ -20,6 +20,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from refloop.runtime.background import in_background
 from refloop.store import hosts as host_rows
 from refloop.store.db import Store, utcnow
 
@@ -94,10 +95,5 @@ async def host_presence(store: Store, host: HostIdentity, beat_s: float) -> Asyn
             await beat()
 
     await beat()
-    task = asyncio.create_task(beating())
-    try:
+    async with in_background(beating()):
         yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task

@@ -22,6 +22,8 @@ from pathlib import Path
 
 from temporalio.client import Client
 
+from refloop.runtime.background import in_background
+
 log = logging.getLogger("refloop.ownership")
 
 OWNER_FILE = "owner.id"
@@ -188,10 +190,5 @@ async def watch_queue(client: Client, queue: str, store: str,
 @contextlib.asynccontextmanager
 async def watching(client: Client, queue: str, store: str) -> AsyncIterator[None]:
     """Watch `queue` for workers of another store while the block runs."""
-    task = asyncio.create_task(watch_queue(client, queue, store))
-    try:
+    async with in_background(watch_queue(client, queue, store)):
         yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
