@@ -25,7 +25,7 @@ from temporalio.client import Client
 from refloop.api.guards import short_echo
 from refloop.api.routes import code_reviews, tasks
 from refloop.api.schemas import ApprovalBody, SessionStart, TaskCreate
-from refloop.api.sse import FINAL_EVENTS, TemporalSilent, fetch_events
+from refloop.api.sse import TemporalSilent, fetch_events
 from refloop.runtime.workspaces import is_safe_id
 from refloop.settings import Settings
 from refloop.store.db import Store
@@ -138,7 +138,6 @@ def build_mcp_server(deps: Callable[[], McpDeps]) -> MCPServer:
             except TemporalSilent as err:  # said, as the HTTP stream says it
                 return {"events": [], "ended": False, "status": str(err),
                         "temporal": "unreachable"}
-            ended = ended or any(event.type in FINAL_EVENTS for event in events)
             if events or ended or loop.time() >= deadline:
                 return {"events": [event.model_dump(mode="json") for event in events],
                         "ended": ended}

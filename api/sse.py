@@ -55,12 +55,20 @@ async def fetch_events(client: Client, store: Store, task_id: str, workflow_id: 
     if row.kind == "agent":
         try:
             handle = client.get_workflow_handle(workflow_id)
-            return await within(handle.query(AgentTaskWorkflow.events, after),
-                                          TEMPORAL_ANSWER_S), False
+            events = await within(handle.query(AgentTaskWorkflow.events, after),
+                                  TEMPORAL_ANSWER_S)
         except TimeoutError as err:
             raise TemporalSilent(row.status) from err
         except Exception:  # not started on a worker yet, just closed, or gone: check below
             pass
+        else:
+            # The workflow tells its end before its row says so: the end waits for the row,
+            # so a reader who saw it never reads the task as still running.
+            before_end = unrecorded_end(events)
+            if before_end is None:
+                return events, False
+            if events[:before_end] or not check:
+                return events[:before_end], False
     if check:
         try:
             fresh = await within(refresh(client, store, row), TEMPORAL_ANSWER_S)
@@ -69,6 +77,11 @@ async def fetch_events(client: Client, store: Store, task_id: str, workflow_id: 
         if fresh.status in TERMINAL_STATUSES:
             return ending(fresh, after), True
     return [], False
+
+
+def unrecorded_end(events: list[Event]) -> int | None:
+    """Index of the final event in a running row's live events, None when there is none."""
+    return next((i for i, event in enumerate(events) if event.type in FINAL_EVENTS), None)
 
 
 class TemporalSilent(Exception):

@@ -19,7 +19,7 @@ from refloop.api.schemas import TaskState
 from refloop.contract import visibility
 from refloop.contract.task import TaskProgress
 from refloop.settings import Settings
-from refloop.store.db import Store, TaskRecord
+from refloop.store.db import TERMINAL_STATUSES, Store, TaskRecord
 from refloop.workflows.agent import AgentTaskWorkflow
 
 TEMPORAL_ANSWER_S = 1.5  # then the stored row answers: GET stays under 2 s
@@ -66,7 +66,11 @@ async def live_state(client: Client, store: Store, row: TaskRecord,
         if row.kind == "agent":
             try:
                 handle = client.get_workflow_handle(row.workflow_id)
-                return row, await handle.query(AgentTaskWorkflow.progress)
+                progress = await handle.query(AgentTaskWorkflow.progress)
+                if progress.status not in TERMINAL_STATUSES:
+                    return row, progress
+                # Ended but not yet recorded (or its record lost): Temporal says which.
+                return await refresh(client, store, row), progress
             except Exception:  # noqa: BLE001 (not picked up yet or gone: ask Temporal)
                 pass
         return await refresh(client, store, row), None

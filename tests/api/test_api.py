@@ -45,13 +45,17 @@ def writing_scenario(scripted_llm, reviews: list | None = None) -> str:
     return unique_scenario(scripted_llm, responses)
 
 
-async def wait_done(api, task_id: str) -> dict:
-    for _ in range(300):
+async def wait_done(api, task_id: str, within_s: float = 60.0) -> dict:
+    """The task's state once it has ended (a wall-clock bound: a loaded machine is slow)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within_s
+    state: dict = {}
+    while loop.time() < deadline:
         state = (await api.get(f"/tasks/{task_id}")).json()
         if state["status"] in ("completed", "failed", "cancelled"):
             return state
         await asyncio.sleep(0.05)
-    raise AssertionError("task did not finish")
+    raise AssertionError(f"task did not finish in {within_s} s: {state}")
 
 
 async def test_session_task_and_resumable_events(api, scripted_llm, workspace):

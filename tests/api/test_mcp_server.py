@@ -88,6 +88,7 @@ async def test_refloop_mcp_over_stdio(client, temporal_server, mcp_settings, scr
                                       workspace, task_queue):
     env = {**os.environ, "TEMPORAL_ADDRESS": temporal_server, "REFLOOP_TASK_QUEUE": task_queue,
            "OPENAI_BASE_URL": mcp_settings.openai_base_url, "OPENAI_API_KEY": "test",
+           "ENABLE_REFLECTION": "false",  # as the worker's settings: no completeness check
            "DATABASE_URL": mcp_settings.database_url,
            "REFLOOP_DATA_DIR": str(mcp_settings.refloop_data_dir),
            "REFLOOP_WORKSPACE_ROOTS": str(workspace.parent)}

@@ -108,6 +108,28 @@ async def test_a_models_nul_byte_is_stored_on_postgresql(api, scripted_llm, work
     assert "\x00" not in repr(stored.result) and "\ufffd" in repr(stored.result)
 
 
+async def test_a_task_told_ended_is_never_read_as_running(api, scripted_llm, workspace):
+    """The workflow tells its end a moment before its own write of the row lands (or that
+    write is lost): whoever saw the end in its events never reads the task as running."""
+    session = await new_session(api, workspace, model=writing_scenario(scripted_llm))
+    task_id = (await api.post("/agent/interactive/task", json={
+        "session_id": session, "task": "write"})).json()["task_id"]
+    assert (await wait_done(api, task_id))["status"] == "completed"
+    store = api.app.state.store
+
+    def unrecorded() -> None:  # the row as it stands before the workflow's last write
+        store.update(TaskRecord, task_id, {"status": "running", "result": None,
+                                           "finished_at": None})
+
+    unrecorded()
+    frames = parse_sse((await api.get(f"/tasks/{task_id}/events")).text)
+    assert frames[-1]["event"] == "completed"
+    assert store.get_task(task_id).status == "completed"
+    unrecorded()
+    state = (await api.get(f"/tasks/{task_id}")).json()
+    assert state["status"] == "completed" and state["result"]["answer"] == "written"
+
+
 async def test_a_database_error_carries_no_sql(tmp_path):
     store = Store(f"sqlite:///{tmp_path / 'broken.db'}")
     store.init()
