@@ -4,31 +4,28 @@ Chunks come from `refloop.search.chunks`, each mapped back to its definition, so
 are merged per definition. The lexical side is LanceDB's full-text index over
 identifier-split text (whole definitions); the vector side is all-MiniLM-L6-v2 (its int8
 ONNX build by default), fused per definition by score (`refloop.search.fusion`). One table
-per workspace and model under the index dir; a pass stores whole files batch by batch,
-skips every file whose content hash it holds (a cut-off pass resumes where it stopped),
-keeps the full-text side current per batch, and lists the files it has yet to store, so a
-search meanwhile answers from both and says what it misses (`refloop.search.coverage`).
+per workspace and model under the index dir; a pass stores whole files batch by batch
+(`refloop.search.passes`), skips every file whose content hash it holds (a cut-off pass
+resumes where it stopped), keeps the full-text side current per batch, and lists the
+files it has yet to store, so a search meanwhile answers from both and says what it
+misses (`refloop.search.coverage`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import itertools
 import json
-import os
 import sys
 import threading
 import time
-import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from refloop.search.chunks import chunk_source, identifier_terms
+from refloop.search.chunks import identifier_terms
 from refloop.search.coverage import (
     Pending,
     pending_note,
@@ -45,6 +42,24 @@ from refloop.search.fusion import (
     merge_by_definition,
     text_weight,
 )
+from refloop.search.passes import (
+    EMBED_BATCH_CHUNKS,
+    SCHEMA_VERSION,
+    batches,
+    grow_text_index,
+    lower_priority,
+    manifest_path,
+    path_filter,
+    read_manifest,
+    refresh_text_index,
+    scan,
+    sources,
+    table_name,
+)
+
+# Importable from here as before (the worker, the tests).
+from refloop.search.passes import PASS_NICENESS as PASS_NICENESS
+from refloop.search.passes import unchanged_report as unchanged_report
 from refloop.search.runtime import (
     DEFAULT_MODEL,
     SemanticUnavailable,
@@ -52,86 +67,16 @@ from refloop.search.runtime import (
     import_lancedb,
     missing_extra,
 )
-from refloop.search.symbols import (
-    CODE_SUFFIXES,
-    TEXT_SUFFIXES,
-    iter_sources,
-    read_source,
-    read_source_bytes,
-)
+from refloop.search.symbols import read_source
 
 if TYPE_CHECKING:  # imported where used: a warm-up started first thing need not wait for them
     from refloop.contract.task import IndexReport, SearchAnswer, SemanticHit
 
-MAX_INDEXED_FILE_BYTES = 300_000
-# Chunks per batch: embedded, stored and reported together. A pass cut off loses at most
-# the batch in progress (every stored file is kept: the next pass skips it by its hash),
-# and the pass's memory is bounded by it, not by the workspace.
-EMBED_BATCH_CHUNKS = 256
-# The full-text index is rebuilt once the rows stored since its last build exceed this
-# share of the rows it covers (never more often than TEXT_INDEX_MIN_NEW rows): between
-# builds LanceDB searches the new rows without the index, so every batch is searchable
-# by its words as soon as it is stored, and the rebuilds of a long pass cost O(rows).
-TEXT_INDEX_GROWTH = 0.25
-TEXT_INDEX_MIN_NEW = 2_000
 DIMENSIONS = 384
-SCHEMA_VERSION = 4  # summary + first body window (3: overlapping windows; 2: token-sized)
 COLUMNS = ["path", "start_line", "end_line", "symbol", "part", "text"]
 HIT_TEXT_LINES = 60  # the most of a definition a hit shows the model
 
 Progress = Callable[[dict], None]
-
-
-@dataclass(frozen=True)
-class SourceFile:
-    path: str
-    absolute: Path
-    digest: str
-
-
-def table_name(workspace: Path, model: str = DEFAULT_MODEL, schema: int = SCHEMA_VERSION
-               ) -> str:
-    key = f"{workspace.resolve()}\0{model}\0{schema}"
-    return "ws_" + hashlib.sha256(key.encode()).hexdigest()[:16]
-
-
-def scan(workspace: Path) -> list[SourceFile]:
-    """The files the index covers, with content hashes."""
-    found = []
-    for relative, path in iter_sources(workspace, CODE_SUFFIXES | TEXT_SUFFIXES,
-                                       MAX_INDEXED_FILE_BYTES):
-        data = read_source_bytes(path, MAX_INDEXED_FILE_BYTES)
-        if data is not None:
-            found.append(SourceFile(relative, path, hashlib.sha256(data).hexdigest()))
-    return found
-
-
-def manifest_path(index_dir: Path, workspace: Path, model: str = DEFAULT_MODEL) -> Path:
-    return index_dir / f"{table_name(workspace, model)}.manifest.json"
-
-
-def read_manifest(index_dir: Path, workspace: Path, model: str = DEFAULT_MODEL) -> dict:
-    """What the last complete pass saw: {"files": {path: hash}, "chunks": n}, or {}."""
-    try:
-        return json.loads(manifest_path(index_dir, workspace, model).read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def unchanged_report(index_dir: Path, workspace: Path,
-                     model: str = DEFAULT_MODEL) -> IndexReport | None:
-    """A report without loading anything heavy when the last pass saw exactly these files
-    (the manifest is a cache; the table stays the truth)."""
-    from refloop.contract.task import IndexReport
-
-    indexed = read_manifest(index_dir, workspace, model)
-    if not indexed:
-        return None
-    files = scan(workspace)
-    if {f.path: f.digest for f in files} != indexed.get("files"):
-        return None
-    return IndexReport(files_seen=len(files), files_unchanged=len(files),
-                       chunks_total=indexed.get("chunks", 0), note="up to date")
 
 
 class CodeIndex:
@@ -238,18 +183,18 @@ class CodeIndex:
             removed = [path for path in indexed if path not in current]
             stale = [f.path for f in changed if f.path in indexed] + removed
             if stale:
-                table.delete(_path_filter(stale))
+                table.delete(path_filter(stale))
             pending = [f.path for f in changed]
             write_pending(self.pending_path, pending, len(files))
             covered = table.count_rows() if self._has_text_index(table) else 0
             embedded = done = 0
-            for batch, rows in self._batches(changed, batch_chunks):
+            for batch, rows in batches(changed, self.model, batch_chunks):
                 if rows:
                     vectors = embed([row.pop("document") for row in rows], self.model)
                     for row, vector in zip(rows, vectors, strict=True):
                         row["vector"] = vector
                     table.add(rows)
-                    covered = self._grow_text_index(table, covered)
+                    covered = grow_text_index(table, covered)
                 embedded += len(rows)
                 done += len(batch)
                 write_pending(self.pending_path, pending[done:], len(files))
@@ -258,7 +203,7 @@ class CodeIndex:
                               "chunks_embedded": embedded})
             total = table.count_rows()
             if stale or (changed and covered != total):
-                self._refresh_text_index(table)
+                refresh_text_index(table)
             manifest = {"files": {f.path: f.digest for f in files}, "chunks": total}
             manifest_path(self.index_dir, self.workspace, self.model).write_text(
                 json.dumps(manifest))
@@ -277,61 +222,6 @@ class CodeIndex:
     def pending_path(self) -> Path:
         return self.index_dir / f"{self.table_name}.pending.json"
 
-    def _batches(self, files: list[SourceFile], batch_chunks: int
-                 ) -> Iterator[tuple[list[SourceFile], list[dict]]]:
-        """Whole files with their rows, about `batch_chunks` chunks at a time (a file's
-        chunks are never split between batches, so a stored file is a whole one)."""
-        from refloop.search.embedders import embedder
-
-        count_tokens = embedder(self.model).count_tokens
-        batch: list[SourceFile] = []
-        rows: list[dict] = []
-        for source in files:
-            batch.append(source)
-            rows += self._file_rows(source, count_tokens)
-            if len(rows) >= batch_chunks:
-                yield batch, rows
-                batch, rows = [], []
-        if batch:
-            yield batch, rows
-
-    def _grow_text_index(self, table, covered: int) -> int:
-        """Rebuild the full-text index when the rows added since its last build have grown
-        past TEXT_INDEX_GROWTH of it (the first batch builds it); the rows it covers."""
-        rows = table.count_rows()
-        if covered and rows - covered < max(TEXT_INDEX_MIN_NEW, TEXT_INDEX_GROWTH * covered):
-            return covered
-        self._refresh_text_index(table)
-        return rows
-
-    @staticmethod
-    def _refresh_text_index(table) -> None:
-        """LanceDB's native full-text index over the identifier-split column (stemmed,
-        stop words out); rebuilt after a change, which costs milliseconds per thousand
-        chunks."""
-        if table.count_rows() == 0:
-            return
-        with warnings.catch_warnings():  # its successor's sync form only indexes vectors
-            warnings.simplefilter("ignore", DeprecationWarning)
-            table.create_fts_index("lexical", replace=True, use_tantivy=False, stem=True,
-                                   remove_stop_words=True, with_position=False)
-
-    @staticmethod
-    def _file_rows(source: SourceFile, count_tokens) -> list[dict]:
-        text = read_source(source.absolute)
-        if text is None:
-            return []
-        return [{
-            "path": source.path, "start_line": chunk.start_line,
-            "end_line": chunk.end_line, "symbol": chunk.symbol, "part": chunk.part,
-            "text": chunk.text, "file_hash": source.digest,
-            # a summary row also carries the words of the lines no chunk embeds: the
-            # full-text side covers whole definitions
-            "lexical": identifier_terms(f"{chunk.header}\n{chunk.rest}" if chunk.rest
-                                        else chunk.document),
-            "document": chunk.document,
-        } for chunk in chunk_source(source.path, text, count_tokens)]
-
     # ------------------------------------------------------------ search
 
     def chunk_count(self) -> int:
@@ -348,8 +238,7 @@ class CodeIndex:
         pending = read_pending(self.pending_path)
         stored = (self.index_dir / f"{self.table_name}.lance").is_dir()
         if pending is None and not stored and not self._indexed_before():
-            files = [relative for relative, _ in iter_sources(
-                self.workspace, CODE_SUFFIXES | TEXT_SUFFIXES, MAX_INDEXED_FILE_BYTES)]
+            files = [relative for relative, _ in sources(self.workspace)]
             pending = Pending(tuple(files), len(files))
         if pending is None or not pending.files:
             return SearchAnswer(hits=self.search(query, limit))
@@ -488,23 +377,6 @@ def _side_pool() -> ThreadPoolExecutor:
         if not _SIDE_POOL:
             _SIDE_POOL.append(ThreadPoolExecutor(2, thread_name_prefix="refloop-search"))
         return _SIDE_POOL[0]
-
-
-def _path_filter(paths: list[str]) -> str:
-    quoted = ", ".join("'" + path.replace("'", "''") + "'" for path in paths)
-    return f"path IN ({quoted})"
-
-
-# A pass runs beside the worker's searches on the same cores: below them, it takes only
-# what they leave (FastAPI query p95 with an httpx pass beside it, load 3 on 2 cores: 81 ms
-# at equal priority, 43 ms with the pass at 10).
-PASS_NICENESS = 10
-
-
-def lower_priority(niceness: int = PASS_NICENESS) -> None:
-    """Lower this process's CPU priority by `niceness` (no-op where not allowed)."""
-    with contextlib.suppress(OSError, AttributeError):
-        os.nice(niceness)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,7 +27,7 @@ from bench.code_search_eval import (
     score,
 )
 from refloop.search import chunks as code_chunks
-from refloop.search import embedders
+from refloop.search import embedders, passes
 from refloop.search import index as semantic
 from refloop.search.chunks import MODEL_WINDOW
 from refloop.search.embedders import WINDOW, embedder
@@ -40,7 +40,7 @@ def _index_key(package: str, files: list[str]) -> str:
     index code, the package's and LanceDB's versions, the slice."""
     digest = hashlib.sha256(json.dumps([package, files, version(package), version("lancedb")])
                             .encode())
-    for module in (code_chunks, embedders, semantic):
+    for module in (code_chunks, embedders, semantic, passes):
         digest.update(Path(module.__file__).read_bytes())
     return digest.hexdigest()[:16]
 
