@@ -11,6 +11,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from refloop.contract.errors import LLMError
 
 log = logging.getLogger("refloop.llm")
 
@@ -138,6 +142,28 @@ class Endpoints:
         log.warning("model endpoint %s model %s: %s rejected (%s); %s", base_url, model,
                     what, reason[:200], FALLBACKS.get(what, "not sent from now on"))
         return True
+
+    def drop_rejected(self, err: LLMError, kwargs: dict[str, Any], model: str,
+                      base_url: str) -> bool:
+        """Stop sending what the endpoint refused of a request's `kwargs` (`stream_options`,
+        then `stream`; `tool_choice`, then `tools`; a plain `json_object` response format);
+        True: ask again without it."""
+        body = err.body or str(err)
+        extra = kwargs["extra_body"]
+        fmt = extra.get("response_format") or {}
+        candidates = (
+            ("stream_options", "stream_options" in kwargs
+             and rejects_field(err.status, body, "stream_options")),
+            ("stream", kwargs.get("stream") is True and "stream_options" not in body.lower()
+             and rejects_field(err.status, body, "stream")),
+            ("tool_choice", "tool_choice" in extra
+             and rejects_field(err.status, body, "tool_choice")),
+            ("native_tools", "tools" in extra and rejects_field(err.status, body, "tool")),
+            ("response_format", fmt.get("type") == "json_object" and "schema" not in fmt
+             and rejects_mode(err.status, body)),
+        )
+        return any(rejected and self.drop(base_url, model, what, str(err))
+                   for what, rejected in candidates)
 
     def slot(self, base_url: str) -> asyncio.Semaphore | None:
         if not self.concurrency:

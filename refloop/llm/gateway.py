@@ -28,14 +28,13 @@ from refloop.contract.messages import (
     ToolSpec,
     parse_max_tokens,
 )
-from refloop.contract.text import detect_abnormal_output, first_json_object
-from refloop.llm.endpoint import Endpoints, rejects_field, rejects_mode
+from refloop.contract.text import detect_abnormal_output
+from refloop.llm.endpoint import Endpoints, rejects_mode
 from refloop.llm.failures import (
     abandoned_by,
     classify,
 )
 from refloop.llm.ledger import current_ledger, in_flight, settled
-from refloop.llm.prompts import NO_TOOL, TOOL_PICK_NAME, tool_pick_spec
 from refloop.llm.stream import (
     Answer,
     EmptyStream,
@@ -43,9 +42,16 @@ from refloop.llm.stream import (
     StreamInterrupted,
     StreamStalled,
     answer_of,
-    read_stream,
     streamed_answer,
+    streamed_request,
 )
+from refloop.llm.tool_pick import (
+    PICK_MAX_TOKENS,
+    PickTheToolFirst,
+    answer_picking_tool,
+    stream_feature,
+)
+from refloop.llm.tool_pick import picked_tool as picked_tool  # importable from here too
 from refloop.llm.wire import (
     ChatOutcome,
     StructuredOutcome,
@@ -59,30 +65,6 @@ from refloop.runtime.telemetry import tracer
 from refloop.settings import Settings
 
 PURPOSE_HEADER = "X-Refloop-Purpose"
-# A tool pick is a call `{"tool": NAME}`: a few tokens, with room for long MCP tool names.
-PICK_MAX_TOKENS = 48
-
-
-class PickTheToolFirst(Exception):
-    """The endpoint was just found unable to stream a tool call it chooses itself."""
-
-
-def picked_tool(pick: ChatOutcome, names: list[str]) -> str | None:
-    """The offered tool a pick names (its call, else JSON in its text), else None."""
-    value: Any = next((call.arguments for call in pick.tool_calls
-                       if call.name == TOOL_PICK_NAME), None)
-    if value is None:
-        candidate = first_json_object(pick.content or "")
-        try:
-            value = json.loads(candidate) if candidate else None
-        except ValueError:
-            return None
-    name = value.get("tool") if isinstance(value, dict) else None
-    return name if name in names else None
-
-
-def named(tool: str) -> dict[str, Any]:
-    return {"type": "function", "function": {"name": tool}}
 
 
 def cut_at(cut: str | None, cap: int, settings: Settings) -> str:
@@ -162,7 +144,12 @@ class LLMGateway:
         headers = {PURPOSE_HEADER: purpose.value}
         try:
             if kwargs.get("stream"):
-                answer = await self._streamed(client, model, headers, cap, kwargs)
+                answer = await streamed_request(
+                    client.chat.completions.create(model=model, extra_headers=headers,
+                                                   **kwargs),
+                    cap, self.settings.refloop_llm_timeout_s,
+                    self.settings.refloop_llm_idle_timeout_s,
+                    len(json.dumps(kwargs["extra_body"]["messages"])))
             else:
                 answer = answer_of(await client.chat.completions.create(
                     model=model, extra_headers=headers, **kwargs))
@@ -209,28 +196,13 @@ class LLMGateway:
             if release is not None:
                 release()
         # The stream ended before its first chunk: the endpoint cannot stream this request.
-        extra = kwargs["extra_body"]
-        what = ("stream" if not extra.get("tools") else
-                "stream_tools" if extra.get("tool_choice", "auto") == "auto" else "stream_named")
-        if not self.endpoints.drop(base_url, model, what, str(empty)):
+        if not self.endpoints.drop(base_url, model, stream_feature(kwargs["extra_body"]),
+                                   str(empty)):
             raise LLMTransportError(str(empty)) from empty
         if self.endpoints.state(base_url, model).picks_tool():
             raise PickTheToolFirst from empty
         unstreamed = {k: v for k, v in kwargs.items() if k not in ("stream", "stream_options")}
         return await self._create(purpose, model, client, base_url, **unstreamed)
-
-    async def _streamed(self, client: openai.AsyncOpenAI, model: str, headers: dict[str, str],
-                        cap: int, kwargs: dict[str, Any]) -> Answer:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.settings.refloop_llm_timeout_s
-        try:  # the response's headers count against the request's time bound too
-            stream = await asyncio.wait_for(client.chat.completions.create(
-                model=model, extra_headers=headers, **kwargs), deadline - loop.time())
-        except TimeoutError:
-            raise NoFirstChunk from None
-        tally = await read_stream(stream, cap, self.settings.refloop_llm_idle_timeout_s,
-                                  deadline)
-        return streamed_answer(tally, len(json.dumps(kwargs["extra_body"]["messages"])))
 
     def _count(self, purpose: Purpose, usage: TokenUsage) -> None:
         total = self.usage_by_purpose.get(purpose.value, TokenUsage())
@@ -296,33 +268,21 @@ class LLMGateway:
         response_format: dict[str, Any] | None, max_tokens: int,
         client: openai.AsyncOpenAI, base_url: str, endpoint: ModelEndpoint | None,
     ) -> ChatOutcome:
-        """One answer. An endpoint that cannot stream a tool call it chose itself
-        (llama-cpp-python 0.3.36 under `tool_choice: auto`, which also drops max_tokens
-        there) is asked which tool first, then for the call with that tool named (or
-        `none`): both stream, so both end at their caps."""
+        """One answer. An endpoint that cannot stream a tool call it chose itself is
+        asked which tool first, then for the call with that tool named (or `none`):
+        `refloop.llm.tool_pick`."""
         state = self.endpoints.state(base_url, model)
-        while True:
-            choice, picking, offered = None, TokenUsage(), tools
-            if tools and self._tool_choice() == "auto" and state.picks_tool():
-                names = [spec.name for spec in tools]
-                offered = [*tools, tool_pick_spec(names)]
-                pick = await self._chat_once(
-                    purpose, messages, model, offered, None,
-                    temperature, top_p, None, PICK_MAX_TOKENS, client, base_url,
-                    tool_choice=named(TOOL_PICK_NAME))
-                name = picked_tool(pick, names)
-                choice, picking = named(name) if name else NO_TOOL, pick.usage.usage
-            try:
-                outcome = await self._chat_once(purpose, messages, model, offered,
-                                                parallel_tool_calls, temperature, top_p,
-                                                response_format, max_tokens, client,
-                                                base_url, tool_choice=choice)
-            except PickTheToolFirst:  # just learnt: this endpoint needs the pick
-                continue
-            outcome.usage.usage = picking.add(outcome.usage.usage)
-            outcome.tool_calls = [call for call in outcome.tool_calls
-                                  if call.name != TOOL_PICK_NAME or offered is tools]
-            return outcome
+
+        async def ask(offered: list[ToolSpec] | None, choice: Any, picking: bool
+                      ) -> ChatOutcome:
+            return await self._chat_once(
+                purpose, messages, model, offered, None if picking else parallel_tool_calls,
+                temperature, top_p, None if picking else response_format,
+                PICK_MAX_TOKENS if picking else max_tokens, client, base_url,
+                tool_choice=choice)
+
+        return await answer_picking_tool(
+            ask, tools, lambda: self._tool_choice() == "auto" and state.picks_tool())
 
     async def _chat_once(
         self, purpose: Purpose, messages: list[ChatMessage], model: str,
@@ -359,30 +319,8 @@ class LLMGateway:
             try:
                 return await self._traced(purpose, model, kwargs, client, base_url)
             except LLMError as err:
-                if not self._drop_rejected(err, kwargs, model, base_url):
+                if not self.endpoints.drop_rejected(err, kwargs, model, base_url):
                     raise
-
-    def _drop_rejected(self, err: LLMError, kwargs: dict[str, Any], model: str,
-                       base_url: str) -> bool:
-        """Stop sending what the endpoint refused (`stream_options`, then `stream`;
-        `tool_choice`, then `tools`; a plain `json_object` response format); True: ask
-        again without it."""
-        body = err.body or str(err)
-        extra = kwargs["extra_body"]
-        fmt = extra.get("response_format") or {}
-        candidates = (
-            ("stream_options", "stream_options" in kwargs
-             and rejects_field(err.status, body, "stream_options")),
-            ("stream", kwargs.get("stream") is True and "stream_options" not in body.lower()
-             and rejects_field(err.status, body, "stream")),
-            ("tool_choice", "tool_choice" in extra
-             and rejects_field(err.status, body, "tool_choice")),
-            ("native_tools", "tools" in extra and rejects_field(err.status, body, "tool")),
-            ("response_format", fmt.get("type") == "json_object" and "schema" not in fmt
-             and rejects_mode(err.status, body)),
-        )
-        return any(rejected and self.endpoints.drop(base_url, model, what, str(err))
-                   for what, rejected in candidates)
 
     @staticmethod
     def _unusable(outcome: ChatOutcome) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -222,6 +223,20 @@ def answer_of(response: Any) -> Answer:
              for call in choice.message.tool_calls or []]
     return Answer(choice.message.content, calls, choice.finish_reason, usage,
                   getattr(response, "model", "") or "")
+
+
+async def streamed_request(request: Awaitable[Any], cap: int, time_s: float, idle_s: float,
+                           prompt_chars: int) -> Answer:
+    """The answer of a streamed `request` (the SDK's create call): its response headers and
+    all its chunks within the request's time bound `time_s` (NoFirstChunk if none came)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + time_s
+    try:  # the response's headers count against the request's time bound too
+        stream = await asyncio.wait_for(request, deadline - loop.time())
+    except TimeoutError:
+        raise NoFirstChunk from None
+    tally = await read_stream(stream, cap, idle_s, deadline)
+    return streamed_answer(tally, prompt_chars)
 
 
 def streamed_answer(tally: StreamTally, prompt_chars: int) -> Answer:
