@@ -1,16 +1,56 @@
 """The layer contract holds: entry points on top, workflows on the contract only, the
-contract free of I/O, activities apart from workflows, no cycles; and one import name."""
+contract free of I/O, activities apart from workflows, no cycles; a breach of it is
+caught; and one import name."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import tomllib
 
-from tests.layers import ROOT, lint, package_dirs
+import grimp
+from importlinter.application import use_cases
+from importlinter.application.app_config import settings
+from importlinter.configuration import configure
+
+from tests.layers import ROOT, MappedGraphBuilder, lint, package_dirs
 
 
 def test_the_layer_contract_is_kept():
     assert lint() == 0
+
+
+class WithAnActivityImportingAWorkflow(MappedGraphBuilder):
+    """refloop's own import graph, plus one import the layers forbid."""
+
+    def build(self, *args, **kwargs) -> grimp.ImportGraph:
+        graph = super().build(*args, **kwargs)
+        assert not graph.direct_import_exists(importer="refloop.activities.tool_activities",
+                                              imported="refloop.workflows.agent")
+        graph.add_import(importer="refloop.activities.tool_activities",
+                         imported="refloop.workflows.agent", line_number=1,
+                         line_contents="from refloop.workflows.agent import AgentWorkflow")
+        return graph
+
+
+def test_a_breach_of_the_layers_is_caught():
+    # The same contracts and graph as `lint`, one illegal edge added: the check must fail
+    # on it (a contract that cannot fail would pass `test_the_layer_contract_is_kept` too).
+    configure()
+    settings.configure(GRAPH_BUILDER=WithAnActivityImportingAWorkflow())
+    try:
+        report = use_cases.create_report(
+            use_cases.read_user_options(str(ROOT / "pyproject.toml")), cache_dir=None)
+    finally:
+        settings.configure(GRAPH_BUILDER=MappedGraphBuilder())
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    expected = {contract["name"] for contract in contracts["contracts"]
+                if contract["type"] == "layers"
+                or contract.get("source_modules") == ["refloop.activities"]}
+    broken = {contract.name for contract, check in report.get_contracts_and_checks()
+              if not check.kept}
+    assert report.contains_failures
+    assert len(expected) == 2 and broken == expected
 
 
 def test_every_installed_package_is_under_refloop_and_exists():
