@@ -26,4 +26,5 @@ class HostActivities:
         try:
             check_host(inp.host, inp.workspace, known)
         except HostRefused as err:
-            raise ApplicationError(str(err), type="HostRefused", non_retryable=True) from None
+            raise ApplicationError(str(err), type=HostRefused.__name__,
+                                   non_retryable=True) from None

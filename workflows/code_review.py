@@ -95,7 +95,7 @@ class CodeReviewWorkflow(ModelQueueRouter):
         # A local activity's failure arrives as the activity's own ApplicationError.
         except (ActivityError, ApplicationError) as err:
             raise_if_cancelled(err)
-            raise ApplicationError(describe_failure(err), type="HostRefused",
+            raise ApplicationError(describe_failure(err), type=hosts.HostRefused.__name__,
                                    non_retryable=True) from None
 
     @workflow.query(description="The review's stage (content, review, verify, format, done) "

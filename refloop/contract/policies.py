@@ -1,4 +1,8 @@
-"""Named timeouts and retry policies: every activity call takes one of these."""
+"""Named timeouts and retry policies: every activity call takes one of these, except a
+tool call, whose timeouts and retries are its tool's properties
+(`refloop.contract.tool_catalog.tool_activity_options` for a built-in tool,
+`refloop.contract.mcp.mcp_tool_properties` for an MCP tool: MCP_CALL is its default).
+"""
 
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ from refloop.contract.errors import (
     UnknownToolError,
     non_retryable,
 )
+from refloop.contract.hosts import HostRefused
 
 NON_RETRYABLE_LLM_ERRORS = non_retryable(LLMClientError, InvalidModelOutput)
 
@@ -114,7 +119,7 @@ HOST_CHECK = ActivityOptions(
         initial_interval=timedelta(seconds=1),
         maximum_interval=timedelta(seconds=10),
         maximum_attempts=10,
-        non_retryable_error_types=["HostRefused"],
+        non_retryable_error_types=non_retryable(HostRefused),
     ),
 )
 

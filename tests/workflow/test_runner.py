@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -165,8 +166,20 @@ async def test_the_plugin_registers_every_activity_the_workflows_call(client, se
     assert set(names) == expected
 
 
+# An import of workflow code: `workflows`, `refloop.workflows` or `..workflows`, or
+# `workflows` named in `from refloop import ...`.
+WORKFLOW_IMPORT = re.compile(r"^\s*(?:(?:from|import)\s+(?:refloop\.|\.\.)?workflows\b"
+                             r"|from\s+(?:refloop|\.\.)\s+import\s+.*\bworkflows\b)",
+                             re.MULTILINE)
+
+
 def test_activities_do_not_import_workflow_code():
+    for line in ("from workflows import agent", "import workflows.agent",
+                 "from refloop.workflows.agent import AgentWorkflow", "import refloop.workflows",
+                 "    from ..workflows import logic", "from refloop import llm, workflows"):
+        assert WORKFLOW_IMPORT.search(line), line
+    assert not WORKFLOW_IMPORT.search("from refloop.contract import workflows_ids")
     root = Path(__file__).resolve().parents[2] / "activities"
     for source in root.glob("*.py"):
         text = source.read_text(encoding="utf-8")
-        assert "from workflows" not in text and "import workflows" not in text, source.name
+        assert not WORKFLOW_IMPORT.search(text), source.name
