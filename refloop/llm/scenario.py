@@ -87,6 +87,10 @@ class EndpointQuirks(BaseModel):
     unstreamed_tools_run_away: bool = False
     # A server that cannot stream a tool call at all, the tool named or not
     stream_named_tools_break: bool = False
+    # llama-cpp-python 0.3.36 once more: every streamed delta of a tool call repeats its
+    # id, type and name (OpenAI sends them in the first only), the legacy function_call
+    # beside them
+    stream_repeats_call_fields: bool = False
 
 
 class Scenario(BaseModel):

@@ -315,7 +315,8 @@ def _stream(scenario: Scenario, entry: ScriptedResponse, body: dict[str, Any],
     chunks = stream_answer(base, message, finish,
                            usage if options.get("include_usage") else None, record,
                            runaway=entry.runaway, stall_after=entry.stall_after,
-                           token_s=entry.token_ms / 1000)
+                           token_s=entry.token_ms / 1000,
+                           repeat_fields=scenario.endpoint.stream_repeats_call_fields)
     return StreamingResponse(chunks, media_type="text/event-stream", headers=headers)
 
 

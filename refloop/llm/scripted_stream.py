@@ -6,7 +6,8 @@ tool call as a first delta with its id and name then its arguments in pieces, th
 chunk, and, when the request asks (`stream_options.include_usage`), a last chunk with the
 usage. Two ways real servers misbehave, per scripted entry: `runaway` ignores `max_tokens`
 and streams until the client hangs up (a tool call: its arguments never close);
-`stall_after: N` sends N tokens, then nothing. What was sent is logged per request
+`stall_after: N` sends N tokens, then nothing. An endpoint may also repeat a call's
+fields in every delta, as llama-cpp-python does (`call_delta`). What was sent is logged per request
 (`chunks`, `hung_up`), as the server's own count.
 """
 
@@ -40,7 +41,20 @@ def chunk(base: dict[str, Any], delta: dict[str, Any],
                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}]})
 
 
-def token_deltas(message: dict[str, Any]) -> list[dict[str, Any]]:
+def call_delta(index: int, call: dict[str, Any], arguments: str,
+               repeat_fields: bool) -> dict[str, Any]:
+    """One piece of a tool call. OpenAI names the call in its first delta only;
+    llama-cpp-python 0.3.36 (`repeat_fields`) repeats its id, type and name in every delta,
+    with the legacy `function_call` beside them."""
+    name = call["function"]["name"]
+    if not repeat_fields:
+        return {"tool_calls": [{"index": index, "function": {"arguments": arguments}}]}
+    return {"function_call": {"name": name, "arguments": arguments},
+            "tool_calls": [{"index": index, "id": call["id"], "type": "function",
+                            "function": {"name": name, "arguments": arguments}}]}
+
+
+def token_deltas(message: dict[str, Any], repeat_fields: bool = False) -> list[dict[str, Any]]:
     """The deltas of one answer, one token each (a tool call's first delta is its name)."""
     deltas: list[dict[str, Any]] = [{"content": piece}
                                     for piece in pieces(message.get("content") or "")]
@@ -48,18 +62,19 @@ def token_deltas(message: dict[str, Any]) -> list[dict[str, Any]]:
         deltas.append({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
                                        "function": {"name": call["function"]["name"],
                                                     "arguments": ""}}]})
-        deltas += [{"tool_calls": [{"index": index, "function": {"arguments": piece}}]}
+        deltas += [call_delta(index, call, piece, repeat_fields)
                    for piece in pieces(call["function"]["arguments"])]
     return deltas
 
 
-def runaway_deltas(message: dict[str, Any]) -> Iterator[dict[str, Any]]:
+def runaway_deltas(message: dict[str, Any], repeat_fields: bool = False
+                   ) -> Iterator[dict[str, Any]]:
     """A server ignoring max_tokens: the text, or the first tool call's arguments, go on."""
     calls = message.get("tool_calls") or []
     piece: dict[str, Any] = {"content": RUNAWAY_TEXT}
     if calls:
         yield token_deltas({"tool_calls": calls[:1]})[0]  # the call's id and name
-        piece = {"tool_calls": [{"index": 0, "function": {"arguments": RUNAWAY_TEXT}}]}
+        piece = call_delta(0, calls[0], RUNAWAY_TEXT, repeat_fields)
     while True:
         yield piece
 
@@ -67,12 +82,14 @@ def runaway_deltas(message: dict[str, Any]) -> Iterator[dict[str, Any]]:
 async def stream_answer(base: dict[str, Any], message: dict[str, Any], finish_reason: str,
                         usage: dict[str, Any] | None, record: dict[str, Any],
                         runaway: bool = False, stall_after: int | None = None,
-                        token_s: float = 0.0) -> AsyncIterator[bytes]:
+                        token_s: float = 0.0, repeat_fields: bool = False
+                        ) -> AsyncIterator[bytes]:
     """The chunks of one answer; `record` counts the tokens sent and notes a hang-up."""
     record.update(chunks=0, hung_up=False)
     try:
         yield chunk(base, {"role": "assistant"})
-        deltas = runaway_deltas(message) if runaway else iter(token_deltas(message))
+        deltas = (runaway_deltas(message, repeat_fields) if runaway
+                  else iter(token_deltas(message, repeat_fields)))
         while True:
             delta = next(deltas, None)
             if delta is None:

@@ -122,7 +122,9 @@ class StreamTally:
             call.id = call_delta.id or call.id
             function = call_delta.function
             if function is not None:
-                if function.name:
+                # A name is sent once, or in pieces; llama-cpp-python repeats it whole in
+                # every delta of the call (`next_toolnext_tool...` named no tool).
+                if function.name and function.name != call.name:
                     call.name += function.name
                     chars += len(function.name)
                 if function.arguments:

@@ -159,7 +159,8 @@ async def test_a_model_ignoring_max_tokens_is_cut_and_the_task_goes_on(
         "act": [{"runaway": True, "token_ms": 10, "tool_calls": [write]},
                 call("write_file", path="hello.txt", content="hi\n"), final("written")],
         "summary": [SUMMARY],
-    }, stream_tools_break=True, unstreamed_tools_run_away=True)
+    }, stream_tools_break=True, unstreamed_tools_run_away=True,
+       stream_repeats_call_fields=True)
     result = await run(client, settings, task_queue, model, workspace)
     assert result.status == "completed", result.answer
     assert (workspace / "hello.txt").read_text() == "hi\n"

@@ -205,7 +205,8 @@ async def test_a_tool_call_that_cannot_stream_is_picked_then_streamed_named(scri
     for the call with that tool named; both stream, so both end at their caps."""
     gateway = gateway_for(scripted_llm, refloop_max_tokens="act=64")
     model = scenario(scripted_llm, {"act": [WRITE_CALL, WRITE_CALL, {"content": "done"}]},
-                     stream_tools_break=True, unstreamed_tools_run_away=True)
+                     stream_tools_break=True, unstreamed_tools_run_away=True,
+                     stream_repeats_call_fields=True)
     first, ledger = await chat_with_ledger(gateway, model, tools=[WRITE])
     second = await gateway.chat(Purpose.act, USER, model=model, tools=[WRITE])
     third = await gateway.chat(Purpose.act, USER, model=model, tools=[WRITE])
