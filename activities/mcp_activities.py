@@ -22,7 +22,7 @@ from temporalio.exceptions import ApplicationError
 from refloop.activities.heartbeat import heartbeating
 from refloop.contract import activity_calls
 from refloop.contract.activity_io import ToolResult
-from refloop.contract.errors import McpConfigError, ToolError
+from refloop.contract.errors import McpConfigError
 from refloop.contract.mcp import (
     MAX_DESCRIPTION_CHARS,
     McpCallInput,
@@ -35,7 +35,7 @@ from refloop.mcp.config import choose, model_schema, tool_name
 from refloop.mcp.pool import Connection, McpPool, McpStartError, McpTransportError
 from refloop.settings import Settings
 from refloop.store.db import Store
-from refloop.tools.output import output_for_model, whole_arguments
+from refloop.tools.output import arguments_or_refusal, output_for_model
 
 # What one task is offered at most (the chat APIs take 128 tools; the built-ins come first)
 MAX_MCP_TOOLS = 96
@@ -189,10 +189,9 @@ class McpActivities:
         if config.tools is not None and inp.tool not in config.tools:
             return ToolResult(ok=False, error=f"E_POLICY: {inp.server} tool {inp.tool!r} is "
                                               "not in the server's allow list")
-        try:
-            arguments = await whole_arguments(inp.arguments, self.store.get_blob)
-        except ToolError as err:
-            return ToolResult(ok=False, error=str(err))
+        arguments = await arguments_or_refusal(inp.arguments, self.store.get_blob)
+        if isinstance(arguments, ToolResult):
+            return arguments
         async with heartbeating():
             try:
                 connection = await self._connect(inp.server, inp.workspace)

@@ -12,12 +12,12 @@ from temporalio.exceptions import ApplicationError
 from refloop.activities.heartbeat import heartbeating
 from refloop.contract import activity_calls
 from refloop.contract.activity_io import RunToolInput, ToolResult
-from refloop.contract.errors import ToolError, UnknownToolError
+from refloop.contract.errors import UnknownToolError
 from refloop.contract.tool_catalog import TOOLS
 from refloop.settings import Settings
 from refloop.store.db import Store
 from refloop.tools.os_sandbox import UNSANDBOXED_WARNING, SandboxUnavailableError, sandbox_mode
-from refloop.tools.output import output_for_model, whole_arguments
+from refloop.tools.output import arguments_or_refusal, output_for_model
 from refloop.tools.registry import execute_tool
 
 ToolActivity = Callable[[RunToolInput], Awaitable[ToolResult]]
@@ -38,10 +38,9 @@ class ToolActivities:
 
     async def run(self, inp: RunToolInput) -> ToolResult:
         activity.logger.info("tool %s (%s)", inp.name, inp.call_id)
-        try:
-            arguments = await whole_arguments(inp.arguments, self.store.get_blob)
-        except ToolError as err:
-            return ToolResult(ok=False, error=str(err))
+        arguments = await arguments_or_refusal(inp.arguments, self.store.get_blob)
+        if isinstance(arguments, ToolResult):
+            return arguments
         async with heartbeating():
             try:
                 result = await execute_tool(inp.model_copy(update={"arguments": arguments}),

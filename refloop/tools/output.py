@@ -9,6 +9,7 @@ import asyncio
 import re
 from typing import Any
 
+from refloop.contract.activity_io import ToolResult
 from refloop.contract.errors import ToolError
 from refloop.contract.policies import TOOL_RESULT_CHARS
 from refloop.contract.tool_properties import ToolProperties
@@ -34,6 +35,15 @@ async def whole_arguments(arguments: dict[str, Any], get: Get) -> dict[str, Any]
     except RecursionError:  # hostile nesting: a tool error the model reads, not a retry
         raise ToolError("E_INVALID_ARGS: the arguments nest too deeply") from None
     return await asyncio.to_thread(resolve_args, arguments, get) if marked else arguments
+
+
+async def arguments_or_refusal(arguments: dict[str, Any], get: Get
+                               ) -> dict[str, Any] | ToolResult:
+    """`whole_arguments`, or the failed result the model reads when they cannot be."""
+    try:
+        return await whole_arguments(arguments, get)
+    except ToolError as err:
+        return ToolResult(ok=False, error=str(err))
 
 
 async def output_for_model(output: str, windowed: bool, keywords: list[str],

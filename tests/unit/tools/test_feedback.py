@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from refloop.contract.activity_io import ToolResult
 from refloop.contract.text import task_keywords
-from refloop.tools.output import window_text
+from refloop.tools.output import arguments_or_refusal, window_text
 
 
 def test_keywords_skip_stopwords_and_keep_order():
@@ -38,3 +39,20 @@ def test_without_hits_the_head_is_kept():
 def test_one_huge_line_is_cut_with_a_note():
     out = window_text("x" * 10_000, ["x"], 1_000)
     assert len(out) <= 1_000 and out.endswith("characters left out ...]")
+
+
+async def test_arguments_nested_past_recursion_are_a_result_the_model_reads():
+    """Built-in and MCP calls alike: hostile nesting is a failed call, not a retry."""
+    nested: dict = {}
+    inner = nested
+    for _ in range(100_000):
+        inner["a"] = {}
+        inner = inner["a"]
+
+    def never(_key: str) -> str:
+        raise AssertionError("no blob is read for arguments that hold no marker")
+
+    refused = await arguments_or_refusal({"x": nested}, never)
+    assert isinstance(refused, ToolResult) and not refused.ok
+    assert refused.error.startswith("E_INVALID_ARGS")
+    assert await arguments_or_refusal({"path": "a.txt"}, never) == {"path": "a.txt"}
