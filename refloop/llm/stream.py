@@ -100,7 +100,9 @@ class StreamTally:
             if delta is None:
                 continue
             chars = self._take(delta)
-            if chars:
+            # A tool call's delta is a generated token even when it adds no character
+            # (llama-cpp-python sends such deltas, and counts them).
+            if chars or delta.tool_calls or delta.function_call is not None:
                 self.text_chunks += 1
                 self.chars += chars
 

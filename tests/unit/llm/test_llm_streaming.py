@@ -297,3 +297,21 @@ def test_the_estimate_and_the_cap_of_a_stream():
     # A call cut in half is not a call; the prompt is estimated at four characters a token.
     assert answer.calls == [] and answer.finish_reason == "length"
     assert answer.usage.prompt_tokens == 10 and answer.usage.cut_calls == 1
+
+
+def test_a_call_whose_every_delta_repeats_its_name_is_one_call_counted_per_chunk():
+    """llama-cpp-python 0.3.36 streams a tool call with its id and name in every delta, and
+    some deltas add no character: one call, one name, a token per chunk (as it counts)."""
+    tally = StreamTally()
+    for piece in ['{"', "tool", '":', "", ' "write_file"', "}", ""]:
+        call = SimpleNamespace(index=0, id="c1", function=SimpleNamespace(
+            name="next_tool", arguments=piece))
+        tally.add(delta_chunk(calls=[call]))
+    answer = streamed_answer(tally, prompt_chars=40)
+    assert answer.calls == [("c1", "next_tool", '{"tool": "write_file"}')]
+    assert tally.text_chunks == 7 and tally.estimated_tokens() >= 7
+    split = StreamTally()  # a name sent in pieces is still joined
+    for name, arguments in (("write", ""), ("_file", "{}")):
+        split.add(delta_chunk(calls=[SimpleNamespace(index=0, id=None, function=SimpleNamespace(
+            name=name, arguments=arguments))]))
+    assert streamed_answer(split, prompt_chars=0).calls[0][1] == "write_file"
