@@ -12,10 +12,15 @@ from pathlib import Path
 
 import pytest
 
+from refloop.contract.visibility import SEARCH_ATTRIBUTES
 from refloop.runtime.client import connect
 from refloop.runtime.net import free_port
 from refloop.worker.replay import replay_files
-from refloop.worker.search_attributes import missing_attributes
+from refloop.worker.search_attributes import (
+    SearchAttributesMissing,
+    ensure_search_attributes,
+    missing_attributes,
+)
 from refloop.worker.stack import embedded_stack
 from refloop.worker.temporal_server import temporal_cli
 from tests.e2e.test_temporal_cli import atemporal
@@ -78,3 +83,18 @@ async def test_replay_takes_the_workflow_id_from_the_history(tmp_path):
     saved = tmp_path / "parent.json"
     saved.write_text(json.dumps(data))
     assert await replay_files([saved]) == {}
+
+
+async def test_a_server_that_refuses_the_attributes_stops_the_worker_with_the_commands(client):
+    """Where the worker may not register them (here a namespace the server does not hold;
+    on a managed server, no operator rights), it stops at once saying what to run."""
+    names = list(SEARCH_ATTRIBUTES)
+    with pytest.raises(SearchAttributesMissing) as refused:
+        await ensure_search_attributes(client, "refloop-no-such-namespace")
+    said = str(refused.value)
+    assert "refloop-no-such-namespace" in said and "without them every task fails" in said
+    for name in names:
+        assert (f"temporal operator search-attribute create --namespace "
+                f"refloop-no-such-namespace --name {name} --type "
+                f"{SEARCH_ATTRIBUTES[name]}") in said
+    assert isinstance(refused.value, SystemExit)  # the worker's start ends, no traceback
