@@ -17,7 +17,7 @@ from temporalio.exceptions import ApplicationError
 from refloop.activities.heartbeat import heartbeating
 from refloop.contract import activity_calls
 from refloop.contract.task import IndexReport, WorkspaceDescription, WorkspaceInput
-from refloop.search.index import unchanged_report
+from refloop.search.passes import unchanged_report
 from refloop.search.repo_map import workspace_context
 from refloop.search.runtime import missing_extra
 from refloop.settings import Settings

@@ -51,7 +51,6 @@ from refloop.llm.tool_pick import (
     answer_picking_tool,
     stream_feature,
 )
-from refloop.llm.tool_pick import picked_tool as picked_tool  # importable from here too
 from refloop.llm.wire import (
     ChatOutcome,
     StructuredOutcome,

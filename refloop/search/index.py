@@ -58,8 +58,6 @@ from refloop.search.passes import (
 )
 
 # Importable from here as before (the worker, the tests).
-from refloop.search.passes import PASS_NICENESS as PASS_NICENESS
-from refloop.search.passes import unchanged_report as unchanged_report
 from refloop.search.runtime import (
     DEFAULT_MODEL,
     SemanticUnavailable,

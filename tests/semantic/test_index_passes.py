@@ -112,7 +112,7 @@ def test_a_pass_runs_below_the_searches_beside_it():
     import subprocess
     import sys
 
-    from refloop.search.index import PASS_NICENESS
+    from refloop.search.passes import PASS_NICENESS
 
     done = subprocess.run(
         [sys.executable, "-c", "import os\nfrom refloop.search.index import lower_priority\n"

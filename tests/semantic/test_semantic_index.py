@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from refloop.contract.activity_io import RunToolInput
-from refloop.search.index import CodeIndex, unchanged_report
+from refloop.search.index import CodeIndex
+from refloop.search.passes import unchanged_report
 from refloop.settings import Settings
 from refloop.tools.registry import execute_tool
 from tests.semantic.conftest import QUERIES

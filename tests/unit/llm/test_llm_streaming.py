@@ -12,10 +12,11 @@ import pytest
 from refloop.contract.activity_io import LLMUsageRecord
 from refloop.contract.errors import InvalidModelOutput, LLMTransportError
 from refloop.contract.messages import ChatMessage, Purpose, TokenUsage, ToolCall, ToolSpec
-from refloop.llm.gateway import PICK_MAX_TOKENS, LLMGateway, picked_tool
+from refloop.llm.gateway import LLMGateway
 from refloop.llm.ledger import RequestLedger, current_ledger
 from refloop.llm.prompts import is_tool_pick
 from refloop.llm.stream import StreamTally, streamed_answer
+from refloop.llm.tool_pick import PICK_MAX_TOKENS, picked_tool
 from refloop.llm.wire import ChatOutcome
 from refloop.settings import Settings
 from tests.llm_fixtures import unique_scenario
