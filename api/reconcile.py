@@ -87,6 +87,10 @@ async def refresh(client: Client, store: Store, row: TaskRecord) -> TaskRecord:
             return row
         return await missing(store, row)
     status = description.status
+    if status == WorkflowExecutionStatus.COMPLETED or status in CLOSED:
+        stored = await asyncio.to_thread(store.get_task, row.task_id)
+        if stored is not None and stored.status in TERMINAL_STATUSES:
+            return stored  # the workflow's own record, written since `row` was read, says more
     if status == WorkflowExecutionStatus.COMPLETED:
         result_type = CodeReviewResult if row.kind == "code_review" else TaskResult
         try:

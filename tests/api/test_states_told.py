@@ -19,6 +19,7 @@ from temporalio.testing import ActivityEnvironment
 
 from refloop.activities.store_activities import StoreActivities
 from refloop.api.main import create_app
+from refloop.api.reconcile import refresh
 from refloop.api.sse import event_stream
 from refloop.contract.task import RecordTaskInput
 from refloop.runtime.net import free_port
@@ -128,6 +129,25 @@ async def test_a_task_told_ended_is_never_read_as_running(api, scripted_llm, wor
     unrecorded()
     state = (await api.get(f"/tasks/{task_id}")).json()
     assert state["status"] == "completed" and state["result"]["answer"] == "written"
+
+
+async def test_a_row_read_before_the_workflow_recorded_its_end_never_overwrites_it(
+        api, client, scripted_llm, workspace):
+    """A reader holding the row from before the workflow's own last write (the task's
+    failure with its reason) asks Temporal: the stored reason stays, not a generic one."""
+    model = unique_scenario(scripted_llm, {
+        "intent": [CODING], "plan": [plan_of("read_file")],
+        "act": [{"status": 401, "body": {"error": {"message": "key revoked"}}}]})
+    session = await new_session(api, workspace, model=model)
+    task_id = (await api.post("/agent/interactive/task", json={
+        "session_id": session, "task": "read"})).json()["task_id"]
+    state = await wait_done(api, task_id)
+    assert state["status"] == "failed" and "401" in state["error"]
+    store = api.app.state.store
+    stale = store.get_task(task_id).model_copy(update={"status": "running", "error": None})
+    fresh = await refresh(client, store, stale)
+    assert fresh.status == "failed" and fresh.error == state["error"]
+    assert store.get_task(task_id).error == state["error"]
 
 
 async def test_a_database_error_carries_no_sql(tmp_path):
