@@ -540,7 +540,9 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
         planning = self.state.planning
         edits_ok = self.state.all_edits_ok
         unplanned_edit = workflow.patched(patches.UNPLANNED_EDIT_TASKS) and \
-            logic.edit_task_without_plan(planning.intent, planning.plan, planning.direct_answer)
+            logic.edit_task_without_plan(
+                planning.intent, planning.plan, planning.direct_answer, self.state.input.task,
+                read_unknown_intent=workflow.patched(patches.UNKNOWN_INTENT_EDIT_TASKS))
         if unplanned_edit:  # a command may have made the change (`echo hi > hello.txt`)
             edits_ok += logic.successful_calls(self.state.events, logic.may_change_workspace)
         missing = logic.missing_work(

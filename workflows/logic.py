@@ -35,6 +35,11 @@ _WORK_WORDS = re.compile(
     r"\b(write|create|save|edit|modify|fix|add|remove|delete|rename|refactor|implement|"
     r"generate|update|change|run|install|build|commit|read|open|list|search|find)\b|"
     r"[\w-]+\.(?:md|txt|py|js|ts|json|ya?ml|toml|csv|html|css|sh)\b", re.IGNORECASE)
+# Verbs of a task that asks for files to change: read when the model could not say.
+_CHANGE_WORDS = re.compile(
+    r"\b(write|create|save|edit|modify|fix|add|append|remove|delete|rename|move|refactor|"
+    r"implement|generate|update|change|replace|commit)\b", re.IGNORECASE)
+UNKNOWN_INTENTS = frozenset({IntentLabel.UNCERTAIN})
 
 
 # ---------------------------------------------------------------- decision gate
@@ -349,13 +354,31 @@ def last_completeness_verdict(events: Iterable[Event]) -> dict[str, Any] | None:
     return verdicts[-1] if verdicts else None
 
 
+def asks_for_change(task: str) -> bool:
+    """The task's own words ask for files to change ("Create hello.txt ..."); read only
+    when the model could not classify it. A question about a change ("How do I fix
+    app.py?") asks for none; a request put as one ("Can you fix app.py?") does."""
+    text = task.strip()
+    asks_how = text.endswith("?") and bool(_QUESTION_START.match(text))
+    return bool(_CHANGE_WORDS.search(text)) and not asks_how
+
+
 def edit_task_without_plan(intent: IntentResult | None, plan: Plan | None,
-                           direct_answer: bool) -> bool:
+                           direct_answer: bool, task: str = "",
+                           read_unknown_intent: bool = False) -> bool:
     """A run with no plan (planning off) whose intent is to change or create files: it is
     done only once a call that can change the workspace succeeded. A question answered
-    directly is not such a run."""
-    return (plan is None and not direct_answer and intent is not None
-            and intent.intent == IntentLabel.CODING_TASK)
+    directly is not such a run.
+
+    With `read_unknown_intent`, a run whose intent is unknown (the classification failed
+    open, or said UNCERTAIN) is such a run when the task's words ask for a change: a
+    failed classification must not let "Create hello.txt" end `completed` without it."""
+    if plan is not None or direct_answer:
+        return False
+    if intent is not None and intent.intent == IntentLabel.CODING_TASK:
+        return True
+    unknown = intent is None or intent.intent in UNKNOWN_INTENTS
+    return read_unknown_intent and unknown and asks_for_change(task)
 
 
 def missing_work(plan: Plan | None, edit_tools: set[str], edits_ok: int,

@@ -37,6 +37,9 @@ WORKSPACE_READS_APART = "workspace-reads-apart-from-model-calls"
 # A task run without a plan whose intent is to change files, and that changed none, is
 # incomplete; before, only a plan's edit steps or the completeness check could say so.
 UNPLANNED_EDIT_TASKS = "unplanned-edit-tasks-need-an-edit"
+# Such a run whose intent is unknown (classification failed or UNCERTAIN) needs an edit
+# when the task's words ask for one; before, it could end `completed` without it.
+UNKNOWN_INTENT_EDIT_TASKS = "unknown-intent-edit-tasks-need-an-edit"
 
 # The code-review workflow's own, asked in its first activation when the review has a host.
 CODE_REVIEW_HOST = "code-review-host"  # the content read on the shared queue
@@ -45,7 +48,7 @@ AGENT_PATCHES = (
     WORKSPACE_CONTEXT, INDEX_SETTLE, SEARCH_ATTRIBUTES, HOST_QUEUES, STORE_WRITES_LOCAL,
     MCP_TOOLS, COMPLETENESS_REFLECTION, DIRECT_ANSWER_UNPLANNABLE,
     DIRECT_ANSWER_PLANNED_AS_EDIT, TEXT_TOOL_CALL_FORMS, INTERRUPTED_CALL, INCOMPLETE_STATUS,
-    WORKSPACE_READS_APART, UNPLANNED_EDIT_TASKS,
+    WORKSPACE_READS_APART, UNPLANNED_EDIT_TASKS, UNKNOWN_INTENT_EDIT_TASKS,
 )
 
 

@@ -71,6 +71,36 @@ async def test_an_unplanned_task_to_create_a_file_that_wrote_none_is_incomplete(
     assert not (workspace / "hello.txt").exists()
 
 
+async def test_golden_an_unplanned_task_whose_intent_failed_and_wrote_nothing_is_incomplete(
+        client, settings, scripted_llm, workspace, task_queue):
+    """Planning off, the intent classification fails open, and the model answers in text.
+    Seen with a small local model in the real-model lane: the run ended `completed`
+    without the file its task named."""
+    model = unique_scenario(scripted_llm, {
+        "intent": [{"content": "not json"}] * 3,
+        "act": [final("Sure! Here is hello.txt: hi")], "summary": [SUMMARY],
+    })
+    result = await run(client, settings, task_queue, model, workspace,
+                       task="Create a file hello.txt containing the word hi.",
+                       enable_planning=False, record_as="agent_task_unknown_intent_incomplete")
+    assert events_of(result, "intent")[0]["fail_open"]
+    assert result.status == "incomplete" and result.stop_reason == "work_missing", result
+    assert "no call that changes the workspace succeeded" in result.missing[0]
+    assert not (workspace / "hello.txt").exists()
+
+
+async def test_an_unplanned_task_whose_intent_failed_and_asked_no_change_completes(
+        client, settings, scripted_llm, workspace, task_queue):
+    model = unique_scenario(scripted_llm, {
+        "intent": [{"content": "not json"}] * 3,
+        "act": [final("The notes are about testing.")], "summary": [SUMMARY],
+    })
+    result = await run(client, settings, task_queue, model, workspace,
+                       task="Summarise the notes in one line", enable_planning=False)
+    assert events_of(result, "intent")[0]["fail_open"]
+    assert result.status == "completed" and result.missing == [], result.missing
+
+
 async def test_an_unplanned_task_done_by_a_command_completes(
         client, settings, scripted_llm, workspace, task_queue):
     model = unique_scenario(scripted_llm, {

@@ -153,6 +153,30 @@ def test_a_task_to_change_files_run_without_a_plan_needs_a_change():
     assert logic.missing_work(None, EDITS, 0, None) == []
 
 
+@pytest.mark.parametrize("task,label,needs_edit", [
+    ("Create a file hello.txt containing the word hi.", None, True),  # classification failed
+    ("Create a file hello.txt containing the word hi.", "UNCERTAIN", True),
+    ("fix the failing test in app.py", None, True),
+    ("Summarise the README in one line", None, False),  # asks for no change
+    ("What should I add to hello.txt?", None, False),  # a question
+    ("How do I fix app.py?", "UNCERTAIN", False),
+    ("Can you fix app.py?", None, True),  # a request put as a question
+    ("Create a file hello.txt containing the word hi.", "GENERAL_CHAT", False),  # model said
+])
+def test_a_task_of_unknown_intent_is_read_from_its_words(task, label, needs_edit):
+    from refloop.contract.messages import IntentLabel, IntentResult
+
+    intent = label and IntentResult(intent=IntentLabel(label), confidence=0.3, reason="?")
+    assert logic.edit_task_without_plan(intent, None, False, task,
+                                        read_unknown_intent=True) is needs_edit
+    # Runs recorded before this rule keep ending as they did.
+    assert not logic.edit_task_without_plan(intent, None, False, task)
+    # A plan or a direct answer settles it whatever the words say.
+    assert not logic.edit_task_without_plan(intent, Plan(steps=[step("write_file")]), False,
+                                            task, read_unknown_intent=True)
+    assert not logic.edit_task_without_plan(intent, None, True, task, read_unknown_intent=True)
+
+
 def test_calls_that_may_change_the_workspace():
     assert logic.may_change_workspace("write_file", {"path": "a", "content": ""})
     assert logic.may_change_workspace("run_cmd", {"command": "echo hi > a"})
