@@ -11,7 +11,7 @@ from datetime import timedelta
 import httpx
 import pytest
 from sqlalchemy import text
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowFailureError
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RetryConfig
@@ -144,6 +144,10 @@ async def test_a_row_read_before_the_workflow_recorded_its_end_never_overwrites_
     state = await wait_done(api, task_id)
     assert state["status"] == "failed" and "401" in state["error"]
     store = api.app.state.store
+    # The row says failed a moment before the workflow itself closes: wait for Temporal
+    # to say so too (until then a refresh rightly keeps a row it still calls running).
+    with pytest.raises(WorkflowFailureError):
+        await client.get_workflow_handle(store.get_task(task_id).workflow_id).result()
     stale = store.get_task(task_id).model_copy(update={"status": "running", "error": None})
     fresh = await refresh(client, store, stale)
     assert fresh.status == "failed" and fresh.error == state["error"]
