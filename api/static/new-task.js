@@ -1,11 +1,10 @@
 import { $, api, escapeHtml, fieldErrors, header } from "./app.js";
 
 header();
-for (const prompt of await api("/prompts")) {
-  $("#prompt").insertAdjacentHTML("beforeend",
-    `<option value="${prompt.id}">${escapeHtml(prompt.name)}</option>`);
-}
 
+// The form is handled before anything is fetched: a Start clicked while the prompts load
+// must not fall through to the browser's own submit, which reloads the page and drops
+// what was typed.
 $("#task-form").addEventListener("submit", async (event) => {
   event.preventDefault();
   document.querySelectorAll(".error").forEach((e) => { e.textContent = ""; });
@@ -28,3 +27,8 @@ $("#task-form").addEventListener("submit", async (event) => {
     }
   }
 });
+
+for (const prompt of await api("/prompts")) {
+  $("#prompt").insertAdjacentHTML("beforeend",
+    `<option value="${prompt.id}">${escapeHtml(prompt.name)}</option>`);
+}
