@@ -221,7 +221,7 @@ def _fused_gelus(nodes: list, model) -> list:
                 and other(times_x, half.output[0]) == x):
             continue
         fused[times_x.output[0]] = helper.make_node("Gelu", [x], [times_x.output[0]],
-                                              domain="com.microsoft")
+                                                    domain="com.microsoft")
     if fused and not any(o.domain == "com.microsoft" for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
     return [fused.get(node.output[0], node) for node in nodes]

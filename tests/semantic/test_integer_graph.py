@@ -77,7 +77,7 @@ def test_split_down_projections_keep_their_large_channels_float():
     # no weight is cast back to float any more but the looked-up embeddings
     int8 = {i.name for i in split.graph.initializer if i.data_type == onnx.TensorProto.INT8}
     assert sum(n.op_type == "Cast" and n.input[0] in int8 for n in split.graph.node) == 2
-    # the float rows are the packaged weight's own, for the outlier channels only
+    # one block of float weight rows per layer, a row per outlier channel
     rows = {i.name: onnx.numpy_helper.to_array(i) for i in split.graph.initializer
             if i.name.endswith("_float_rows")}
     assert len(rows) == 6 and all(r.shape == (OUTLIERS_PER_LAYER, 384) for r in rows.values())
