@@ -7,10 +7,12 @@ becomes DynamicQuantizeLinear of its input and MatMulInteger with the stored int
 (u8 x s8, the form AVX-512 VNNI and AVX2 kernels run), then the two scales. The weights
 are the packaged ones; only the activations are quantized, per product, at run time.
 
-Two more rewrites, exact for how refloop embeds (one text a call, no padding, so every
-attention mask is all ones): the NaN guard after each attention softmax (a row that masks
-every token) goes, and each GELU's five element-wise nodes become onnxruntime's one
-`Gelu` (the same erf form, which its optimizer does not fuse from this export's order).
+Two more rewrites, the same arithmetic for how refloop embeds (one text a call, no
+padding, so every attention mask is all ones): the NaN guard after each attention softmax
+(a row that masks every token) goes, and each GELU's five element-wise nodes become
+onnxruntime's one `Gelu` (the same erf form, which its optimizer does not fuse from this
+export's order; its last-bit rounding differs, which the integer products after it can
+carry into a vector: cosine to the unfused graph's 0.998 at worst on FastAPI chunks).
 
 The feed-forward's down-projection (a weight with more rows than columns) is split. Its
 input, after GELU, has a few channels with large values in every text (up to 24 where

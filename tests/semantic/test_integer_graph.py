@@ -37,7 +37,7 @@ def test_every_int8_weight_product_becomes_an_integer_one():
     assert still_float == [(512, 384)] + [(1536, 384)] * 6 + [(30522, 384)]
     # attention's own products (scores, weighted values) and the down-projections
     assert kinds.count("MatMul") == 12 + 6
-    # exact for an unpadded text: no NaN guard after a softmax, each GELU one node
+    # for an unpadded text: no NaN guard after a softmax, each GELU one node
     assert "IsNaN" not in kinds and "Erf" not in kinds and kinds.count("Gelu") == 6
     onnx.checker.check_model(model)
 
