@@ -9,10 +9,11 @@ words only (`CodeChunk.rest`, the summary row's full-text column), so the lexica
 covers whole definitions. Small windows because the model mean-pools its tokens: over a
 whole function the part a query describes is blurred by the rest. The model's cost is per
 token, and on library code most tokens were in windows sharing half their lines and in
-headers repeating long signatures: this shape embeds 57% of the tokens of the earlier one
-on starlette, 21% on FastAPI. A class's own text keeps its header, docstring, attributes
+headers repeating long signatures: this shape embeds 48% of the tokens of the earlier one
+on starlette, 17% on FastAPI. A class's own text keeps its header, docstring, attributes
 and the signatures of its methods; each method is a unit of its own. Every chunk starts
-with its symbol path (file, classes, the signature's start, the names split into words).
+with its symbol path (file, classes, the names split into words; a body window's also
+names its definition, the only chunk whose text does not start with the signature).
 Module-level code, other languages and text files are cut into line windows of the token
 budget.
 
@@ -39,10 +40,6 @@ WINDOW_STEP = WINDOW_LINES  # consecutive windows of a definition share no line
 # 5, the first two 36, all 37, for 66%, 79% and 100% of the tokens).
 BODY_WINDOWS: int | None = None
 SUMMARY_TOKENS = 128  # the most of a docstring a summary embeds
-# The signature in every chunk's header, cut to this many characters: it tells the model
-# which function a window belongs to, but a long one (FastAPI's run to hundreds of
-# characters of annotations) was half of all the tokens embedded.
-HEADER_SIGNATURE_CHARS = 60
 OVERLAP_LINES = 2  # other windows (token-sized) share a little context
 MAX_SIGNATURE_CHARS = 200
 MODULE = ""  # the symbol of module-level code and text windows
@@ -162,13 +159,15 @@ def _signature(lines: list[str], node: ast.AST) -> str:
     return joined
 
 
-def _header(path: str, unit: _Unit) -> str:
+def _header(path: str, unit: _Unit, named: bool = False) -> str:
     """`path :: class Outer`: file and enclosing classes; then the names split into words
     (`UploadFile.read_all` -> upload file read all), which the model's word-piece
-    vocabulary reads far better than CamelCase. No signature: every chunk's text starts
-    with it (on long signatures it was half of all tokens embedded)."""
+    vocabulary reads far better than CamelCase. `named` (a body window's, whose text does
+    not say which definition it is in) adds the signature up to its parameters:
+    `:: async def read_all`. A whole definition's text and a summary's start with the
+    signature, so their headers leave it out."""
     owners = unit.symbol.split(".")[:-1]
-    signature = [unit.signature[:HEADER_SIGNATURE_CHARS]] if HEADER_SIGNATURE_CHARS else []
+    signature = [unit.signature.split("(", 1)[0]] if named else []
     header = " :: ".join([path, *(f"class {owner}" for owner in owners), *signature])
     words = " ".join(split_identifier(name) for name in unit.symbol.split("."))
     return f"{header} | {words}" if words else header
@@ -176,8 +175,8 @@ def _header(path: str, unit: _Unit) -> str:
 
 def _unit_chunks(path: str, unit: _Unit, lines: list[str], costs: list[int], budget: int,
                  count_tokens: TokenCounter) -> list[CodeChunk]:
-    header = _header(path, unit)
-    room = budget - count_tokens([header])[0]
+    header, body_header = _header(path, unit), _header(path, unit, named=True)
+    room = budget - max(count_tokens([header, body_header]))
     own = [n for n in unit.own_lines if lines[n - 1].strip()]
     if len(own) <= WINDOW_LINES and sum(costs[n - 1] for n in own) <= room:
         chunks = [CodeChunk(unit.start_line, unit.end_line, unit.symbol, header,
@@ -198,8 +197,8 @@ def _unit_chunks(path: str, unit: _Unit, lines: list[str], costs: list[int], bud
     chunks = [CodeChunk(unit.start_line, unit.end_line, unit.symbol, header, summary,
                         "summary", rest)]
     for body in embedded:
-        chunks.append(CodeChunk(unit.start_line, unit.end_line, unit.symbol, header, body[2],
-                                "body"))
+        chunks.append(CodeChunk(unit.start_line, unit.end_line, unit.symbol, body_header,
+                                body[2], "body"))
     return chunks
 
 

