@@ -39,8 +39,8 @@ EMBED_BATCH_CHUNKS = 256
 # by its words as soon as it is stored, and the rebuilds of a long pass cost O(rows).
 TEXT_INDEX_GROWTH = 0.25
 TEXT_INDEX_MIN_NEW = 2_000
-SCHEMA_VERSION = 7  # layer norms unfused (6: split down-projections; 5: float ones; 4: float products; 3: overlapping
-# windows; 2: token-sized)
+SCHEMA_VERSION = 7  # fused attention, shorter headers (6: split down-projections; 5: float
+# ones; 4: float products; 3: overlapping windows; 2: token-sized)
 
 if TYPE_CHECKING:  # imported where used: a warm-up started first thing need not wait for it
     from refloop.contract.task import IndexReport
