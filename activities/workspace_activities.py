@@ -60,7 +60,8 @@ class WorkspaceActivities:
                                                 root, model)
         if unchanged is not None:
             return unchanged
-        argv, cwd, env = index_launch(root, self.settings.index_dir, model)
+        argv, cwd, env = index_launch(root, self.settings.index_dir, model,
+                                      self.settings.refloop_index_threads)
         process = await asyncio.create_subprocess_exec(
             *argv, cwd=cwd, env=env,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
@@ -88,7 +89,7 @@ INDEX_ENV_PREFIXES = ("HF_", "TRANSFORMERS_", "SENTENCE_TRANSFORMERS_", "FASTEMB
                       "TORCH_", "OMP_", "MKL_", "OPENBLAS_", "TOKENIZERS_")
 
 
-def index_launch(root: Path, index_dir: Path, model: str,
+def index_launch(root: Path, index_dir: Path, model: str, threads: int = 0,
                  environ: Mapping[str, str] | None = None
                  ) -> tuple[list[str], str, dict[str, str]]:
     """(argv, working directory, environment) of one index pass. It never runs workspace
@@ -100,7 +101,7 @@ def index_launch(root: Path, index_dir: Path, model: str,
            if key in INDEX_ENV or key.startswith(INDEX_ENV_PREFIXES)}
     index_dir.mkdir(parents=True, exist_ok=True)
     return ([sys.executable, "-I", "-m", "refloop.search.index", str(root), str(index_dir),
-             model], str(index_dir), env)
+             model, "--threads", str(threads)], str(index_dir), env)
 
 
 async def _follow(stream: asyncio.StreamReader) -> IndexReport | None:

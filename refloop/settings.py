@@ -136,6 +136,9 @@ class Settings(BaseSettings):
     # The embedding model of search_semantic: all-MiniLM-L6-v2 as int8 ONNX (fast to load)
     # or its PyTorch build; each has its own index.
     refloop_embedding_model: Literal["minilm-int8", "minilm"] = "minilm-int8"
+    # Embedding threads of an index pass (0: one per CPU the pass may use). The pass runs at
+    # lower priority, so the worker's own threads keep first call on the CPUs.
+    refloop_index_threads: int = Field(default=0, ge=0, le=256)
     # System prompt's repo map budget, in tokens (0: no map)
     refloop_repo_map_tokens: int = Field(default=1024, ge=0, le=32_000)
     # Variables a model config may name for its key, each bound to the base URLs its key may

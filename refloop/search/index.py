@@ -13,6 +13,7 @@ misses (`refloop.search.coverage`).
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import fcntl
 import itertools
@@ -49,6 +50,7 @@ from refloop.search.passes import (
     grow_text_index,
     lower_priority,
     manifest_path,
+    pass_threads,
     path_filter,
     read_manifest,
     refresh_text_index,
@@ -164,7 +166,7 @@ class CodeIndex:
         return {**manifest.get("files", {}), **in_table}
 
     def update(self, progress: Progress | None = None,
-               batch_chunks: int = EMBED_BATCH_CHUNKS) -> IndexReport:
+               batch_chunks: int = EMBED_BATCH_CHUNKS, threads: int = 1) -> IndexReport:
         """Embed new and changed files, drop deleted ones; heartbeat-friendly progress.
         Whole files are stored batch by batch, and after each batch the files still to
         store are written down (`pending_path`), so a search during the pass answers from
@@ -188,7 +190,7 @@ class CodeIndex:
             embedded = done = 0
             for batch, rows in batches(changed, self.model, batch_chunks):
                 if rows:
-                    vectors = embed([row.pop("document") for row in rows], self.model)
+                    vectors = embed([row.pop("document") for row in rows], self.model, threads)
                     for row, vector in zip(rows, vectors, strict=True):
                         row["vector"] = vector
                     table.add(rows)
@@ -378,17 +380,24 @@ def _side_pool() -> ThreadPoolExecutor:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m refloop.search.index WORKSPACE INDEX_DIR [MODEL [BATCH_CHUNKS]]`: one
-    indexing pass in its own process (the worker stays responsive); progress and the
-    report as JSON lines."""
-    args = argv if argv is not None else sys.argv[1:]
-    workspace, index_dir = args[:2]
+    """`python -m refloop.search.index WORKSPACE INDEX_DIR [MODEL [BATCH_CHUNKS]]
+    [--threads N]`: one indexing pass in its own process (the worker stays responsive),
+    at lower priority; progress and the report as JSON lines."""
+    parser = argparse.ArgumentParser(prog="python -m refloop.search.index",
+                                     description="One indexing pass of a workspace.")
+    parser.add_argument("workspace", type=Path)
+    parser.add_argument("index_dir", type=Path)
+    parser.add_argument("model", nargs="?", default=DEFAULT_MODEL)
+    parser.add_argument("batch_chunks", nargs="?", type=int, default=EMBED_BATCH_CHUNKS)
+    parser.add_argument("--threads", type=int, default=0,
+                        help="embedding threads (0: one per CPU this process may use)")
+    args = parser.parse_args(argv)
+    if args.threads < 0 or args.batch_chunks < 1:
+        parser.error("--threads must be 0 or more, BATCH_CHUNKS 1 or more")
     lower_priority()
-    index = CodeIndex(Path(index_dir), Path(workspace), args[2] if len(args) > 2 else
-                      DEFAULT_MODEL)
-    batch = int(args[3]) if len(args) > 3 else EMBED_BATCH_CHUNKS
+    index = CodeIndex(args.index_dir, args.workspace, args.model)
     report = index.update(lambda details: print(json.dumps({"progress": details}), flush=True),
-                          batch)
+                          args.batch_chunks, pass_threads(args.threads))
     print(json.dumps({"report": report.model_dump(mode="json")}), flush=True)
     return 0
 

@@ -170,6 +170,16 @@ def path_filter(paths: list[str]) -> str:
 PASS_NICENESS = 10
 
 
+def pass_threads(requested: int) -> int:
+    """A pass's embedding threads: `requested`, or with 0 one per CPU it may run on."""
+    if requested > 0:
+        return requested
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no affinity call here
+        return max(1, os.cpu_count() or 1)
+
+
 def lower_priority(niceness: int = PASS_NICENESS) -> None:
     """Lower this process's CPU priority by `niceness` (no-op where not allowed)."""
     with contextlib.suppress(OSError, AttributeError):

@@ -49,11 +49,13 @@ def _importable(name: str) -> bool:
         return False
 
 
-def embed(texts: list[str], model: str = DEFAULT_MODEL) -> list[list[float]]:
-    """Unit-length vectors (cosine = dot product); one model per process, used serially."""
+def embed(texts: list[str], model: str = DEFAULT_MODEL, threads: int = 1
+          ) -> list[list[float]]:
+    """Unit-length vectors (cosine = dot product); one model per process, used serially,
+    by up to `threads` threads at a time."""
     from refloop.search.embedders import embedder
 
-    return embedder(model).embed(texts)
+    return embedder(model).embed(texts, threads)
 
 
 def warm_up(model: str = DEFAULT_MODEL) -> float:

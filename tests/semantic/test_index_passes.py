@@ -120,3 +120,26 @@ def test_a_pass_runs_below_the_searches_beside_it():
         capture_output=True, text=True, check=True)
     before, after = map(int, done.stdout.split())
     assert after == min(19, before + PASS_NICENESS)
+
+
+def test_a_pass_embeds_with_one_thread_per_cpu_unless_told(monkeypatch):
+    from refloop.search.passes import pass_threads
+
+    assert pass_threads(3) == 3
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 5})
+    assert pass_threads(0) == 3
+
+
+def test_a_pass_refuses_a_negative_thread_count_before_it_starts(tmp_path: Path):
+    done = subprocess.run(
+        [sys.executable, "-m", "refloop.search.index", str(tmp_path), str(tmp_path / "index"),
+         "--threads", "-1"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "--threads must be 0 or more" in done.stderr
+    assert not (tmp_path / "index").exists()  # nothing was opened or written
+
+
+def test_the_index_activity_passes_the_thread_setting(tmp_path: Path):
+    from activities.workspace_activities import index_launch
+
+    argv, _, _ = index_launch(tmp_path, tmp_path / "index", "minilm-int8", 2, environ={})
+    assert argv[-2:] == ["--threads", "2"]

@@ -122,3 +122,5 @@ def test_a_text_embeds_the_same_alone_or_among_others():
     alone = embedder().embed([TEXTS[0]])[0]
     among = embedder().embed([TEXTS[3], TEXTS[1], TEXTS[0], TEXTS[2]])[2]
     assert alone == among
+    # embedded by several threads at once (as a pass does), each vector is the same too
+    assert embedder().embed(TEXTS * 3, threads=4) == embedder().embed(TEXTS * 3)
