@@ -173,15 +173,35 @@ def _integer_product(name: str, x: str, quantized: str, scale: str, out: str) ->
     ]
 
 
-def _is(model, name: str, value: float) -> bool:
-    """Whether `name` is a one-value initializer equal to `value` (to float32 precision)."""
+def _scalar(model, name: str) -> float | None:
+    """The value of `name` when it is a one-value initializer, else None."""
     from onnx import numpy_helper
 
     for init in model.graph.initializer:
         if init.name == name:
             array = numpy_helper.to_array(init)
-            return array.size == 1 and abs(float(array) - value) <= 1e-6 * max(1, abs(value))
-    return False
+            return float(array) if array.size == 1 else None
+    return None
+
+
+def _is(model, name: str, value: float) -> bool:
+    """Whether `name` is a one-value initializer equal to `value` (to float32 precision)."""
+    found = _scalar(model, name)
+    return found is not None and abs(found - value) <= 1e-6 * max(1, abs(value))
+
+
+def _only_reader(nodes: list):
+    """`only_reader(name, op_type)`: the one node of `nodes` that reads `name`, if it has
+    that type, else None."""
+    readers: dict[str, list] = {}
+    for node in nodes:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+
+    def only_reader(name: str, op_type: str):
+        found = readers.get(name, [])
+        return found[0] if len(found) == 1 and found[0].op_type == op_type else None
+    return only_reader
 
 
 def _without_nan_guards(nodes: list, constants: set[str], model) -> list:
@@ -208,14 +228,7 @@ def _fused_gelus(nodes: list, model) -> list:
     """`x * (0.5 * (erf(x / sqrt 2) + 1))` as one com.microsoft `Gelu(x)` node."""
     from onnx import helper
 
-    readers: dict[str, list] = {}
-    for node in nodes:
-        for name in node.input:
-            readers.setdefault(name, []).append(node)
-
-    def only_reader(name: str, op_type: str):
-        found = readers.get(name, [])
-        return found[0] if len(found) == 1 and found[0].op_type == op_type else None
+    only_reader = _only_reader(nodes)
 
     def other(node, name: str) -> str:
         return node.input[1] if node.input[0] == name else node.input[0]
@@ -251,21 +264,11 @@ def _fused_attentions(nodes: list, model, int8_weights: set[str], constants: set
     from onnx import helper, numpy_helper
 
     producer = {output: node for node in nodes for output in node.output}
-    readers: dict[str, list] = {}
-    for node in nodes:
-        for name in node.input:
-            readers.setdefault(name, []).append(node)
+    only_reader = _only_reader(nodes)
     arrays = {init.name: init for init in model.graph.initializer}
 
     def array(name: str) -> np.ndarray:
         return numpy_helper.to_array(arrays[name])
-
-    def only_reader(name: str, op_type: str):
-        found = readers.get(name, [])
-        return found[0] if len(found) == 1 and found[0].op_type == op_type else None
-
-    def constant(name: str) -> float | None:
-        return float(array(name)) if name in arrays and array(name).size == 1 else None
 
     def projection(name: str):
         """(input, int8 weight, its scale, bias) of the `x @ W + b` that `name` reshapes."""
@@ -274,7 +277,8 @@ def _fused_attentions(nodes: list, model, int8_weights: set[str], constants: set
             node = producer.get(node.input[0])
         if node is None or node.op_type != "Add":
             return None
-        for product, bias in (node.input, reversed(node.input)):
+        first, second = node.input
+        for product, bias in ((first, second), (second, first)):
             matmul = producer.get(product)
             weight = matmul and _int8_weight(matmul, producer, int8_weights, constants)
             if weight and bias in constants:
@@ -288,10 +292,10 @@ def _fused_attentions(nodes: list, model, int8_weights: set[str], constants: set
             continue
         qk, mask = (producer.get(name) for name in scores.input)
         if qk is None or qk.op_type != "MatMul" or mask is None or mask.op_type != "Where" \
-                or constant(mask.input[1]) != 0.0:
+                or not _is(model, mask.input[1], 0.0):
             continue
         scaled = [producer.get(name) for name in qk.input]
-        if any(node is None or node.op_type != "Mul" or constant(node.input[1]) is None
+        if any(node is None or node.op_type != "Mul" or _scalar(model, node.input[1]) is None
                for node in scaled):
             continue
         query, key = (projection(node.input[0]) for node in scaled)
@@ -301,7 +305,8 @@ def _fused_attentions(nodes: list, model, int8_weights: set[str], constants: set
         merged = back and only_reader(back.output[0], "Reshape")
         if not (query and key and value and merged) or len({query[0], key[0], value[0]}) > 1:
             continue
-        head_size = round((constant(scaled[0].input[1]) * constant(scaled[1].input[1])) ** -2)
+        head_size = round((_scalar(model, scaled[0].input[1])
+                           * _scalar(model, scaled[1].input[1])) ** -2)
         hidden = array(query[1]).shape[1]
         name, x = f"{merged.output[0]}_attention", query[0]
         model.graph.initializer.extend([
