@@ -9,11 +9,11 @@ words only (`CodeChunk.rest`, the summary row's full-text column), so the lexica
 covers whole definitions. Small windows because the model mean-pools its tokens: over a
 whole function the part a query describes is blurred by the rest. The model's cost is per
 token, and on library code most tokens were in windows sharing half their lines and in
-headers repeating long signatures: this shape embeds 48% of the tokens of the earlier one
-on starlette, 17% on FastAPI. A class's own text keeps its header, docstring, attributes
+headers repeating long signatures: this shape embeds 53% of the tokens of the earlier one
+on starlette, 19% on FastAPI. A class's own text keeps its header, docstring, attributes
 and the signatures of its methods; each method is a unit of its own. Every chunk starts
-with its symbol path (file, classes, the names split into words; a body window's also
-names its definition, the only chunk whose text does not start with the signature).
+with its symbol path (file, classes, the signature's start, the names split into words);
+a body window's names its definition without the parameters.
 Module-level code, other languages and text files are cut into line windows of the token
 budget.
 
@@ -40,6 +40,11 @@ WINDOW_STEP = WINDOW_LINES  # consecutive windows of a definition share no line
 # 5, the first two 36, all 37, for 66%, 79% and 100% of the tokens).
 BODY_WINDOWS: int | None = None
 SUMMARY_TOKENS = 128  # the most of a docstring a summary embeds
+# The signature in a whole definition's and a summary's header, cut to this many
+# characters: a long one (FastAPI's run to hundreds of characters of annotations) was half
+# of all the tokens embedded. A body window's header keeps its name only: its parameters
+# were 10% of FastAPI's tokens, and on sympy the name alone found as much.
+HEADER_SIGNATURE_CHARS = 60
 OVERLAP_LINES = 2  # other windows (token-sized) share a little context
 MAX_SIGNATURE_CHARS = 200
 MODULE = ""  # the symbol of module-level code and text windows
@@ -159,15 +164,14 @@ def _signature(lines: list[str], node: ast.AST) -> str:
     return joined
 
 
-def _header(path: str, unit: _Unit, named: bool = False) -> str:
-    """`path :: class Outer`: file and enclosing classes; then the names split into words
-    (`UploadFile.read_all` -> upload file read all), which the model's word-piece
-    vocabulary reads far better than CamelCase. `named` (a body window's, whose text does
-    not say which definition it is in) adds the signature up to its parameters:
-    `:: async def read_all`. A whole definition's text and a summary's start with the
-    signature, so their headers leave it out."""
+def _header(path: str, unit: _Unit, name_only: bool = False) -> str:
+    """`path :: class Outer :: def read_all(self, limit`: file, enclosing classes and the
+    signature's start (with `name_only`, up to its parameters: `:: def read_all`); then
+    the names split into words (`UploadFile.read_all` -> upload file read all), which the
+    model's word-piece vocabulary reads far better than CamelCase."""
     owners = unit.symbol.split(".")[:-1]
-    signature = [unit.signature.split("(", 1)[0]] if named else []
+    cut = unit.signature.split("(", 1)[0] if name_only else unit.signature[:HEADER_SIGNATURE_CHARS]
+    signature = [cut] if HEADER_SIGNATURE_CHARS else []
     header = " :: ".join([path, *(f"class {owner}" for owner in owners), *signature])
     words = " ".join(split_identifier(name) for name in unit.symbol.split("."))
     return f"{header} | {words}" if words else header
@@ -175,8 +179,8 @@ def _header(path: str, unit: _Unit, named: bool = False) -> str:
 
 def _unit_chunks(path: str, unit: _Unit, lines: list[str], costs: list[int], budget: int,
                  count_tokens: TokenCounter) -> list[CodeChunk]:
-    header, body_header = _header(path, unit), _header(path, unit, named=True)
-    room = budget - max(count_tokens([header, body_header]))
+    header = _header(path, unit)
+    room = budget - count_tokens([header])[0]
     own = [n for n in unit.own_lines if lines[n - 1].strip()]
     if len(own) <= WINDOW_LINES and sum(costs[n - 1] for n in own) <= room:
         chunks = [CodeChunk(unit.start_line, unit.end_line, unit.symbol, header,
@@ -196,6 +200,7 @@ def _unit_chunks(path: str, unit: _Unit, lines: list[str], costs: list[int], bud
                    count_tokens)
     chunks = [CodeChunk(unit.start_line, unit.end_line, unit.symbol, header, summary,
                         "summary", rest)]
+    body_header = _header(path, unit, name_only=True)
     for body in embedded:
         chunks.append(CodeChunk(unit.start_line, unit.end_line, unit.symbol, body_header,
                                 body[2], "body"))

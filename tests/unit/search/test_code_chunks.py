@@ -64,20 +64,20 @@ def test_each_definition_is_a_unit_with_its_whole_range_and_symbol_path():
     chunks = _by_symbol(chunk_source("pkg/m.py", SOURCE))
     top, top_doc = chunks["top"]
     assert (top.start_line, top.end_line, top.part) == (7, 10, "whole")  # from its decorator
-    assert top.header == "pkg/m.py | top"  # its text starts with the signature
-    assert top.document.startswith("pkg/m.py | top\n@register")
+    assert top.header == "pkg/m.py :: def top(a, b) | top"
+    assert top.document.startswith("pkg/m.py :: def top(a, b) | top\n@register")
     # a documented definition also embeds its prose alone
     assert (top_doc.part, top_doc.text) == ("summary", "def top(a, b)\nAdd two numbers.")
     assert (top_doc.start_line, top_doc.end_line) == (7, 10)
     [get] = chunks["Store.get"]
     assert (get.start_line, get.end_line) == (18, 19)
-    assert get.header == "pkg/m.py :: class Store | store get"
+    assert get.header == "pkg/m.py :: class Store :: def get(self, key) | store get"
     store = chunks["Store"][0]
     assert (store.start_line, store.end_line) == (13, 22)
     # the class's own text: header, docstring, attributes and member signatures only
     assert "limit = 10" in store.text and "def get(self, key):" in store.text
     assert "return key" not in store.text
-    assert chunks["Store.put"][0].header == "pkg/m.py :: class Store | store put"
+    assert chunks["Store.put"][0].header.endswith(":: async def put(self, key, value) | store put")
     module = chunks[""]
     assert module[0].start_line == 1 and "DEFAULT_LIMIT = 1" in module[0].text
     assert all(c.part == "window" and c.header == "pkg/m.py" for c in module)
@@ -91,7 +91,8 @@ def test_a_long_function_is_a_summary_plus_code_windows_all_with_its_range(monke
     assert {(c.start_line, c.end_line, c.symbol) for c in chunks} == {(1, 82, "long_one")}
     assert [c.part for c in chunks] == ["summary", "body", "body"]
     assert chunks[0].text == "def long_one(x)\nCrunch numbers\nin many steps."
-    assert chunks[0].header == "calc.py | long one"
+    assert chunks[0].header == "calc.py :: def long_one(x) | long one"
+    # a body window's header names its definition without the parameters
     assert all(c.header == "calc.py :: def long_one | long one" for c in chunks[1:])
     assert all(sum(words([c.document])) <= 64 - 2 for c in chunks)
     # the first window is the code after the docstring; the rest is full-text only
@@ -123,22 +124,17 @@ def test_a_long_definition_s_windows_share_no_line_and_every_one_can_be_embedded
     assert [c.part for c in chunk_source("f.py", longer, words)][0] == "summary"
 
 
-def test_a_long_signature_is_embedded_once_and_kept_whole_for_the_full_text_side():
+def test_a_long_signature_is_cut_in_the_header_and_kept_whole_for_the_full_text_side():
     params = ", ".join(f"option_{n}: Annotated[int, Doc('the option {n}')] = {n}"
                        for n in range(12))
-    source = ("class App:\n    def configure(self, " + params + "):\n"
-              + "".join(f"        use({n})\n" for n in range(9)))
-    summary, *bodies = [c for c in chunk_source("app.py", source, words)
-                        if c.symbol == "App.configure"]
-    # the summary's text starts with the signature (cut), so its header leaves it out
-    assert summary.header == "app.py :: class App | app configure"
-    assert summary.text.startswith("def configure(self, option_0: Annotated[int")
+    source = f"def configure({params}):\n" + "".join(f"    use({n})\n" for n in range(9))
+    summary, body = chunk_source("app.py", source, words)[:2]
+    signature = summary.header.split(" :: ")[1].split(" | ")[0]
+    assert len(signature) == chunking.HEADER_SIGNATURE_CHARS
+    assert signature.startswith("def configure(option_0: Annotated[int")
     assert "option_11" in summary.rest and "option_11" not in summary.document
-    # a body window's text does not say where it is: its header names the definition
-    assert bodies and all(c.header == "app.py :: class App :: def configure | app configure"
-                          for c in bodies)
-    assert bodies[0].text.startswith("        use(0)")
-    assert all("option_0" not in c.document for c in bodies)
+    assert body.text.startswith("    use(0)")
+    assert body.header == "app.py :: def configure | configure"
 
 
 def test_every_chunk_fits_the_window_even_an_overlong_line():
