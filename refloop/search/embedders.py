@@ -139,7 +139,7 @@ def _onnx() -> Embedder:
         # On one thread single texts embed as many tokens per CPU-second as batches of 2-4,
         # about 5% more than 8, and onnxruntime's arena, which keeps the largest call's
         # buffers, peaks 0.1 GB lower. Threads share the session (its runs are
-        # thread-safe and release the GIL): on 2 idle cores, twice the texts a second for
+        # thread-safe and release the GIL): on 2 idle cores, 1.7 times the texts a second for
         # the same CPU.
         out = np.zeros((len(texts), DIMENSIONS), dtype=np.float32)
         encoded = list(feeds(session, texts))
