@@ -221,15 +221,17 @@ async def test_concurrency_limit_serialises_requests(scripted_llm):
 
 
 async def test_retry_after_a_client_timeout_waits_for_the_abandoned_slot(scripted_llm):
-    gateway = gateway_for(scripted_llm, refloop_llm_concurrency=1, refloop_llm_timeout_s=0.4)
-    model = scenario(scripted_llm, {"act": [{"content": "slow", "delay_ms": 1500},
+    # A bound long enough for each request to reach the server on a loaded machine (0.4 s
+    # once timed out the second, fast request while the suite ran beside other work).
+    gateway = gateway_for(scripted_llm, refloop_llm_concurrency=1, refloop_llm_timeout_s=1.0)
+    model = scenario(scripted_llm, {"act": [{"content": "slow", "delay_ms": 4000},
                                             {"content": "fast"}]})
     started = time.monotonic()
     with pytest.raises(LLMTransportError, match="timed out"):
         await gateway.chat(Purpose.act, USER, model=model)
     out = await gateway.chat(Purpose.act, USER, model=model)
-    # The slot stayed held for the timeout again after the client gave up (0.4 + 0.4 s).
-    assert out.content == "fast" and time.monotonic() - started >= 0.8
+    # The slot stayed held for the timeout again after the client gave up (1 + 1 s).
+    assert out.content == "fast" and time.monotonic() - started >= 2.0
     assert gateway.usage_by_purpose["act"].failed_calls == 1
 
 
