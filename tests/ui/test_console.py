@@ -135,9 +135,11 @@ def test_prompt_task_reviews_approval_and_stats(console, tmp_path):
         expect(page.locator(".quality-review.fail")).to_contain_text("no Summary section")
         page.get_by_role("button", name="Approve").click()
         expect(page.locator(".quality-review.pass")).to_be_visible()
+        # The stats come with the end of the run, which first waits for its background
+        # index to stop: the cancel reaches it with its next heartbeat (up to ~5 s).
+        expect(page.locator("#status")).to_have_text("completed", timeout=20_000)
         expect(page.locator('[data-stat="reviews failed"]')).to_have_text("1")
         expect(page.locator('[data-stat="reviews passed"]')).to_have_text("1")
-        expect(page.locator("#status")).to_have_text("completed")
         page.screenshot(path=str(ARTIFACTS / "task-1280.png"), full_page=True)
         # A reload resumes without duplicates.
         reviews_before = page.locator(".quality-review").count()
