@@ -33,12 +33,13 @@ bwrap:
 # Two pytest-xdist processes, each with its own Temporal dev server, scripted model and
 # database (REFLOOP_TEST_DATABASE_URL's name + _gw0, _gw1: made on demand); a test file's
 # tests stay in one process. TEST_WORKERS=0 runs them all in this one.
+# The processes share the cores, so index passes started by tasks embed on one thread.
 TEST_WORKERS ?= 2
 
 test: $(STAMP) postgres bwrap
 	$(BIN)/ruff check .
 	$(BIN)/python -m tests.layers
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
+	REFLOOP_INDEX_THREADS=1 $(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # The real-model lane: llama-cpp-python's server (built from source once: 9 minutes, 750
 # CPU-seconds, with no pip cache at load 2-4; pip's cache keeps the wheel) and the GGUF files two PyPI packages ship. Not in `make test`.
