@@ -295,15 +295,17 @@ class CodeIndex:
                     .distance_type("cosine").rerank(RRFReranker()).select(COLUMNS)
                     .limit(CANDIDATES).to_list())
             return [{**row, "_score": row["_relevance_score"]} for row in rows]
+        weight = text_weight(query, RRF_TEXT_WEIGHTS if mode == "rrf" else None)
+        if not weight:  # prose: the words would not move the ranking
+            return self._vector_side(table, query)
         # The full-text query runs while the query is embedded and the vectors searched
         # (both release the GIL): the hybrid costs little more than the vectors alone.
         text_future = _side_pool().submit(self._text_side, table, query)
         vector_rows = self._vector_side(table, query)
         text_rows = text_future.result()
         if mode == "rrf":
-            return fuse_by_definition([vector_rows, text_rows],
-                                      [1.0, text_weight(query, RRF_TEXT_WEIGHTS)])
-        return fuse_scores(vector_rows, text_rows, text_weight(query))
+            return fuse_by_definition([vector_rows, text_rows], [1.0, weight])
+        return fuse_scores(vector_rows, text_rows, weight)
 
     def _vector_side(self, table, query: str) -> list[dict]:
         rows = (table.search(embed([query], self.model)[0]).distance_type("cosine")

@@ -31,6 +31,7 @@ from refloop.search import embedders, passes
 from refloop.search import index as semantic
 from refloop.search.chunks import MODEL_WINDOW
 from refloop.search.embedders import WINDOW, embedder
+from refloop.search.fusion import text_weight
 from refloop.search.index import CodeIndex
 from refloop.search.runtime import start_warm_up
 
@@ -120,6 +121,22 @@ def test_hits_are_whole_definitions_one_each(small_eval):
     # query syntax of the full-text engine and bare punctuation are only words or nothing
     for hostile in ['path:"x" OR (*) AND -', "!!! ???", "' OR 1=1; --", "x" * 5000]:
         assert len(index.search(hostile, 3)) == 3
+
+
+def test_prose_is_ranked_by_the_vectors_and_identifiers_by_their_words_too(small_eval):
+    """The full-text side has no say for prose (it lost held-out queries the vectors had
+    found); a query naming an identifier still gets it."""
+    _, queries, index = small_eval
+    for query in [q.text for q in queries[:5]]:
+        assert text_weight(query) == 0
+        hybrid = [(h.path, h.start_line) for h in index.search(query, 10)]
+        assert hybrid == [(h.path, h.start_line) for h in index.search(query, 10, "vector")]
+    identifier = "is_allowed_origin"
+    assert text_weight(identifier) > 0
+    assert (index.search(identifier, 1)[0].start_line
+            != index.search(identifier, 1, "vector")[0].start_line
+            or index.search(identifier, 1)[0].score
+            != index.search(identifier, 1, "vector")[0].score)
 
 
 def test_every_indexed_chunk_fits_the_models_window(small_eval):
