@@ -1,13 +1,13 @@
 """Code search on third-party code.
 
-    python -m bench.bench_code_search [--corpora starlette,httpx,fastapi,sympy] [--small]
+    python -m bench.bench_code_search [--corpora starlette,httpx,fastapi,networkx,sympy] [--small]
 
 By default, the scale table: each corpus (a package as installed in the venv, with its
 labelled queries in tests/fixtures/code_search_queries*.yaml, written from behaviour before
 any search ran over it) indexed from nothing in a child process, as the index activity
 runs it: lines, chunks, CPU-seconds, wall, peak RSS, time to the first search result,
 recall@1 / recall@5 / MRR of the hybrid beside BM25 over whole definitions, paired per query
-(wins / losses / ties at 5); then query p50 / p95 on the FastAPI index while the next
+(wins / losses / ties at 5); then query p50 / p95 on the FastAPI index while the last
 corpus (sympy) is being indexed. `--small`: the quick starlette slice `make test` runs.
 
     python -m bench.bench_code_search --detail [--small] [--models minilm-int8,minilm]
@@ -135,6 +135,7 @@ def half_row(name: str, ranker, queries) -> str:
 FIXTURES = QUERIES.parent
 CORPORA = {"starlette": QUERIES, "httpx": FIXTURES / "code_search_queries_httpx.yaml",
            "fastapi": FIXTURES / "code_search_queries_fastapi.yaml",
+           "networkx": FIXTURES / "code_search_queries_networkx.yaml",
            "sympy": FIXTURES / "code_search_queries_sympy.yaml"}
 
 
