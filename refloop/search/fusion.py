@@ -6,12 +6,6 @@ identifier) or by rank (RRF).
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # imported where used: a warm-up started first thing need not wait for them
-    pass
-
-
 
 CANDIDATES = 100  # chunks fetched from each side before fusion and merging
 RRF_K = 60  # the usual reciprocal-rank-fusion constant
