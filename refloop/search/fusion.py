@@ -13,8 +13,8 @@ RRF_K = 60  # the usual reciprocal-rank-fusion constant
 # for prose, so the hybrid does not run the full-text query for it: with the
 # fused-attention vectors, any weight lost sympy queries the vectors had found (0.05: 5
 # of 14 at 5, 0.01: 6, none: 7) and won no query at 5 on starlette, FastAPI, httpx or a
-# held-out networkx set. A query holding an identifier (snake_case or
-# CamelCase) names exactly what it wants: there the words count.
+# held-out networkx set. A query holding an identifier (snake_case or CamelCase) names
+# exactly what it wants: there the words count.
 TEXT_WEIGHT = 0.0
 NAME_TEXT_WEIGHT = 0.5
 RRF_TEXT_WEIGHTS = (0.1, 1.5)  # the same two cases in the "rrf" mode (rank fusion)
