@@ -17,7 +17,7 @@ import os
 import re
 import socket
 import uuid
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import Path
 
 from temporalio.client import Client
@@ -32,7 +32,9 @@ STORE_TAG = "refloop-store="
 STORE_OF_IDENTITY = re.compile(re.escape(STORE_TAG) + r"([0-9a-f]+)")
 # A probe of a port must not hang a command's start on something that is not Temporal.
 PROBE_TIMEOUT_S = 5.0
-# The first look at the queue waits for the others' pollers to show; then a slow watch.
+# The first look at the queue waits for the others' pollers to show. The gaps then double
+# up to a slow watch: a worker started just after this one is seen within seconds, not at
+# the next minute.
 FIRST_LOOK_AFTER_S = 2.0
 LOOK_EVERY_S = 60.0
 
@@ -165,6 +167,15 @@ async def queue_pollers(client: Client, queue: str) -> list[str]:
     return identities
 
 
+def look_delays(first_after_s: float = FIRST_LOOK_AFTER_S,
+                every_s: float = LOOK_EVERY_S) -> Iterator[float]:
+    """The waits before each look at the queue: `first_after_s`, doubling up to `every_s`."""
+    delay = first_after_s
+    while True:
+        yield delay
+        delay = min(delay * 2, every_s)
+
+
 async def watch_queue(client: Client, queue: str, store: str,
                       first_after_s: float = FIRST_LOOK_AFTER_S,
                       every_s: float = LOOK_EVERY_S) -> None:
@@ -172,8 +183,8 @@ async def watch_queue(client: Client, queue: str, store: str,
     from temporalio.service import RPCError
 
     reported: set[str] = set()
-    await asyncio.sleep(first_after_s)
-    while True:
+    for delay in look_delays(first_after_s, every_s):
+        await asyncio.sleep(delay)
         with contextlib.suppress(RPCError):  # a server restarting: look again later
             for identity in foreign_pollers(await queue_pollers(client, queue), store):
                 if identity not in reported:
@@ -184,7 +195,6 @@ async def watch_queue(client: Client, queue: str, store: str,
                         "databases (rows in one, blobs missing in the other): give each "
                         "store its own REFLOOP_TASK_QUEUE, or one DATABASE_URL to all.",
                         queue, identity, STORE_TAG, store)
-        await asyncio.sleep(every_s)
 
 
 @contextlib.asynccontextmanager

@@ -61,6 +61,14 @@ function unauthorized() {
   return error;
 }
 
+// A form handled by script ships its submit buttons disabled; they come alive here, with
+// the handler, so a click before the script runs cannot fall through to the browser's own
+// submit (which reloads the page and drops what was typed).
+export function handleSubmit(form, handler) {
+  form.addEventListener("submit", (event) => { event.preventDefault(); return handler(event); });
+  form.querySelectorAll("button[type=submit]").forEach((button) => { button.disabled = false; });
+}
+
 export async function api(path, options = {}) {
   const response = await fetch(path, {
     ...options,

@@ -1,12 +1,11 @@
-import { $, api, escapeHtml, fieldErrors, header } from "./app.js";
+import { $, api, escapeHtml, fieldErrors, handleSubmit, header } from "./app.js";
 
 header();
 
 // The form is handled before anything is fetched: a Start clicked while the prompts load
 // must not fall through to the browser's own submit, which reloads the page and drops
 // what was typed.
-$("#task-form").addEventListener("submit", async (event) => {
-  event.preventDefault();
+handleSubmit($("#task-form"), async () => {
   document.querySelectorAll(".error").forEach((e) => { e.textContent = ""; });
   const start = { approval_mode: $("#approval").value };
   if ($("#workspace").value) start.workspace = $("#workspace").value;

@@ -1,4 +1,4 @@
-import { $, api, escapeHtml, fieldErrors, header } from "./app.js";
+import { $, api, escapeHtml, fieldErrors, handleSubmit, header } from "./app.js";
 
 header();
 const dialog = $("#editor"), form = $("#prompt-form");
@@ -37,8 +37,7 @@ async function load() {
                            load(); }));
 }
 
-form.addEventListener("submit", async (event) => {
-  event.preventDefault();
+handleSubmit(form, async () => {
   const body = { name: $("#name").value, system_prompt: $("#system_prompt").value,
                  enable_quality_review: $("#enable_quality_review").checked,
                  quality_review_rules: $("#quality_review_rules").value || null };
@@ -58,4 +57,5 @@ form.addEventListener("submit", async (event) => {
 });
 $("#cancel").addEventListener("click", () => dialog.close());
 $("#new-prompt").addEventListener("click", () => open(null));
+$("#new-prompt").disabled = false;  // shipped disabled: nothing to open before this script
 load();

@@ -197,13 +197,24 @@ def test_token_protected_console_signs_in_and_approves_in_a_new_tab(secured_cons
         # The prompt list never arrives here: Start must work before it does (a click
         # while it loads once fell through to the browser's own submit and reloaded).
         page.route("**/prompts", lambda route: None)
+        # Nor has the page's script run when the form is filled in: Start waits for it
+        # (a click before it once fell through to the browser's own submit, as above).
+        held_scripts = []
+        page.route("**/new-task.js", lambda route: held_scripts.append(route))
         page.get_by_label("API token").fill(TOKEN)
         page.get_by_role("button", name="Sign in").click()
         expect(page.get_by_role("heading", name="Sign in")).to_be_hidden()  # reloaded
         page.get_by_label("Workspace").fill(str(workspace))
         page.get_by_label("Task", exact=True).fill("write report.md")
         page.get_by_label("Approvals").select_option("confirm_writes")
-        page.get_by_role("button", name="Start").click()
+        start = page.get_by_role("button", name="Start")
+        expect(start).to_be_disabled()
+        for _ in range(400):  # its request reaches the handler while Playwright waits
+            if held_scripts:
+                break
+            page.wait_for_timeout(50)
+        held_scripts[0].continue_()
+        start.click()
         page.wait_for_url("**/task.html?id=*", timeout=60_000)  # a loaded machine is slow
         task_url = page.url
         # The same task in a new tab: no token there (sessionStorage is per tab), so its

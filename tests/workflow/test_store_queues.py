@@ -14,7 +14,12 @@ from temporalio.client import Client
 from refloop.runtime.client import DATA_CONVERTER
 from refloop.settings import Settings
 from refloop.worker.main import serving
-from refloop.worker.ownership import STORE_TAG, queue_pollers
+from refloop.worker.ownership import (
+    FIRST_LOOK_AFTER_S,
+    LOOK_EVERY_S,
+    STORE_TAG,
+    queue_pollers,
+)
 from tests.workflow.helpers import wait_until
 
 
@@ -46,9 +51,12 @@ async def test_a_worker_of_another_store_on_the_queue_is_reported(
     with caplog.at_level(logging.ERROR, logger="refloop.ownership"):
         async with serving(other_client, other, task_queue):
             await polled_by(client, task_queue, other.store_id)
+            # Joining after the other worker's first look: it sees this one at a later
+            # look, well before its slow watch's next minute.
+            await asyncio.sleep(FIRST_LOOK_AFTER_S + 1)
             async with serving(client, mine):
                 await wait_until(lambda: caplog.text.count("ANOTHER store") >= 2,
-                                 "each worker's report of the other")
+                                 "each worker's report of the other", timeout_s=LOOK_EVERY_S / 2)
                 await asyncio.sleep(0.5)  # no second report of the same worker
     reports = [r.getMessage() for r in caplog.records if "ANOTHER store" in r.getMessage()]
     assert len(reports) == 2, reports
