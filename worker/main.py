@@ -16,6 +16,7 @@ from temporalio.worker import Worker
 
 from refloop.contract import activity_calls
 from refloop.contract.hosts import host_queue, model_queue
+from refloop.contract.policies import HEARTBEAT_INTERVAL
 from refloop.runtime.client import connect
 from refloop.runtime.workspaces import workspace_roots
 from refloop.settings import Settings
@@ -67,6 +68,9 @@ class RefloopWorker:
             "build_id": BUILD_ID,
             # On SIGTERM/SIGINT, in-flight activities get this long before they are cancelled.
             "graceful_shutdown_timeout": timedelta(seconds=settings.refloop_graceful_shutdown_s),
+            # Beats reach the server at their interval. The SDK's default holds them to 0.8
+            # of the timeout, which left a loaded worker 1.2 s before a live call timed out.
+            "max_heartbeat_throttle_interval": HEARTBEAT_INTERVAL,
         }
         self.shared = Worker(
             client, task_queue=shared,
