@@ -29,7 +29,8 @@ async def test_a_long_model_call_beats_at_its_interval(client, settings, scripte
     async with build_worker(client, settings, task_queue):
         handle = await start(client, task_queue, TaskInput(
             task="answer", workspace=str(workspace), model=model, enable_reflection=False))
-        while True:
+        deadline = asyncio.get_running_loop().time() + LONG_CALL_S + 60
+        while asyncio.get_running_loop().time() < deadline:
             description = await handle.describe()
             if description.status is not None and description.status.name != "RUNNING":
                 break
@@ -44,7 +45,6 @@ async def test_a_long_model_call_beats_at_its_interval(client, settings, scripte
     assert result.status == "completed", result.answer
     gaps = [later - earlier for earlier, later in zip(beats, beats[1:], strict=False)]
     assert len(beats) >= 3, beats
-    # Each beat arrives an interval after the last, far inside the timeout.
-    slack = HEARTBEAT.total_seconds() - max(gaps)
-    assert max(gaps) <= HEARTBEAT_INTERVAL.total_seconds() + 1.0, gaps
-    assert slack >= 3.0, gaps
+    # Each beat arrives about an interval after the last (2 s; the SDK's default: 4.8 s),
+    # leaving a loaded worker seconds of the timeout.
+    assert max(gaps) <= HEARTBEAT_INTERVAL.total_seconds() + 2.0 < HEARTBEAT.total_seconds(), gaps
