@@ -3,9 +3,9 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-DEMO_WS := .refloop-data/demo-workspace
+DEMO_WS ?= .refloop-data/demo-workspace
 
-.PHONY: demo test lint bench postgres histories bwrap test-real-model schemathesis
+.PHONY: demo test lint docs bench soak long-task postgres histories bwrap compose test-real-model schemathesis
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -30,16 +30,31 @@ bwrap:
 		echo "could not install bubblewrap (apt-get install bubblewrap): commands will be" \
 			"refused unless REFLOOP_SANDBOX=none"
 
+# Debian's docker-compose parses both compose files (`config`, no engine needed) and
+# carries the compose specification's JSON schema they are checked against.
+compose:
+	@command -v docker-compose >/dev/null 2>&1 || \
+		(apt-get update -q && apt-get install -y -q --no-install-recommends docker-compose) \
+		>/dev/null 2>&1 || \
+		echo "could not install docker-compose: the compose files are checked without it"
+
 # Two pytest-xdist processes, each with its own Temporal dev server, scripted model and
 # database (REFLOOP_TEST_DATABASE_URL's name + _gw0, _gw1: made on demand); a test file's
 # tests stay in one process. TEST_WORKERS=0 runs them all in this one.
+# tests.typecheck: mypy, strict on the contract, workflows and activities (docs/tests.md);
+# it warms the cache that tests/unit/deployment/test_typecheck.py reads.
 # The processes share the cores, so index passes started by tasks embed on one thread.
+# Bytecode is cached even where the environment sets PYTHONDONTWRITEBYTECODE: otherwise
+# every pytest process rewrites the tests' asserts anew and every `refloop` process the
+# suite starts (workers, `refloop up`, `refloop run`...) compiles refloop again.
 TEST_WORKERS ?= 2
 
-test: $(STAMP) postgres bwrap
+test: $(STAMP) postgres bwrap compose docs
 	$(BIN)/ruff check .
 	$(BIN)/python -m tests.layers
-	REFLOOP_INDEX_THREADS=1 $(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/python -m tests.typecheck
+	REFLOOP_INDEX_THREADS=1 PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -q -n $(TEST_WORKERS) \
+		--dist loadfile
 
 # The real-model lane: llama-cpp-python's server (built from source once: 9 minutes, 750
 # CPU-seconds, with no pip cache at load 2-4; pip's cache keeps the wheel) and the GGUF files two PyPI packages ship. Not in `make test`.
@@ -65,9 +80,14 @@ schemathesis: $(STAMP) postgres
 		$(BIN)/pytest -q -n 0 -p no:cacheprovider tests/api/test_schemathesis.py
 	@for f in test-artifacts/schemathesis-*.json; do echo "$$f $$(cat $$f)"; done
 
+# The documentation site from docs/: a broken link or a page missing from the nav fails.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m tests.layers
+	$(BIN)/python -m tests.typecheck
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.bench_core
@@ -84,6 +104,23 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.bench_code_search
 	$(BIN)/python -m bench.bench_mcp
 	$(BIN)/python -m bench.bench_hosts
+	$(BIN)/python -m bench.bench_checkpoints
+	$(BIN)/python -m bench.bench_large_bodies
+
+# A task of 5,000 tool calls across continue-as-new (about nine minutes on 2 shared
+# cores): every payload under 512 KB, every run's history under 10,000 events;
+# `make test` runs 400 calls.
+long-task: $(STAMP) postgres
+	REFLOOP_LONG_TASK_CALLS=5000 REFLOOP_LONG_TASK_CAN_EVENTS=2000 \
+		$(BIN)/pytest -q -n 0 tests/workflow/test_long_task.py
+	@cat .refloop-data/long-task-payloads.md
+
+# The soak (docs/soak.md): the whole stack with a PostgreSQL cluster of its own, tasks in
+# flight, one fault every 2-4 minutes; prints its table at the end. Not in `make test`
+# (its short form is: tests/e2e/test_soak.py).
+MINUTES ?= 40
+soak: $(STAMP) bwrap
+	nice -n 10 $(BIN)/python -m bench.soak --minutes $(MINUTES)
 
 histories: $(STAMP)
 	REFLOOP_RECORD_HISTORIES=1 $(BIN)/pytest -q tests/workflow -k "golden or child_that_writes or cut_off_by_a_crash"

@@ -7,11 +7,13 @@ import hashlib
 import json
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from refloop.activities.defn import implements
 from refloop.activities.model_calls import call_model
 from refloop.contract import activity_calls
 from refloop.contract.code_review import (
@@ -79,7 +81,7 @@ class CodeReviewActivities:
         self.store = store
         self.mirror_dir = data_dir / "review_content"
 
-    @activity.defn(name=activity_calls.LOAD_REVIEW_CONTENT.name)
+    @implements(activity_calls.LOAD_REVIEW_CONTENT)
     async def load_content(self, inp: LoadContentInput) -> ReviewContent:
         try:
             return await asyncio.to_thread(load, inp)
@@ -97,25 +99,26 @@ class CodeReviewActivities:
         parsed, invalid = parse_agent(out.content, schema)
         info = activity.info()
         key = "review" if schema is ReviewOutput else "verify"
-        return AgentCallResult(**{key: parsed}, invalid=invalid, activity_id=info.activity_id,
+        output: dict[str, Any] = {key: parsed}  # the schema's field: `review` or `verify`
+        return AgentCallResult(**output, invalid=invalid, activity_id=info.activity_id,
                                attempt=info.attempt)
 
-    @activity.defn(name=activity_calls.REVIEW_AGENT.name)
+    @implements(activity_calls.REVIEW_AGENT)
     async def review(self, inp: AgentCallInput) -> AgentCallResult:
         return await self._agent(Purpose.code_review, CODE_REVIEW_SYSTEM, inp, ReviewOutput)
 
-    @activity.defn(name=activity_calls.VERIFY_AGENT.name)
+    @implements(activity_calls.VERIFY_AGENT)
     async def verify(self, inp: AgentCallInput) -> AgentCallResult:
         return await self._agent(Purpose.code_verify, CODE_VERIFY_SYSTEM, inp, VerifyOutput)
 
-    @activity.defn(name=activity_calls.FORMAT_REVIEW.name)
+    @implements(activity_calls.FORMAT_REVIEW)
     async def format_output(self, inp: FormatInput) -> FormatResult:
         out = await call_model(self.gateway.chat(
             Purpose.summary, format_messages(inp),
             model=self.gateway.settings.review_model(inp.model)))
         return FormatResult(text=out.content or "")
 
-    @activity.defn(name=activity_calls.RECORD_REVIEW_CONTENT.name)
+    @implements(activity_calls.RECORD_REVIEW_CONTENT)
     async def record_content(self, inp: RecordContentInput) -> None:
         await asyncio.to_thread(self._record, inp)
 
@@ -130,6 +133,7 @@ class CodeReviewActivities:
                  "verification": "verification_result"}[inp.stage]
         payload = {**inp.payload, "completed_at": datetime.now(UTC).isoformat()}
         row = self.store.update(CodeReviewContentRecord, inp.task_id, {field: payload})
+        assert row is not None  # added above if it was missing
         self.mirror_dir.mkdir(parents=True, exist_ok=True)
         document = {"task_id": row.task_id, "review_type": row.review_type,
                     "created_at": row.created_at.isoformat(), "content": row.content}

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 
 from pydantic import TypeAdapter
-from temporalio import activity
 
+from refloop.activities.defn import implements
 from refloop.activities.mcp_activities import mcp_specs
 from refloop.activities.model_calls import call_model
 from refloop.contract import activity_calls
@@ -48,7 +48,7 @@ class LLMActivities:
         messages = trim_history([*earlier, *inp.messages], inp.max_history_messages)
         return messages, for_model(messages, get, TOOL_RESULT_CHARS)
 
-    @activity.defn(name=activity_calls.CLASSIFY_INTENT.name)
+    @implements(activity_calls.CLASSIFY_INTENT)
     async def classify_intent(self, inp: ClassifyIntentInput) -> ClassifyIntentResult:
         out = await call_model(
             self.gateway.structured(
@@ -58,7 +58,7 @@ class LLMActivities:
         )
         return ClassifyIntentResult(intent=out.value, usage=out.usage)
 
-    @activity.defn(name=activity_calls.MAKE_PLAN.name)
+    @implements(activity_calls.MAKE_PLAN)
     async def make_plan(self, inp: MakePlanInput) -> MakePlanResult:
         rules = load_task_rules(self.gateway.settings.refloop_task_rules)
         guidance = constraints_for(keyword_type(inp.task, rules), rules)
@@ -73,7 +73,7 @@ class LLMActivities:
         return MakePlanResult(plan=out.value, usage=out.usage,
                               constraints=constraints_for(task_type, rules))
 
-    @activity.defn(name=activity_calls.ACT.name)
+    @implements(activity_calls.ACT)
     async def act(self, inp: ActInput) -> ActResult:
         # The previous act of this task ran here, so its blobs are usually cached: no
         # thread hop then. A miss (another worker, a restart) reads the database.
@@ -113,7 +113,7 @@ class LLMActivities:
             usage=out.usage,
         )
 
-    @activity.defn(name=activity_calls.SUMMARIZE.name)
+    @implements(activity_calls.SUMMARIZE)
     async def summarize(self, inp: SummarizeInput) -> SummarizeResult:
         out = await call_model(
             self.gateway.chat(

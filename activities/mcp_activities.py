@@ -19,6 +19,7 @@ from pydantic import TypeAdapter
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from refloop.activities.defn import implements
 from refloop.activities.heartbeat import heartbeating
 from refloop.contract import activity_calls
 from refloop.contract.activity_io import ToolResult
@@ -31,7 +32,7 @@ from refloop.contract.mcp import (
     McpToolList,
 )
 from refloop.contract.messages import ToolSpec
-from refloop.mcp.config import choose, model_schema, tool_name
+from refloop.mcp.config import McpServerConfig, choose, model_schema, tool_name
 from refloop.mcp.pool import Connection, McpPool, McpStartError, McpTransportError
 from refloop.settings import Settings
 from refloop.store.db import Store
@@ -116,14 +117,36 @@ def result_text(result: Any, cap: int = MAX_RESULT_CHARS) -> str:
 
 
 def annotated(tool: Any, override: Any) -> dict[str, bool | None]:
-    """The tool's annotations, each replaced by the operator's word where given."""
+    """The tool's annotations, each replaced by the operator's word where given.
+
+    A server's `readOnlyHint: true` is not taken on its word: nothing stops its process
+    from writing (the workspace, or anything it talks to), and a read is retried and runs
+    without approval. Only the operator's `properties` make an MCP tool a read; the
+    server's claim is kept, as `declared_read_only`, for people to see."""
     hints = getattr(tool, "annotations", None)
-    said = {"read_only": getattr(hints, "read_only_hint", None),
+    said = {"read_only": None,
+            "declared_read_only": getattr(hints, "read_only_hint", None),
             "destructive": getattr(hints, "destructive_hint", None),
             "idempotent": getattr(hints, "idempotent_hint", None)}
     if override is not None:
         said.update({k: v for k, v in override.model_dump().items() if v is not None})
     return said
+
+
+def needs_a_yes(tool: str, said: dict[str, bool | None], config: Any) -> bool:
+    """Whether a call waits for a human in every approval mode, `auto` included: the
+    operator listed it under `confirm`, or it may destroy (destructiveHint true, or not
+    said by a tool that is not read-only: the MCP specification's default) and the
+    operator did not list it under `unattended`. Decided here, at listing, into the
+    recorded tool list: a history recorded before keeps its own answer on replay.
+
+    A server that declares a tool read-only has said it is not destructive (the
+    specification reads destructiveHint only when readOnlyHint is false): taken as far as
+    an explicit `destructiveHint: false` is, though the tool stays a write (its readOnlyHint
+    is not trusted to skip approval under `confirm_writes` or to retry it)."""
+    said_harmless = said["read_only"] is True or said.get("declared_read_only") is True
+    destructive = not said_harmless and said["destructive"] is not False
+    return tool in config.confirm or (destructive and tool not in config.unattended)
 
 
 class McpActivities:
@@ -139,7 +162,7 @@ class McpActivities:
             raise ApplicationError(str(err), type=McpConfigError.__name__,
                                    non_retryable=True) from None
 
-    @activity.defn(name=activity_calls.MCP_LIST_TOOLS.name)
+    @implements(activity_calls.MCP_LIST_TOOLS)
     async def list_tools(self, inp: McpListInput) -> McpToolList:
         try:
             chosen = choose(self.pool.config(), inp.servers)
@@ -170,19 +193,20 @@ class McpActivities:
                         continue
                     name = tool_name(server, tool.name, taken)
                     taken.add(name)
+                    said = annotated(tool, config.properties.get(tool.name))
                     tools.append(McpToolInfo(
                         name=name, server=server, tool=tool.name,
                         description=(tool.description or tool.title or "")[
                             :MAX_DESCRIPTION_CHARS],
                         parameters=schema,
-                        confirm=tool.name in config.confirm, timeout_s=config.timeout_s,
-                        **annotated(tool, config.properties.get(tool.name)),
+                        confirm=needs_a_yes(tool.name, said, config),
+                        timeout_s=config.timeout_s, **said,
                     ))
         specs = json.dumps([t.spec().model_dump() for t in tools], ensure_ascii=False)
         ref = await asyncio.to_thread(self.store.put_blob, specs) if tools else None
         return McpToolList(tools=tools, specs_ref=ref, dropped=dropped)
 
-    @activity.defn(name=activity_calls.MCP_CALL_TOOL.name)
+    @implements(activity_calls.MCP_CALL_TOOL)
     async def call_tool(self, inp: McpCallInput) -> ToolResult:
         activity.logger.info("mcp %s: %s (%s)", inp.server, inp.tool, inp.call_id)
         config = self._server_config(inp.server)
@@ -230,7 +254,7 @@ class McpActivities:
         return ToolResult(ok=True, output=output,
                           data={"server": inp.server, "tool": inp.tool})
 
-    def _server_config(self, server: str):  # noqa: ANN202
+    def _server_config(self, server: str) -> McpServerConfig:
         try:
             return self.pool.server_config(server)
         except McpConfigError as err:

@@ -1,10 +1,12 @@
 """Model calls in activities: core errors become Temporal failures (retryable or
-non-retryable, with retry hints).
+non-retryable, with retry hints), and an endpoint outage is waited out inside the call.
 
 Every model call of an activity runs under a ledger (`refloop.llm.ledger.RequestLedger`):
 each HTTP request is counted as it goes out, heartbeated, carried into the next attempt
 through the heartbeat details, and reported with the failure when the activity gives up,
-so the workflow's stats count every request, answered or not.
+so the workflow's stats count every request, answered or not. A call whose endpoint is
+down waits at the worker's gate (`refloop.llm.outage`), its wait's start carried in the
+heartbeat too, and tells its task (`waiting_for_model`) by a signal.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from temporalio import activity
 from temporalio.common import RetryPolicy
@@ -23,10 +25,17 @@ from refloop.activities.heartbeat import heartbeating
 from refloop.contract import activity_calls
 from refloop.contract.errors import LLMError
 from refloop.contract.policies import LLM_CALL, REVIEW_CALL
+from refloop.contract.task import MODEL_WAIT_SIGNAL, ModelWaitReport
 from refloop.llm.ledger import RequestLedger, current_ledger
+from refloop.llm.outage import OutageWatch, current_watch
 
 attempt_log = logging.getLogger("refloop.attempts")
 LEDGER_KEY = "refloop_ledger"
+OUTAGE_KEY = "refloop_waiting_since"  # epoch seconds: the call waits for its endpoint
+AGENT_WORKFLOW = "AgentTaskWorkflow"
+# Model calls whose policy is a small budget: they fail (open) rather than wait.
+BOUNDED_MODEL_CALLS = frozenset({activity_calls.QUALITY_REVIEW.name,
+                                 activity_calls.JUDGE_EDIT.name})
 
 T = TypeVar("T")
 
@@ -57,10 +66,6 @@ def _carried_ledger() -> RequestLedger:
         if isinstance(item, dict) and LEDGER_KEY in item:
             return RequestLedger.load(item[LEDGER_KEY])
     return RequestLedger()
-
-
-def _beat(ledger: RequestLedger) -> None:
-    activity.heartbeat({LEDGER_KEY: ledger.dump()})
 
 
 def _policy() -> RetryPolicy:
@@ -102,22 +107,64 @@ def log_failed_attempt(err: LLMError) -> None:
                         _next_retry(err))
 
 
+def _carried_wait_start() -> float | None:
+    """When this call began waiting for its endpoint, as an earlier attempt beat it."""
+    for item in activity.info().heartbeat_details or ():
+        if isinstance(item, dict) and isinstance(item.get(OUTAGE_KEY), int | float):
+            return float(item[OUTAGE_KEY])
+    return None
+
+
+async def _tell_task(report: dict[str, Any]) -> None:
+    """Tell the agent task its call waits for the model (or no longer): its status,
+    event and row say so. Best effort: the wait goes on if Temporal cannot be reached."""
+    info = activity.info()
+    if info.workflow_type != AGENT_WORKFLOW or not info.workflow_id:
+        return
+    try:
+        handle = activity.client().get_workflow_handle(info.workflow_id,
+                                                       run_id=info.workflow_run_id)
+        await handle.signal(MODEL_WAIT_SIGNAL, ModelWaitReport.model_validate(report))
+    except Exception as err:  # noqa: BLE001 - a status update must not end the call
+        attempt_log.warning("could not tell %s it waits for the model: %s",
+                            info.workflow_id, err)
+
+
+def _outage_watch() -> OutageWatch | None:
+    """The call waits out an outage of its endpoint, unless its policy is a bounded
+    budget (the quality review fails open instead)."""
+    if activity.info().activity_type in BOUNDED_MODEL_CALLS:
+        return None
+    return OutageWatch(since=_carried_wait_start(), notify=_tell_task)
+
+
 @contextlib.asynccontextmanager
 async def model_ledger() -> AsyncIterator[RequestLedger]:
     """Heartbeating, with every model request of the block in a ledger carried across
-    attempts; a failure is logged in one line and reported with the ledger's usage."""
+    attempts, and the start of an outage wait with it; a failure is logged in one line
+    and reported with the ledger's usage."""
     ledger = _carried_ledger()
-    ledger.on_change = _beat
+    watch = _outage_watch()
+
+    def details() -> dict[str, Any]:
+        beat: dict[str, Any] = {LEDGER_KEY: ledger.dump()}
+        if watch is not None and watch.since is not None:
+            beat[OUTAGE_KEY] = watch.since
+        return beat
+
+    ledger.on_change = lambda _: activity.heartbeat(details())
     token = current_ledger.set(ledger)
+    watching = current_watch.set(watch)
     try:
-        async with heartbeating(details=lambda: {LEDGER_KEY: ledger.dump()}):
+        async with heartbeating(details=details):
             try:
                 yield ledger
             except LLMError as err:
-                _beat(ledger)  # the next attempt starts from this ledger
+                activity.heartbeat(details())  # the next attempt starts from these
                 log_failed_attempt(err)
                 raise to_application_error(err, ledger) from err
     finally:
+        current_watch.reset(watching)
         current_ledger.reset(token)
 
 
@@ -129,5 +176,5 @@ async def call_model(call: Awaitable[T]) -> T:
         usage = getattr(result, "usage", None)
         record = ledger.record(usage)
         if record is not None and usage is not None:
-            result.usage = record
+            cast(Any, result).usage = record  # T: a result with `usage` (getattr above)
         return result

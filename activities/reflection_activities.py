@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
+from refloop.activities.defn import implements
 from refloop.activities.mcp_activities import mcp_specs
 from refloop.activities.model_calls import call_model, model_ledger
+from refloop.activities.store_activities import kept_records
 from refloop.contract import activity_calls
 from refloop.contract.activity_io import (
     ClaimedFilesInput,
@@ -15,8 +19,10 @@ from refloop.contract.activity_io import (
     CompletenessInput,
     CompletenessResult,
     CompletenessVerdict,
+    HistoryItem,
     MakePlanResult,
     SupplementPlanInput,
+    ToolRecord,
 )
 from refloop.contract.errors import InvalidModelOutput, ToolError
 from refloop.contract.messages import ChatMessage, Plan, Purpose
@@ -52,19 +58,27 @@ class ReflectionActivities:
         self.gateway = gateway
         self.store = store
 
-    @activity.defn(name=activity_calls.CHECK_COMPLETENESS.name)
+    @implements(activity_calls.CHECK_COMPLETENESS)
     async def check_completeness(self, inp: CompletenessInput) -> CompletenessResult:
         """Read and judge in one activity (runs recorded before the split)."""
         decisive = await asyncio.to_thread(missing_claimed_files, inp.workspace,
                                            inp.claimed_files)
         return await self.judge_completeness(inp.model_copy(update={"decisive": decisive}))
 
-    @activity.defn(name=activity_calls.CHECK_CLAIMED_FILES.name)
+    @implements(activity_calls.CHECK_CLAIMED_FILES)
     async def check_claimed_files(self, inp: ClaimedFilesInput) -> ClaimedFilesResult:
         return ClaimedFilesResult(missing=await asyncio.to_thread(
             missing_claimed_files, inp.workspace, inp.claimed_files))
 
-    @activity.defn(name=activity_calls.JUDGE_COMPLETENESS.name)
+    async def _kept_records(self, refs: list[str]) -> list[ToolRecord]:
+        """Earlier calls' records, which a long task keeps in the blob store."""
+        if not refs:
+            return []
+        if self.store is None:
+            raise ApplicationError("kept tool records need the store", non_retryable=True)
+        return await asyncio.to_thread(kept_records, refs, self.store.get_blob)
+
+    @implements(activity_calls.JUDGE_COMPLETENESS)
     async def judge_completeness(self, inp: CompletenessInput) -> CompletenessResult:
         """The judge, given the missing files (decisive) found on the task's host. An
         unmarked plan step is only advisory: the work may be done without the marker."""
@@ -72,10 +86,12 @@ class ReflectionActivities:
         evidence = decisive + [f"plan {step} was not marked complete"
                                for step in inp.missing_steps]
         settings = self.gateway.settings
-        history = [f"{h.tool} {h.arguments} -> {h.outcome}" for h in inp.history]
+        records: list[ToolRecord | HistoryItem] = [
+            *await self._kept_records(inp.history_refs), *inp.history]
+        history = [f"{r.tool} {r.arguments} -> {r.outcome}" for r in records]
         messages = completeness_messages(inp.task, history, inp.tool_names, evidence,
                                          inp.final_answer, inp.max_supplements)
-        options = {
+        options: dict[str, Any] = {
             "model": settings.reflection_model(inp.model),
             "max_reasks": settings.fc_reflection_max_retries,
             "temperature": settings.fc_reflection_temperature,
@@ -107,7 +123,7 @@ class ReflectionActivities:
         return CompletenessResult(verdict=out.value, evidence=evidence, decisive=decisive,
                                   usage=ledger.record(usage) or usage)
 
-    @activity.defn(name=activity_calls.PLAN_SUPPLEMENT.name)
+    @implements(activity_calls.PLAN_SUPPLEMENT)
     async def plan_supplement(self, inp: SupplementPlanInput) -> MakePlanResult:
         mcp = await mcp_specs(inp.mcp_tools_ref, self.store.get_blob) if self.store else []
         messages = supplement_plan_messages(inp.objective, [*tool_specs(inp.tool_names), *mcp],

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from temporalio import activity
-
+from refloop.activities.defn import implements
 from refloop.activities.model_calls import call_model
 from refloop.contract import activity_calls
 from refloop.contract.activity_io import (
@@ -59,7 +58,7 @@ class ReviewActivities:
     def __init__(self, gateway: LLMGateway) -> None:
         self.gateway = gateway
 
-    @activity.defn(name=activity_calls.QUALITY_REVIEW.name)
+    @implements(activity_calls.QUALITY_REVIEW)
     async def quality_review(self, inp: QualityReviewInput) -> QualityReviewResult:
         """Read and judge in one activity (runs recorded before the split)."""
         edited = await asyncio.to_thread(read_for_review, inp)
@@ -70,11 +69,11 @@ class ReviewActivities:
                                                     rules=inp.rules, model=inp.model,
                                                     endpoint=inp.endpoint))
 
-    @activity.defn(name=activity_calls.READ_EDIT.name)
+    @implements(activity_calls.READ_EDIT)
     async def read_edit(self, inp: QualityReviewInput) -> EditedFile:
         return await asyncio.to_thread(read_for_review, inp)
 
-    @activity.defn(name=activity_calls.JUDGE_EDIT.name)
+    @implements(activity_calls.JUDGE_EDIT)
     async def judge_edit(self, inp: JudgeEditInput) -> QualityReviewResult:
         edited = inp.edited
         out = await call_model(self.gateway.structured(

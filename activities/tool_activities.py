@@ -9,13 +9,20 @@ from collections.abc import Awaitable, Callable
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from refloop.activities.defn import implements
 from refloop.activities.heartbeat import heartbeating
 from refloop.contract import activity_calls
-from refloop.contract.activity_io import RunToolInput, ToolResult
+from refloop.contract.activity_io import (
+    ReadToolsInput,
+    RunToolInput,
+    ToolCatalogSnapshot,
+    ToolResult,
+)
 from refloop.contract.errors import UnknownToolError
 from refloop.contract.tool_catalog import TOOLS
 from refloop.settings import Settings
 from refloop.store.db import Store
+from refloop.tools.cgroups import accounting
 from refloop.tools.os_sandbox import UNSANDBOXED_WARNING, SandboxUnavailableError, sandbox_mode
 from refloop.tools.output import arguments_or_refusal, output_for_model
 from refloop.tools.registry import execute_tool
@@ -35,6 +42,10 @@ class ToolActivities:
         if mode == "none":
             logging.getLogger("refloop").warning("\n%s\n%s\n%s", "!" * 78,
                                                  UNSANDBOXED_WARNING, "!" * 78)
+        else:  # whether a command is bounded as a whole, or only each of its processes
+            counted = accounting()
+            log = logging.getLogger("refloop")
+            (log.warning if counted.kind == "none" else log.info)("%s", counted.describe())
 
     async def run(self, inp: RunToolInput) -> ToolResult:
         activity.logger.info("tool %s (%s)", inp.name, inp.call_id)
@@ -54,6 +65,13 @@ class ToolActivities:
             self.settings.refloop_blob_threshold_bytes, self.store.put_blob)
         return result.model_copy(update={"output": output})
 
+    @staticmethod
+    @implements(activity_calls.READ_TOOL_CATALOG)
+    async def read_catalog(inp: ReadToolsInput) -> ToolCatalogSnapshot:
+        """This worker's built-in tools, for a run starting: they stay its tools."""
+        return ToolCatalogSnapshot(tools={name: declaration.properties
+                                          for name, declaration in TOOLS.items()})
+
     def activities(self) -> list[ToolActivity]:
         """A named activity per registered tool, all sharing `run`."""
 
@@ -61,6 +79,6 @@ class ToolActivities:
             async def run_tool(inp: RunToolInput) -> ToolResult:
                 return await self.run(inp)
 
-            return activity.defn(name=activity_calls.run_tool(name).name)(run_tool)
+            return implements(activity_calls.run_tool(name))(run_tool)
 
         return [named(name) for name in TOOLS]

@@ -14,6 +14,7 @@ from pathlib import Path
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from refloop.activities.defn import implements
 from refloop.activities.heartbeat import heartbeating
 from refloop.contract import activity_calls
 from refloop.contract.task import IndexReport, WorkspaceDescription, WorkspaceInput
@@ -31,7 +32,7 @@ class WorkspaceActivities:
         self.settings = settings
         self.store = store
 
-    @activity.defn(name=activity_calls.DESCRIBE_WORKSPACE.name)
+    @implements(activity_calls.DESCRIBE_WORKSPACE)
     async def describe(self, inp: WorkspaceInput) -> WorkspaceDescription:
         root = workspace_root(inp.workspace)
         context = shown(await asyncio.to_thread(workspace_context, root,
@@ -43,14 +44,14 @@ class WorkspaceActivities:
         return WorkspaceDescription(
             context=context,
             index_available=self.settings.refloop_semantic_index
-            and missing_extra(self.settings.refloop_embedding_model) is None,
+            and missing_extra(self.settings.search_model) is None,
         )
 
-    @activity.defn(name=activity_calls.INDEX_WORKSPACE.name)
+    @implements(activity_calls.INDEX_WORKSPACE)
     async def index(self, inp: WorkspaceInput) -> IndexReport:
         """One incremental pass in a child process: embedding is CPU-heavy and loading the
         model takes seconds, neither of which may stall the worker's workflow tasks."""
-        model = self.settings.refloop_embedding_model
+        model = self.settings.search_model
         reason = missing_extra(model)
         if reason:
             return IndexReport(available=False, note=reason)
@@ -62,10 +63,12 @@ class WorkspaceActivities:
             return unchanged
         argv, cwd, env = index_launch(root, self.settings.index_dir, model,
                                       self.settings.refloop_index_threads)
+        env.update(self.settings.search_model_env)  # the endpoint, and its key if any
         process = await asyncio.create_subprocess_exec(
             *argv, cwd=cwd, env=env,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )
+        assert process.stdout is not None and process.stderr is not None  # both piped
         try:
             async with heartbeating():  # covers loading the model
                 report, errors = await asyncio.gather(_follow(process.stdout),
@@ -83,7 +86,8 @@ class WorkspaceActivities:
 
 
 # What the index child may see of the worker's environment: locale, temp dir, and the
-# embedding libraries' caches and thread counts. Never a key, token or database URL.
+# embedding libraries' caches and thread counts. Never a key, token or database URL (but
+# the embeddings endpoint's own, from the settings, when one is configured).
 INDEX_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "TZ", "XDG_CACHE_HOME")
 INDEX_ENV_PREFIXES = ("HF_", "TRANSFORMERS_", "SENTENCE_TRANSFORMERS_", "FASTEMBED_",
                       "TORCH_", "OMP_", "MKL_", "OPENBLAS_", "TOKENIZERS_")

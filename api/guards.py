@@ -7,7 +7,10 @@ chunked upload without Content-Length is refused the same way, never buffered wh
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import json
+import operator
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qsl
@@ -22,6 +25,13 @@ from starlette.routing import compile_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 MAX_BODY_BYTES = 1_000_000
+# Bounds checked before any parse: 90,000 unknown keys took 3.6 s on the event loop to
+# become a 422 (parse, validation, one error each), stalling every other request.
+MAX_JSON_MEMBERS = 10_000  # object members and array items, all levels together
+MAX_JSON_DEPTH = 64
+# The shape scan's unit of event-loop work: the server reads up to 256 KB at once, and
+# other requests run between two slices of it (about 0.1 ms each).
+SHAPE_SLICE_BYTES = 16_384
 ECHO_CHARS = 80  # a 422 quotes at most this much of the offending input
 
 
@@ -136,6 +146,82 @@ def nul_in_request(path: str, query: bytes, body: bytes) -> str | None:
     return None
 
 
+_NOT_STRUCTURE = bytes(range(256)).translate(None, b'"{}[],')  # for translate(None, ...)
+_NOT_BRACKETS = bytes(range(256)).translate(None, b"{}[]")
+_STEP = bytes.maketrans(b"{[}]", b"\x02\x02\x00\x00")  # an opening +1, a closing -1 (less 1)
+
+
+class JsonShape:
+    """The structure of a JSON body counted as it streams in, chunk by chunk: members
+    (object members and array items) and nesting outside strings. The first bound passed
+    stops the read there (a body of 90,000 keys is refused after its first ~110 KB).
+
+    Every step runs in C over the whole chunk, never per token in Python:
+    - escapes are dropped (`\\\\` pairs, then `\\"`), as JSON pairs them, left to right;
+    - every byte but `"{}[],` is dropped, then every `""`: a string without structure in it
+      leaves nothing, and two adjacent quotes bound an empty stretch, so the parity of the
+      quotes after them is unchanged;
+    - only strings that hold structure are left: the rest is split at its quotes (every
+      other piece is inside a string), then counted by `bytes.count`; the depth is followed
+      (only when it could pass the bound) by `itertools.accumulate`.
+    A 64 KB chunk of the 90,000-key body costs about 0.1 ms; the token-by-token loop this
+    replaces took ~15 ms of event-loop time per refused body (far more on a loaded
+    machine), which held /healthz's p99 over 100 ms under ten such clients. A body that
+    is not JSON may be miscounted; validation refuses it anyway."""
+
+    def __init__(self, max_members: int = MAX_JSON_MEMBERS,
+                 max_depth: int = MAX_JSON_DEPTH) -> None:
+        self.max_members, self.max_depth = max_members, max_depth
+        self.members = self.depth = 0
+        self.in_string = False
+        self.skip = False  # the next chunk's first byte is escaped (a chunk ended in `\`)
+
+    def feed(self, chunk: bytes) -> str | None:
+        """Why the body so far passes a bound, or None."""
+        if self.skip and chunk:
+            chunk, self.skip = chunk[1:], False
+        if b"\\" in chunk:
+            chunk = chunk.replace(b"\\\\", b"").replace(b'\\"', b"")
+            if chunk.endswith(b"\\"):  # an escape the chunk's end cut: its byte comes next
+                chunk, self.skip = chunk[:-1], True
+        outside = chunk.translate(None, _NOT_STRUCTURE).replace(b'""', b"")
+        if b'"' in outside:
+            pieces = outside.split(b'"')
+            outside = b"".join(pieces[1 if self.in_string else 0::2])
+            self.in_string ^= len(pieces) % 2 == 0
+        elif self.in_string:  # the whole chunk is inside one string
+            outside = b""
+        opens = outside.count(b"{") + outside.count(b"[")
+        self.members += opens + outside.count(b",")
+        if self.depth + opens > self.max_depth:
+            steps = outside.translate(_STEP, _NOT_BRACKETS)
+            deepest = max(map(operator.sub, itertools.accumulate(steps, initial=self.depth),
+                              itertools.count(0)), default=self.depth)
+            if deepest > self.max_depth:
+                return f"the body nests JSON deeper than {self.max_depth} levels"
+        self.depth += opens - outside.count(b"}") - outside.count(b"]")
+        if self.members > self.max_members:
+            return f"the body has more than {self.max_members} JSON members"
+        return None
+
+
+def json_shape_refusal(body: bytes, max_members: int = MAX_JSON_MEMBERS,
+                       max_depth: int = MAX_JSON_DEPTH) -> str | None:
+    """Why a whole body passes a bound of JsonShape, or None."""
+    return JsonShape(max_members, max_depth).feed(body)
+
+
+async def _scan(shape: JsonShape, chunk: bytes) -> str | None:
+    """Feed a chunk to the scan slice by slice, letting the loop run others between two
+    slices, and stop at the first bound passed (90,000 keys: after about 110 KB)."""
+    for start in range(0, len(chunk), SHAPE_SLICE_BYTES):
+        if start:
+            await asyncio.sleep(0)
+        if (refusal := shape.feed(chunk[start:start + SHAPE_SLICE_BYTES])) is not None:
+            return refusal
+    return None
+
+
 class BoundaryGuard:
     """Body limit while streaming, then NUL bytes anywhere: 413 / 422 before any route."""
 
@@ -154,6 +240,7 @@ class BoundaryGuard:
             return
         chunks: list[bytes] = []
         size = 0
+        shape = JsonShape()
         more = scope["method"] not in ("GET", "HEAD", "DELETE", "OPTIONS")
         while more:
             message = await receive()
@@ -163,6 +250,9 @@ class BoundaryGuard:
             size += len(chunk)
             if size > self.max_body:  # chunked or lying Content-Length: stop reading here
                 await _send_json(send, 413, f"body larger than {self.max_body} bytes")
+                return
+            if (too_big := await _scan(shape, chunk)) is not None:  # stop reading here too
+                await _send_json(send, 413, too_big)
                 return
             chunks.append(chunk)
             more = message.get("more_body", False)

@@ -12,6 +12,8 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
+from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 from temporalio.client import Client
@@ -32,11 +34,23 @@ from refloop.api.openapi import ERROR_RESPONSES, install_docs
 from refloop.api.reconcile import reconcile_all
 from refloop.api.routes import code_reviews, health, prompts, reviews, tasks
 from refloop.api.routes import hosts as host_routes
+from refloop.contract.text import escape_json_controls
 from refloop.settings import Settings
 from refloop.store.db import store_for
 
+
+class EscapedJSONResponse(JSONResponse):
+    """Every control character of a text field is escaped in the JSON text: JSON escapes
+    C0 (ESC included) itself; C1 and bidirectional controls, which a model or a repository
+    can also write, are escaped here (`\\u009b`, `\\u202e`), never sent raw."""
+
+    def render(self, content: object) -> bytes:
+        return escape_json_controls(super().render(content).decode("utf-8")).encode("utf-8")
+
+
 log = logging.getLogger("refloop.api")
 __all__ = ["MAX_BODY_BYTES", "create_app"]
+DB_RETRY_AFTER_S = 5
 
 
 def mcp_deps(app: FastAPI) -> McpDeps:
@@ -78,6 +92,7 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
         description="Durable, reflective LLM agents on Temporal.",
         lifespan=lifespan,
         docs_url=None, redoc_url=None, openapi_url=None,  # api/openapi.py serves them
+        default_response_class=EscapedJSONResponse,
     )
     app.state.settings = settings
     app.state.store = store_for(settings.effective_database_url)
@@ -98,6 +113,18 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
         return JSONResponse({"detail": f"Temporal did not answer ({exc.status.name}); "
                                        "try again shortly"},
                             status_code=503, headers={"Retry-After": "5"})
+
+    @app.exception_handler(OperationalError)
+    @app.exception_handler(InterfaceError)
+    @app.exception_handler(PoolTimeout)
+    async def database_unavailable(request: Request, exc: Exception) -> JSONResponse:
+        # The database refused or dropped the connection: a state, not a bug. Handled here
+        # (not as a 500) the connection stays open for the client's next request.
+        log.warning("database unavailable on %s %s: %s", request.method, request.url.path,
+                    str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
+        return JSONResponse({"detail": "the database is unavailable; try again shortly",
+                             "database": "unavailable"},
+                            status_code=503, headers={"Retry-After": str(DB_RETRY_AFTER_S)})
 
     @app.exception_handler(Exception)
     async def internal_error(request: Request, exc: Exception) -> JSONResponse:

@@ -19,6 +19,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel
 
 from refloop.api.deps import require_token
+from refloop.settings import DEFAULT_ENDPOINT, Settings, normalise_url
 
 
 class ValidationIssue(BaseModel):
@@ -43,12 +44,14 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     400: problem("The body could not be parsed (not JSON, or not UTF-8)"),
     404: problem("No such resource (or not of this route's kind)"),
     409: problem("The resource's state forbids this (duplicate ID, task already ended, ...)"),
-    413: problem("Body larger than 1 MB (chunked bodies included)"),
+    413: problem("Body larger than 1 MB (chunked bodies included), or of more than 10,000 "
+                 "JSON members or 64 levels of nesting"),
     421: problem("The Host header names no host this server answers for "
                  "(REFLOOP_ALLOWED_HOSTS)"),
     422: problem("Invalid input: field issues (inputs quoted short), NUL bytes, workspace "
                  "outside the roots"),
-    503: problem("Temporal is not connected or did not answer; try again"),
+    503: problem("Temporal is not connected or did not answer, or the database is "
+                 "unavailable; try again after Retry-After seconds"),
 }
 UNAUTHORIZED = {"description": "Missing or wrong bearer token", "content": {
     "application/json": {"schema": {"$ref": "#/components/schemas/Problem"}}}}
@@ -109,14 +112,93 @@ def add_links(schema: dict[str, Any]) -> None:
             links[target["operationId"]] = link
 
 
+KEY_ENV_TEXT = ("The environment variable holding the model key: a name the operator bound in "
+                "REFLOOP_MODEL_KEY_ENVS (with none bound, null only), with a base_url it is "
+                "bound to (a bare NAME: the worker's own endpoint, base_url null).")
+
+
+def express_key_binding(schema: dict[str, Any], settings: Settings) -> None:
+    """The operator's REFLOOP_MODEL_KEY_ENVS in the document: `api_key_env` is one of its
+    names and, in a create, comes with a base URL its name is bound to, as the route checks
+    (settings.key_refusal). A PATCH's check also reads the stored row, which no schema can
+    say; its `api_key_env` is at least limited to the bound names."""
+    bindings = settings.model_key_urls
+    default = normalise_url(settings.openai_base_url) if settings.openai_base_url else None
+    names: dict[str, Any] = {"type": "string", "enum": sorted(bindings)}
+    choice = {"anyOf": [names, {"type": "null"}] if bindings else [{"type": "null"}],
+              "title": "Api Key Env", "description": KEY_ENV_TEXT}
+    components = schema.get("components", {}).get("schemas", {})
+    for name in ("ModelConfigCreate", "ModelConfigUpdate"):
+        if "api_key_env" in components.get(name, {}).get("properties", {}):
+            components[name]["properties"]["api_key_env"] = choice
+    create = components.get("ModelConfigCreate")
+    if not bindings or create is None:
+        return
+    unset = [{"not": {"required": ["api_key_env"]}},
+             {"properties": {"api_key_env": {"type": "null"}}, "required": ["api_key_env"]}]
+    variants = []
+    for key, urls in sorted(bindings.items()):
+        allowed: list[str | None] = sorted(url for url in urls if url != DEFAULT_ENDPOINT)
+        if DEFAULT_ENDPOINT in urls:
+            allowed += [None] + ([default] if default else [])
+        elif default in urls:
+            allowed.append(None)
+        variant: dict[str, Any] = {
+            "properties": {"api_key_env": {"const": key}, "base_url": {"enum": allowed}},
+            "required": ["api_key_env"] + ([] if None in allowed else ["base_url"])}
+        variants.append(variant)
+    create["anyOf"] = unset + variants
+
+
+MCP_SERVERS_TEXT = ("MCP servers whose tools the task may use: names in the operator's "
+                    "REFLOOP_MCP_CONFIG file (with none configured, none)")
+# The request bodies that name MCP servers.
+MCP_SERVER_FIELDS = (("SessionStart", "mcp_servers"), ("TaskCreate", "mcp_servers"))
+
+
+def configured_mcp_servers(settings: Settings) -> tuple[str, ...]:
+    """The names the routes accept (api/routes/tasks.py known_mcp_servers): the MCP
+    configuration's, read now; a file that does not load accepts none."""
+    from refloop.contract.errors import McpConfigError
+    from refloop.mcp.config import load_config
+
+    try:
+        return tuple(sorted(load_config(settings.refloop_mcp_config).servers))
+    except McpConfigError:
+        return ()
+
+
+def express_mcp_servers(schema: dict[str, Any], names: tuple[str, ...]) -> None:
+    """The configured MCP server names in the document, as the model keys are: each
+    `mcp_servers` list of a request holds only them (none configured: an empty list)."""
+    components = schema.get("components", {}).get("schemas", {})
+    for component, field in MCP_SERVER_FIELDS:
+        prop = components.get(component, {}).get("properties", {}).get(field)
+        if prop is None:
+            continue
+        prop["description"] = MCP_SERVERS_TEXT
+        for array in (prop, *prop.get("anyOf", [])):
+            if array.get("type") != "array":
+                continue
+            if names:
+                array["items"] = {"type": "string", "enum": list(names)}
+            else:
+                array["maxItems"] = 0
+
+
 def build_openapi(app: FastAPI) -> dict[str, Any]:
     secured = bool(app.state.settings.refloop_api_token)
-    cache: dict[bool, dict[str, Any]] = app.state.openapi_cache
-    if secured in cache:
-        return cache[secured]
+    # The MCP file is read by every request that names a server, so by the document too:
+    # an operator's edit shows without a restart.
+    mcp_servers = configured_mcp_servers(app.state.settings)
+    cache: dict[tuple[bool, tuple[str, ...]], dict[str, Any]] = app.state.openapi_cache
+    if (secured, mcp_servers) in cache:
+        return cache[secured, mcp_servers]
     schema = get_openapi(title=app.title, version=app.version, description=app.description,
                          routes=app.routes)
     add_links(schema)
+    express_key_binding(schema, app.state.settings)
+    express_mcp_servers(schema, mcp_servers)
     if secured:
         components = schema.setdefault("components", {})
         components.setdefault("securitySchemes", {})["bearer"] = {
@@ -128,7 +210,7 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
             for operation in operations.values():
                 operation["security"] = [{"bearer": []}]
                 operation["responses"]["401"] = UNAUTHORIZED
-    cache[secured] = schema
+    cache[secured, mcp_servers] = schema
     return schema
 
 

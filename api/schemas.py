@@ -28,7 +28,7 @@ SafeId = Annotated[str, Field(pattern=ID_PATTERN, max_length=128)]
 
 class SessionStart(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [{
-        "workspace": "demo-repo", "system_prompt": "You are a careful writer.",
+        "system_prompt": "You are a careful writer.",
         "enable_quality_review": True,
         "quality_review_rules": "Every report needs a Summary section.",
     }]})
@@ -94,6 +94,18 @@ class TaskState(BaseModel):
     endpoint: str | None = None
     # Temporal did not answer in time: the stored row, which may lag behind the task
     from_database: bool = False
+    # For a list of tasks at a glance: the task's text, the host holding its workspace,
+    # its tokens so far, its run time, and its page in the Temporal Web UI (None: no Web
+    # UI known, see REFLOOP_TEMPORAL_UI_URL)
+    task: str | None = None
+    host: str | None = None
+    tokens: int | None = None
+    duration_s: float | None = None
+    web_ui: str | None = None
+    # Forks: the task this one was forked from ({task_id, step}), and (GET /tasks/{id}
+    # only) the tasks forked from this one
+    forked_from: dict[str, Any] | None = None
+    forks: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class ApprovalBody(BaseModel):
@@ -109,20 +121,67 @@ class ApprovalOutcome(BaseModel):
     outcome: str
 
 
-class MoveBody(BaseModel):
-    """Move a task waiting for a host that will never return. Copy its workspace (and the
-    journal under the old host's data dir) to the new host first, at the same path."""
+class RewindBody(BaseModel):
+    """Put a running task back to its Nth workspace checkpoint (counted from 1 in the order
+    its current run took them: the `checkpoint` of its `tool_result` events)."""
 
     model_config = ConfigDict(extra="forbid", strict=True,
-                              json_schema_extra={"examples": [{"host": "worker-b"}]})
+                              json_schema_extra={"examples": [{"to_step": 2}]})
+
+    to_step: JsonInt = Field(ge=1, le=1_000_000)
+
+
+class TaskRewound(BaseModel):
+    task_id: str
+    step: int
+    checkpoint: str
+    run_id: str  # the run that goes on from the step
+    rewound_tokens: int  # the cost the rewind took out of the run: kept, marked rewound
+
+
+class ForkBody(BaseModel):
+    """Start a new task from step N of this one (running or ended), in a new workspace put
+    back to that step's checkpoint, with its plan and conversation up to there."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [
+        {"at_step": 4}, {"at_step": 4, "task": "use the other library from here on"}]})
+
+    at_step: JsonInt = Field(ge=1, le=1_000_000)
+    # A new instruction, the fork's conversation's last user turn
+    task: str | None = Field(default=None, min_length=1, max_length=100_000)
+    # The fork's directory on the original's host (None: beside the original's, named
+    # `<it>-fork-<id>`); new or empty, under the host's roots
+    workspace: str | None = Field(default=None, min_length=1, max_length=4096)
+
+
+class TaskForked(BaseModel):
+    task_id: str  # the fork
+    forked_from: str
+    step: int
+    checkpoint: str
+    workspace: str
+    host: str | None = None
+
+
+class MoveBody(BaseModel):
+    """Move a task waiting for a host that will never return. Copy its workspace to the new
+    host first: at the same path, or at the one `workspace` names there."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [
+        {"host": "worker-b"}, {"host": "worker-b", "workspace": "/srv/ws/copy"}]})
 
     host: str = Field(pattern=HOST_ID_PATTERN)
+    # The copy's absolute path on the new host (None: the task's path). Only that host's
+    # roots check it: the API need not see it.
+    workspace: str | None = Field(default=None, min_length=1, max_length=4096)
 
 
 class TaskMoved(BaseModel):
     task_id: str
     host: str
     moved_from: str | None
+    # The workspace on the new host (the same path, unless the move named another).
+    workspace: str | None = None
 
 
 class PromptBase(BaseModel):
@@ -166,7 +225,7 @@ class ModelConfigBase(BaseModel):
 
 class ModelConfigCreate(ModelConfigBase):
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [{
-        "name": "small", "model": "gpt-4o-mini", "api_key_env": "OPENAI_API_KEY"}]})
+        "name": "small", "model": "gpt-4o-mini", "temperature": 0.2}]})
 
 
 class ModelConfigUpdate(BaseModel):

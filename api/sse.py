@@ -16,6 +16,7 @@ from temporalio.client import Client
 
 from refloop.api.reconcile import OPEN_STATUSES, refresh, within
 from refloop.contract.task import Event
+from refloop.contract.visibility import kind_name
 from refloop.store.db import TERMINAL_STATUSES, Store, TaskRecord
 from refloop.workflows.agent import AgentTaskWorkflow
 
@@ -40,7 +41,7 @@ def ending(row: TaskRecord, after: int) -> list[Event]:
         seq = max([after, *(e.seq for e in stored)]) + 1
         stamp = row.finished_at or row.updated_at
         events.append(Event(seq=seq, type=row.status, ts=stamp.isoformat(), data={
-            "status": row.status, "error": row.error, "kind": row.kind}))
+            "status": row.status, "error": row.error, "kind": kind_name(row.kind)}))
     return events
 
 
@@ -94,7 +95,18 @@ def status_frame(status: str, **data: object) -> str:
 
 
 # Events that change what the task is doing: the stream tells the new status.
-STATUS_AFTER = {"approval_required": "waiting_approval", "approval_decided": "running"}
+STATUS_AFTER = {"approval_required": "waiting_approval", "approval_decided": "running",
+                "waiting_for_model": "waiting_for_model", "model_back": "running"}
+
+
+async def live_status(client: Client, workflow_id: str) -> str | None:
+    """The agent task's status as its workflow tells it now (waits included), or None."""
+    try:
+        handle = client.get_workflow_handle(workflow_id)
+        progress = await within(handle.query(AgentTaskWorkflow.progress), TEMPORAL_ANSWER_S)
+    except Exception:  # noqa: BLE001 (not queryable now: the caller keeps what it knew)
+        return None
+    return progress.status
 
 
 async def event_stream(client: Client, store: Store, task_id: str, workflow_id: str,
@@ -102,6 +114,7 @@ async def event_stream(client: Client, store: Store, task_id: str, workflow_id: 
     loop = asyncio.get_running_loop()
     last_sent = last_check = loop.time()
     silent = False
+    told: str | None = None  # the status this stream's events last implied
     while True:
         check = loop.time() - last_check >= CHECK_S
         if check:
@@ -112,13 +125,19 @@ async def event_stream(client: Client, store: Store, task_id: str, workflow_id: 
         except TemporalSilent as err:  # told once per outage; the stream keeps trying
             if not silent:
                 silent = True
-                yield status_frame(str(err), temporal="unreachable", from_database=True)
+                # A wait the stream has seen begin is still the last thing known: the
+                # stored row says only `running`.
+                yield status_frame(told or str(err), temporal="unreachable",
+                                   from_database=told is None)
                 last_sent = loop.time()
             await asyncio.sleep(CHECK_S)
             continue
         if silent:
             silent = False
-            yield status_frame("running", temporal="reachable")
+            # Back: the status the workflow tells now (it may have begun or ended a wait
+            # while Temporal was away), never a guess.
+            now = await live_status(client, workflow_id) or told or "running"
+            yield status_frame(now, temporal="reachable")
         for event in events:
             yield format_event(event)
             after = event.seq
@@ -126,7 +145,8 @@ async def event_stream(client: Client, store: Store, task_id: str, workflow_id: 
             if event.type in FINAL_EVENTS:
                 return
             if event.type in STATUS_AFTER:
-                yield status_frame(STATUS_AFTER[event.type])
+                told = STATUS_AFTER[event.type]
+                yield status_frame(told)
         if ended:
             return
         if loop.time() - last_sent >= HEARTBEAT_S:

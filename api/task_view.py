@@ -1,7 +1,8 @@
 """A task as GET /tasks shows it: its live state, told within TEMPORAL_ANSWER_S.
 
-- `waiting_approval` is a status: the workflow's progress says so, and a listing finds the
-  waiting tasks through refloop's `RefloopStatus` search attribute (rows store `running`).
+- `waiting_approval` is a status: the workflow's progress says so, and a listing tells
+  every running task's status from refloop's `RefloopStatus` search attribute (rows store
+  `running` while a task waits for a decision).
 - Temporal down or slow: the stored row answers, marked `from_database`, never a wait of
   the client's whole retry budget (it was 19.8 s).
 - The model and endpoint the task really uses, from its stored input.
@@ -11,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 from typing import Any
+from urllib.parse import quote
 
+from pydantic import BaseModel
 from temporalio.client import Client
 
 from refloop.api.reconcile import OPEN_STATUSES, refresh, within
@@ -23,7 +26,6 @@ from refloop.store.db import TERMINAL_STATUSES, Store, TaskRecord
 from refloop.workflows.agent import AgentTaskWorkflow
 
 TEMPORAL_ANSWER_S = 1.5  # then the stored row answers: GET stays under 2 s
-WAITING = "waiting_approval"
 
 
 def used_model(row: TaskRecord, settings: Settings) -> tuple[str | None, str | None]:
@@ -38,21 +40,57 @@ def used_model(row: TaskRecord, settings: Settings) -> tuple[str | None, str | N
     return model, url
 
 
+def web_ui_link(settings: Settings, workflow_id: str) -> str | None:
+    base = (settings.refloop_temporal_ui_url or "").rstrip("/")
+    if not base:
+        return None
+    return f"{base}/namespaces/{quote(settings.temporal_namespace)}/workflows/" \
+           f"{quote(workflow_id)}"
+
+
+def stored_tokens(row: TaskRecord) -> int | None:
+    usage = (row.usage or {}).get("usage")
+    return usage.get("total_tokens") if isinstance(usage, dict) else None
+
+
+def forked_from(inp: dict[str, Any]) -> dict[str, Any] | None:
+    fork = inp.get("fork")
+    if not isinstance(fork, dict):
+        return None
+    return {"task_id": fork.get("task_id"), "step": fork.get("step")}
+
+
 def public(row: TaskRecord, settings: Settings, **fields: Any) -> TaskState:
     model, endpoint = used_model(row, settings)
-    return TaskState(**{**row.model_dump(), "model": model, "endpoint": endpoint, **fields})
+    inp: dict[str, Any] = row.input or {}
+    task = inp.get("task")
+    if task is None and row.kind != "agent":  # a code review: what it looks at
+        task = inp.get("target") or inp.get("mode")
+    told = {"model": model, "endpoint": endpoint, "kind": visibility.kind_name(row.kind),
+            "task": task if isinstance(task, str) else None, "host": inp.get("host"),
+            "tokens": stored_tokens(row), "duration_s": row.duration_s,
+            "web_ui": web_ui_link(settings, row.workflow_id),
+            "forked_from": forked_from(inp)}
+    return TaskState(**{**row.model_dump(), **told, **fields})
 
 
-async def waiting_ids(client: Client, seconds: float = TEMPORAL_ANSWER_S) -> set[str] | None:
-    """Workflow IDs of agent tasks waiting for a decision; None when Temporal is silent."""
-    query = (f'{visibility.STATUS.name} = "{WAITING}" AND ExecutionStatus = "Running"')
+async def live_search_attributes(client: Client, seconds: float = TEMPORAL_ANSWER_S
+                                 ) -> dict[str, tuple[str | None, int | None]] | None:
+    """{workflow id: (RefloopStatus, RefloopTotalTokens)} of running workflows; None when
+    Temporal is silent. Every status a workflow sets is told this way (waiting_approval,
+    waiting_for_host, and any later one), so the list needs no list of statuses."""
+    query = 'ExecutionStatus = "Running"'
 
-    async def collect() -> set[str]:
-        return {wf.id async for wf in client.list_workflows(query, limit=10_000)}
+    async def collect() -> dict[str, tuple[str | None, int | None]]:
+        told = {}
+        async for wf in client.list_workflows(query, limit=10_000):
+            attrs = wf.typed_search_attributes
+            told[wf.id] = (attrs.get(visibility.STATUS), attrs.get(visibility.TOTAL_TOKENS))
+        return told
 
     try:
         return await within(collect(), seconds)
-    except Exception:  # noqa: BLE001 (down, slow, or no such attribute: the rows answer)
+    except Exception:  # noqa: BLE001 (down, slow, or no visibility: the rows answer)
         return None
 
 
@@ -79,23 +117,57 @@ async def live_state(client: Client, store: Store, row: TaskRecord,
         fresh, progress = await within(ask(), TEMPORAL_ANSWER_S)
     except Exception:  # noqa: BLE001 (Temporal down or slow: the stored row, marked)
         return public(row, settings, from_database=True)
-    status = progress.status if progress is not None and progress.status == WAITING \
-        else fresh.status
+    # The workflow's word on a live status (waiting_approval is told only there)
+    status = progress.status if progress is not None \
+        and progress.status not in TERMINAL_STATUSES else fresh.status
     return public(fresh, settings, status=status, progress=progress)
 
 
-async def listed(client: Client, store: Store, settings: Settings, session_id: str | None,
-                 status: str | None) -> list[TaskState]:
-    """GET /tasks: stored rows, waiting ones told apart, closed code reviews followed."""
-    stored = "running" if status == WAITING else status
-    rows = await asyncio.to_thread(store.list_tasks, session_id=session_id, status=stored)
+class TaskFilters(BaseModel):
+    """GET /tasks's filters; each one given must hold."""
+
+    session_id: str | None = None
+    status: str | None = None
+    kind: str | None = None
+    host: str | None = None
+    model: str | None = None
+    q: str | None = None  # words the task's text contains, any case
+    limit: int = 100
+
+    def stored_kind(self) -> str | None:
+        if self.kind is None:
+            return None
+        return visibility.STORED_KINDS.get(self.kind, self.kind)
+
+    def matches(self, state: TaskState) -> bool:
+        if self.status is not None and state.status != self.status:
+            return False
+        if self.host is not None and state.host != self.host:
+            return False
+        if self.model is not None and state.model != self.model:
+            return False
+        text = " ".join(filter(None, [state.task, state.task_id, state.error])).lower()
+        return all(word in text for word in (self.q or "").lower().split())
+
+
+async def listed(client: Client, store: Store, settings: Settings,
+                 filters: TaskFilters) -> list[TaskState]:
+    """GET /tasks, newest first: stored rows with the live status Temporal tells for the
+    running ones (waiting_approval lives only there), closed code reviews followed."""
+    status = filters.status
+    terminal = status in TERMINAL_STATUSES
+    # Text, host and model are looked for in the stored input: read more rows to find them.
+    scan = filters.limit if not (filters.q or filters.host or filters.model) else 2_000
+    rows = await asyncio.to_thread(
+        store.list_tasks, session_id=filters.session_id, status=status if terminal else None,
+        limit=scan, kind=filters.stored_kind(), open_only=status is not None and not terminal)
     # One budget for the whole listing: Temporal silent, every row answers as stored.
     loop = asyncio.get_running_loop()
     deadline = loop.time() + TEMPORAL_ANSWER_S
-    waiting: set[str] | None = set()
-    if any(row.kind == "agent" and row.status == "running" for row in rows):
-        waiting = await waiting_ids(client, TEMPORAL_ANSWER_S)
-    silent = waiting is None
+    live: dict[str, tuple[str | None, int | None]] | None = {}
+    if any(row.kind == "agent" and row.status in OPEN_STATUSES for row in rows):
+        live = await live_search_attributes(client, TEMPORAL_ANSWER_S)
+    silent = live is None
     states = []
     for row in rows:
         left = deadline - loop.time()
@@ -104,6 +176,16 @@ async def listed(client: Client, store: Store, settings: Settings, session_id: s
                 row = await within(refresh(client, store, row), max(left, 0.05))
             except Exception:  # noqa: BLE001 (Temporal silent: the row as stored)
                 silent = True
-        shown = WAITING if waiting and row.workflow_id in waiting else row.status
-        states.append(public(row, settings, status=shown, from_database=silent))
-    return [state for state in states if status is None or state.status == status]
+        told_status, told_tokens = (live or {}).get(row.workflow_id, (None, None))
+        fields: dict[str, Any] = {"from_database": silent}
+        if row.status in OPEN_STATUSES and told_status \
+                and told_status not in TERMINAL_STATUSES:
+            fields["status"] = told_status  # the workflow's word, set before its row's
+        if told_tokens is not None:
+            fields["tokens"] = told_tokens
+        state = public(row, settings, **fields)
+        if filters.matches(state):
+            states.append(state)
+        if len(states) >= filters.limit:
+            break
+    return states

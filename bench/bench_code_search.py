@@ -1,14 +1,18 @@
 """Code search on third-party code.
 
-    python -m bench.bench_code_search [--corpora starlette,httpx,fastapi,networkx,sympy] [--small]
+    python -m bench.bench_code_search
+        [--corpora starlette,httpx,fastapi,click,jinja2,networkx,sympy] [--small]
 
 By default, the scale table: each corpus (a package as installed in the venv, with its
 labelled queries in tests/fixtures/code_search_queries*.yaml, written from behaviour before
 any search ran over it) indexed from nothing in a child process, as the index activity
 runs it: lines, chunks, CPU-seconds, wall, peak RSS, time to the first search result,
-recall@1 / recall@5 / MRR of the hybrid beside BM25 over whole definitions, paired per query
-(wins / losses / ties at 5); then query p50 / p95 on the FastAPI index while the last
-corpus (sympy) is being indexed. `--small`: the quick starlette slice `make test` runs.
+recall@1 / recall@5 through search_semantic's own output (what the model reads, parsed
+back: a hit is a returned range holding the labelled definition whose excerpt shows its
+`def`/`class` line), the hybrid's exact-definition recall@1 / @5 / MRR beside the score
+fusion it replaced and BM25 over whole definitions, paired per query (wins / losses / ties
+at 5); then query p50 / p95 on the FastAPI index while the last corpus is being indexed,
+and the load average the run saw. `--small`: the quick starlette slice `make test` runs.
 
     python -m bench.bench_code_search --detail [--small] [--models minilm-int8,minilm]
         [--repeats 3] [--queries tests/fixtures/code_search_queries_httpx.yaml] [--misses]
@@ -54,7 +58,7 @@ from refloop.search.runtime import import_lancedb, missing_extra
 # LanceDB's hybrid query warns on every call about its score columns (its Rust log
 # reads LANCEDB_LOG; LANCE_LOG is the lance format's own and does not reach it).
 os.environ.setdefault("LANCEDB_LOG", "error")
-MODES = ("hybrid", "rrf", "lance-rrf", "vector", "text")
+MODES = ("hybrid", "score", "rrf", "lance-rrf", "vector", "text")
 LOAD_PROBE = """
 import sys, time
 from pathlib import Path
@@ -135,6 +139,8 @@ def half_row(name: str, ranker, queries) -> str:
 FIXTURES = QUERIES.parent
 CORPORA = {"starlette": QUERIES, "httpx": FIXTURES / "code_search_queries_httpx.yaml",
            "fastapi": FIXTURES / "code_search_queries_fastapi.yaml",
+           "click": FIXTURES / "code_search_queries_click.yaml",
+           "jinja2": FIXTURES / "code_search_queries_jinja2.yaml",
            "networkx": FIXTURES / "code_search_queries_networkx.yaml",
            "sympy": FIXTURES / "code_search_queries_sympy.yaml"}
 
@@ -164,6 +170,8 @@ def scale(names: list[str], small: bool) -> None:
             run = measure(name, corpus, work / name / "index", queries, count_tokens, during)
             runs[name] = (CodeIndex(work / name / "index", corpus), queries)
             print(run.row(), flush=True)
+    print(f"\nload average at the end (1 / 5 / 15 min): "
+          f"{' / '.join(f'{load:.2f}' for load in os.getloadavg())} on {os.cpu_count()} CPUs")
     if latency:
         p50, p95, timed = latency["timed"]
         print(f"\nFastAPI hybrid queries while {names[-1]} was being indexed: p50 {p50:.0f} ms,"

@@ -22,12 +22,11 @@ import uuid
 from pathlib import Path
 
 from bench.bench_scale import scenario
-from bench.common import compile_bytecode
+from bench.common import bench_settings, compile_bytecode, load_average
 from refloop.contract.task import TaskInput
 from refloop.llm.scripted import ScriptedLLMProcess
 from refloop.runtime.client import connect
 from refloop.runtime.net import free_port
-from refloop.settings import Settings
 from refloop.store import hosts as host_rows
 from refloop.store.db import store_for
 from refloop.worker.temporal_server import EmbeddedTemporal
@@ -68,7 +67,7 @@ async def run_round(hosts: int, tasks: int, steps: int, latency_ms: int) -> tupl
         temporal = EmbeddedTemporal(root / "temporal", port=free_port(), ui_port=None,
                                     persistent=True)
         address = await temporal.start()
-        db = Settings(refloop_data_dir=root / "shared").effective_database_url
+        db = bench_settings(root / "shared").effective_database_url
         store = store_for(db)
         queue = f"bench-{uuid.uuid4().hex[:6]}"
         names = [f"host{n}" for n in range(hosts)]
@@ -113,12 +112,13 @@ async def main() -> None:
     args = parser.parse_args()
     compile_bytecode()
     print(f"{args.tasks} concurrent tasks, {args.steps} edits each, model delay "
-          f"{args.latency_ms} ms, {os.cpu_count()} cores")
+          f"{args.latency_ms} ms, {os.cpu_count()} cores; load average {load_average()}")
     print("| hosts | wall-clock s | worker CPU s |")
     print("| --- | --- | --- |")
     for hosts in (1, 2):
         wall, cpu = await run_round(hosts, args.tasks, args.steps, args.latency_ms)
         print(f"| {hosts} | {wall:.1f} | {cpu:.1f} |")
+    print(f"load average at end: {load_average()}")
 
 
 if __name__ == "__main__":

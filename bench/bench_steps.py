@@ -13,6 +13,7 @@ calls (timed in the worker), and the dev server's SQLite time (its persistence m
 
     python -m bench.bench_steps [--runs 5] [--steps 10] [--latency-ms 200]
                                 [--configs default,wal-no-fsync,no-eager]
+                                [--llm-rate-per-s N]
 
 `--configs` adds dev servers run otherwise, each with its own worker: `wal-no-fsync`
 (the SQLite setting refloop used before: no fsync per commit), `no-eager` (eager
@@ -36,7 +37,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from bench.bare_workflow import STEPS, BareStepsWorkflow
 from bench.bench_core import plain_loop, scenario
 from bench.bench_scale import BareActivities
-from bench.common import BenchEnv, bench_env
+from bench.common import BenchEnv, bench_env, load_average
 from bench.step_breakdown import (
     Timer,
     history_times,
@@ -164,7 +165,8 @@ async def plain_run(env: BenchEnv, name: str, steps: int, latency_ms: int) -> Ru
     return Run(span / model_s, (span - model_s) * 1000 / calls)
 
 
-async def main(runs: int, steps: int, latency_ms: int, configs: list[str]) -> None:
+async def main(runs: int, steps: int, latency_ms: int, configs: list[str],
+               llm_rate_per_s: float | None = None) -> None:
     timer = Timer()
     bare = steps == STEPS
     columns = [*configs, *(["bare"] if bare else []), "plain"]
@@ -175,7 +177,8 @@ async def main(runs: int, steps: int, latency_ms: int, configs: list[str]) -> No
         for config in configs:
             port = free_port()
             env = await stack.enter_async_context(
-                bench_env(server={**CONFIGS[config], "metrics_port": port}))
+                bench_env(server={**CONFIGS[config], "metrics_port": port},
+                          refloop_llm_rate_per_s=llm_rate_per_s))
             await agent_run(env, port, f"warm-{config}", steps, latency_ms, timer)
             envs[config] = (env, port)
         first, first_port = envs[configs[0]]
@@ -236,10 +239,17 @@ if __name__ == "__main__":
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--latency-ms", type=int, default=200)
+    parser.add_argument("--llm-rate-per-s", type=float, default=None,
+                        help="a fleet rate limit for refloop's workers: model calls then go "
+                             "through the model queue (without one: eager, on the "
+                             "workflow's queue)")
     parser.add_argument("--configs", default="default",
                         help=f"comma-separated, the first is measured against bare and plain: "
                              f"{', '.join(CONFIGS)}")
     args = parser.parse_args()
     started = time.perf_counter()
-    asyncio.run(main(args.runs, args.steps, args.latency_ms, args.configs.split(",")))
-    print(f"({time.perf_counter() - started:.0f} s)")
+    print(f"fleet rate limit: {args.llm_rate_per_s or 'none'}; load average at start: "
+          f"{load_average()}")
+    asyncio.run(main(args.runs, args.steps, args.latency_ms, args.configs.split(","),
+                     args.llm_rate_per_s))
+    print(f"({time.perf_counter() - started:.0f} s; load average at end: {load_average()})")

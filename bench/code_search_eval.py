@@ -30,7 +30,8 @@ _STOP = """a an and are as at be by for from in into is it its of on or that the
 to when with without which what how where does do so else until then than once own every
 some each any has have not but"""
 STOP_WORDS = frozenset(_STOP.split())
-Ranker = Callable[[str], list[tuple[str, int]]]  # query -> ranked (path, start_line)
+# query -> ranked (path, start_line), or per ranked hit the definitions it shows
+Ranker = Callable[[str], list[tuple[str, int]] | list[list[tuple[str, int]]]]
 
 
 @dataclass
@@ -103,6 +104,13 @@ def definition_lines(path: Path) -> dict[str, list[int]]:
     return found
 
 
+def definition_starts(path: Path) -> list[tuple[int, int]]:
+    """Every definition's first line (decorators included) and its `def`/`class` line."""
+    return [(min([node.lineno, *(d.lineno for d in node.decorator_list)]), node.lineno)
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)]
+
+
 def resolve(queries: list[Query], corpus: Path) -> None:
     """Each label's (path, first line); a label that no longer exists is an error."""
     for query in queries:
@@ -120,7 +128,8 @@ def score(ranker: Ranker, queries: list[Query], depth: int = 10) -> Scores:
     ranks = []
     for query in queries:
         ranked = ranker(query.text)[:depth]
-        rank = next((i for i, hit in enumerate(ranked, 1) if hit in query.expected), None)
+        rank = next((i for i, hit in enumerate(ranked, 1)
+                     if (set(hit) if isinstance(hit, list) else {hit}) & query.expected), None)
         top1 += rank == 1
         top5 += rank is not None and rank <= 5
         reciprocal += 1 / rank if rank else 0.0
@@ -137,6 +146,52 @@ def score(ranker: Ranker, queries: list[Query], depth: int = 10) -> Scores:
 def index_ranker(index: CodeIndex, mode: str) -> Ranker:
     def rank(query: str) -> list[tuple[str, int]]:
         return [(hit.path, hit.start_line) for hit in index.search(query, 10, mode=mode)]
+    return rank
+
+
+_HIT_HEADER = re.compile(r"^(\S+):(\d+)-(\d+) \((?:score|unindexed, word match) [-0-9.]+\)$")
+_SHOWN_LINE = re.compile(r"^(\d+)\t")
+
+
+def output_hits(output: str) -> list[tuple[str, int, int, set[int]]]:
+    """The hits of search_semantic's output, in order: path, range, and the line numbers
+    its excerpt shows (a word-scan hit shows its first lines unnumbered)."""
+    hits: list[tuple[str, int, int, set[int]]] = []
+    for line in output.splitlines():
+        header = _HIT_HEADER.match(line)
+        if header:
+            path, start, end = header.group(1), int(header.group(2)), int(header.group(3))
+            hits.append((path, start, end, set()))
+            continue
+        if not hits:
+            continue
+        shown = _SHOWN_LINE.match(line)
+        path, start, end, lines = hits[-1]
+        if shown:
+            lines.add(int(shown.group(1)))
+        elif line and line != "...":  # unnumbered: the next line of the range
+            lines.add(start + len(lines))
+    return hits
+
+
+def tool_ranker(index: CodeIndex, corpus: Path, limit: int = 5) -> Ranker:
+    """search_semantic as the model reads it: the tool's own output of `index.answer`,
+    parsed back. A hit answers a labelled definition when its range holds the definition's
+    first line and its excerpt shows the `def`/`class` line: each shown definition
+    counts as the hit's (path, first line), so `score` checks it like any ranker."""
+    from refloop.tools.semantic_search import HITS_CHARS, answer_output
+
+    definitions: dict[str, list[tuple[int, int]]] = {}
+
+    def shown(path: str, start: int, end: int, numbers: set[int]) -> list[tuple[str, int]]:
+        if path not in definitions:
+            definitions[path] = definition_starts(corpus / path)
+        return [(path, first) for first, keyword in definitions[path]
+                if start <= first <= end and keyword in numbers]
+
+    def rank(query: str) -> list[list[tuple[str, int]]]:
+        answer = index.answer(query, limit, HITS_CHARS)
+        return [shown(*hit) for hit in output_hits(answer_output(answer))]
     return rank
 
 

@@ -1,9 +1,11 @@
 """Code search at repository scale: one corpus indexed from nothing in a child process (as
 the index activity runs it), measured from outside: lines, chunks, CPU-seconds, wall time,
 peak RSS, time to the first search result (polled from the start of the pass), then
-recall@1 / recall@5 / MRR of the hybrid beside BM25 over whole definitions, paired per
-query. Used by bench/bench_code_search.py (starlette, httpx, FastAPI, sympy) and by
-tests/semantic/test_code_search_eval.py (a small slice).
+recall@1 / recall@5 through search_semantic's own output (a hit: a returned range holding
+the labelled definition whose excerpt shows its `def`/`class` line), then the hybrid's
+exact-definition recall and MRR beside the score fusion it replaced and BM25 over whole
+definitions, paired per query. Used by bench/bench_code_search.py (every labelled set)
+and by tests/semantic/test_code_search_eval.py (a small slice).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from bench.code_search_eval import (
     index_ranker,
     paired,
     score,
+    tool_ranker,
 )
 from refloop.search.index import CodeIndex
 
@@ -54,20 +57,25 @@ class CorpusRun:
     wall_s: float
     peak_rss_mb: float
     first_result_s: float | None  # pass start -> a search answered with a hit
+    tool: Scores  # search_semantic's own output, parsed back (`tool_ranker`)
     hybrid: Scores
+    before: Scores  # the score fusion the hybrid replaced (mode "score")
     bm25: Scores
 
     def row(self) -> str:
-        wins, losses, ties = paired(self.hybrid, self.bm25)
+        wins, losses, ties = paired(self.tool, self.bm25)
         first = f"{self.first_result_s:.2f}" if self.first_result_s is not None else "-"
-        return (f"| {self.name} | {self.lines:,} | {self.chunks:,} | {self.cpu_s:.0f} | "
-                f"{self.wall_s:.0f} | {self.peak_rss_mb:.0f} | {first} | "
-                f"{_cells(self.hybrid)} | {_cells(self.bm25)} | {wins} / {losses} / {ties} |")
+        return (f"| {self.name} | {len(self.tool.ranks)} | {self.lines:,} | {self.chunks:,} | "
+                f"{self.cpu_s:.0f} | {self.wall_s:.0f} | {self.peak_rss_mb:.0f} | {first} | "
+                f"**{self.tool.recall_at_1:.2f} / {self.tool.recall_at_5:.2f}** | "
+                f"{_cells(self.hybrid)} | {_cells(self.before)} | {_cells(self.bm25)} | "
+                f"{wins} / {losses} / {ties} |")
 
 
-HEADER = ("| corpus | lines | chunks | CPU-s | wall s | peak RSS MB | first result s | "
-          "hybrid R@1 / R@5 / MRR | BM25 over definitions | hybrid vs BM25 @5: wins / "
-          "losses / ties |\n|---|---|---|---|---|---|---|---|---|---|")
+HEADER = ("| corpus | queries | lines | chunks | CPU-s | wall s | peak RSS MB | first result s | "
+          "tool output R@1 / R@5 | hybrid, exact definition R@1 / R@5 / MRR | score fusion "
+          "(before) | BM25 over definitions | tool vs BM25 @5: wins / losses / ties |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def _cells(scores: Scores) -> str:
@@ -128,7 +136,9 @@ def measure(name: str, corpus: Path, index_dir: Path, queries: list[Query],
     _, units = corpus_units(corpus, count_tokens)
     return CorpusRun(name, files, lines, outcome["report"]["chunks_total"],
                      outcome["usage"]["cpu_s"], wall, outcome["usage"]["peak_rss_mb"], first,
+                     score(tool_ranker(index, corpus), queries),
                      score(index_ranker(index, "hybrid"), queries),
+                     score(index_ranker(index, "score"), queries),
                      score(bm25_definitions_ranker(units), queries))
 
 

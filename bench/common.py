@@ -69,6 +69,23 @@ def compile_bytecode() -> None:
         compileall.compile_dir(root / package, quiet=1)
 
 
+# The database a bench may use only when told: an operator's DATABASE_URL names a real one
+# (benches register hosts and write task rows), so it is never read from there.
+BENCH_DATABASE_ENV = "REFLOOP_BENCH_DATABASE_URL"
+
+
+def bench_settings(data_dir: Path, **overrides: Any) -> Settings:
+    """Settings for a bench's own stack: its database is SQLite under `data_dir` unless
+    REFLOOP_BENCH_DATABASE_URL names another, whatever DATABASE_URL says."""
+    return Settings(refloop_data_dir=data_dir,
+                    database_url=os.environ.get(BENCH_DATABASE_ENV) or None, **overrides)
+
+
+def load_average() -> str:
+    """The machine's 1, 5 and 15 minute load averages, for the figures beside them."""
+    return " ".join(f"{load:.2f}" for load in os.getloadavg())
+
+
 def bench_server() -> str:
     """Which dev server the benches run on: `sqlite` or `memory`."""
     server = os.environ.get("BENCH_TEMPORAL", "sqlite")
@@ -86,9 +103,9 @@ async def bench_env(agent_worker: bool = True, server: dict[str, Any] | None = N
     with tempfile.TemporaryDirectory() as tmp, ScriptedLLMProcess() as llm:
         root = Path(tmp)
         # Orchestration is measured here; indexing has its own bench (bench_semantic).
-        settings = Settings(openai_base_url=llm.base_url, openai_api_key="bench",
-                            refloop_data_dir=root / "data", refloop_semantic_index=False,
-                            **overrides)
+        settings = bench_settings(root / "data", openai_base_url=llm.base_url,
+                                  openai_api_key="bench", refloop_semantic_index=False,
+                                  **overrides)
         temporal = EmbeddedTemporal(root / "temporal", port=free_port(), ui_port=None,
                                     persistent=bench_server() == "sqlite", **(server or {}))
         client = await connect(await temporal.start(), "default")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import statistics
 import tempfile
+import uuid
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -93,7 +94,18 @@ def measure(scenario: EvalScenario, mode: str, result: TaskResult, workspace: Pa
     )
 
 
-async def run_suite(scenarios: list[EvalScenario]) -> list[RunOutcome]:
+def eval_settings(settings: Settings, tmp: Path, model_url: str) -> Settings:
+    """The suite's settings: its own scripted model and task queue (a `refloop up` on the
+    same data dir never runs its tasks); the data dir and ports the operator gave
+    (REFLOOP_DATA_DIR, REFLOOP_TEMPORAL_PORT...), else a temporary data dir."""
+    data_dir = settings.refloop_data_dir if "refloop_data_dir" in settings.model_fields_set \
+        else tmp / "data"
+    return settings.model_copy(update={
+        "openai_base_url": model_url, "openai_api_key": "eval", "refloop_data_dir": data_dir,
+        "temporal_address": None, "refloop_task_queue": f"eval-{uuid.uuid4().hex[:8]}"})
+
+
+async def run_suite(scenarios: list[EvalScenario], given: Settings) -> list[RunOutcome]:
     from temporalio.client import WorkflowFailureError
 
     from refloop.worker.stack import embedded_stack
@@ -101,8 +113,7 @@ async def run_suite(scenarios: list[EvalScenario]) -> list[RunOutcome]:
 
     outcomes = []
     with tempfile.TemporaryDirectory() as tmp, ScriptedLLMServer() as llm:
-        settings = Settings(openai_base_url=llm.base_url, openai_api_key="eval",
-                            refloop_data_dir=Path(tmp) / "data", temporal_address=None)
+        settings = eval_settings(given, Path(tmp), llm.base_url)
         async with embedded_stack(settings) as stack:
             for scenario in scenarios:
                 for mode in ("on", "off"):

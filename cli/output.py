@@ -8,9 +8,11 @@ import json
 from typing import Any, NoReturn
 
 from rich.console import Console
+from rich.text import Text
 
 from refloop.contract.messages import TokenUsage
 from refloop.contract.task import Event, TaskResult
+from refloop.contract.text import escape_controls, escape_json_controls
 
 err_console = Console(stderr=True, highlight=False)
 
@@ -27,7 +29,7 @@ EVENT_STYLE = {
 
 def fail(message: str) -> NoReturn:
     """Bad input: one clear line on stderr, exit code 2."""
-    err_console.print(f"[bold red]error:[/] {message}")
+    err_console.print(Text("error:", style="bold red"), Text(escape_controls(message)))
     raise SystemExit(2)
 
 
@@ -42,21 +44,99 @@ def describe_event(event: Event) -> str:
             return f"step {data.get('step')}: {data.get('goal')}" if data.get("step") else (
                 "all plan steps complete")
         case "tool_call":
-            return f"→ {data.get('tool')} {json.dumps(data.get('args'), ensure_ascii=False)[:120]}"
+            return f"→ {data.get('tool')} {json.dumps(data.get('args'), ensure_ascii=False)}"
         case "tool_result":
             status = "ok" if data.get("ok") else f"error: {data.get('error')}"
             unconfined = str(data.get("output", "")).startswith("[UNSANDBOXED]")
             return f"← {data.get('tool')} {status}" + (" [UNSANDBOXED]" if unconfined else "")
         case "mcp_tools":
+            dropped = data.get("dropped") or []
             return (f"MCP tools ({', '.join(data.get('servers', []))}): "
-                    f"{', '.join(data.get('tools', [])) or 'none'}")
+                    f"{', '.join(data.get('tools', [])) or 'none'}"
+                    + (f"; left out: {'; '.join(dropped)}" if dropped else ""))
+        case "workspace":
+            if data.get("error"):
+                return f"workspace could not be read: {data['error']}"
+            return (f"workspace read: {data.get('context_chars')} characters of context; "
+                    + ("semantic index building" if data.get("indexing") else "no index"))
+        case "index":
+            if data.get("status") == "done":
+                return (f"semantic index ready: {data.get('files_seen')} files, "
+                        f"{data.get('chunks_total')} chunks")
+            return f"semantic index {data.get('status')}: " \
+                   f"{data.get('error') or data.get('reason') or ''}"
+        case "reflection":
+            if data.get("trigger") == "completeness":
+                verdict = "complete" if data.get("is_complete") else "incomplete"
+                return f"completeness check: {verdict}: {data.get('analysis', '')}"
+            return (f"reflection ({data.get('trigger')}): "
+                    f"{data.get('evidence') or data.get('message') or ''}")
+        case "reflection_plan":
+            steps = "; ".join(s["goal"] for s in (data.get("plan") or {}).get("steps", []))
+            return f"supplement planned: {steps}"
+        case "reflection_exec":
+            if data.get("error"):
+                return f"supplement run {data.get('child_workflow_id')} failed: {data['error']}"
+            return (f"supplement run {data.get('child_workflow_id')}: {data.get('succeeded')} "
+                    f"of {data.get('attempted')} tool calls succeeded")
+        case "waiting_for_host":
+            return (f"waiting for host {data.get('host')}: no worker of it took "
+                    f"{data.get('activity')} within {data.get('after_s', 0):.0f} s")
+        case "waiting_for_model":
+            return (f"waiting for the model at {data.get('endpoint')}: {data.get('error')} "
+                    "(tried again until it answers)")
+        case "model_back":
+            return (f"the model at {data.get('endpoint')} answers again after "
+                    f"{data.get('waited_s') or 0:.0f} s")
+        case "host_back":
+            return f"host {data.get('host')} is back"
+        case "moved_to_host":
+            return f"moved from host {data.get('from')} to host {data.get('to')}"
+        case "approval_required":
+            return f"waiting for approval of {data.get('tool')} (call {data.get('call_id')})"
+        case "quality_review":
+            verdict = "PASS" if data.get("pass") else "FAIL"
+            if data.get("outcome") == "unavailable":
+                verdict = "UNAVAILABLE"
+            return f"quality review of {data.get('file_path')}: {verdict} {data.get('summary', '')}"
+        case "failed":
+            return f"failed ({data.get('stop_reason')}): {data.get('error')}"
         case _:
-            return f"{event.type}: {json.dumps(data, ensure_ascii=False)[:160]}"
+            return f"{event.type}: {json.dumps(data, ensure_ascii=False)}"
 
 
-def print_event(event: Event) -> None:
+ELLIPSIS = " …"
+
+
+def fit(text: str, width: int) -> str:
+    """One line of at most `width` characters, never ending mid-word: a longer line is cut
+    at its last space that leaves room for the marker " …". A first word longer than the
+    line is cut where it must, still marked."""
+    line = " ".join(text.split())
+    if len(line) <= width:
+        return line
+    room = max(width - len(ELLIPSIS), 1)
+    cut = line.rfind(" ", 0, room + 1)
+    if cut <= 0:
+        return line[: max(width - 1, 1)] + "…"
+    return line[:cut].rstrip() + ELLIPSIS
+
+
+def print_event(event: Event, console: Console | None = None) -> None:
+    """One progress line that fits the terminal, printed as text: what the model or a tool
+    wrote never reads as markup (rich's `[link=...]`) nor reaches the terminal as an escape
+    sequence."""
+    out = console or err_console
     style = EVENT_STYLE.get(event.type, "dim")
-    err_console.print(f"[{style}]{describe_event(event)}[/{style}]")
+    line = escape_controls(describe_event(event), keep="")
+    out.print(Text(fit(line, out.width), style=style))
+
+
+def print_link(label: str, url: str, console: Console | None = None) -> None:
+    """A link whole on its own line, never wrapped or cut, so it can be clicked or copied."""
+    out = console or err_console
+    out.print(Text(label, style="bold"))
+    out.print(Text(url), soft_wrap=True, crop=False, overflow="ignore")
 
 
 async def follow_events(handle: Any, done: asyncio.Event) -> None:
@@ -91,14 +171,14 @@ def emit_result(result: TaskResult, as_json: bool) -> None:
             "missing": result.missing,
             "summary": result.summary,
         }
-        print(json.dumps(payload, ensure_ascii=False))
+        print(escape_json_controls(json.dumps(payload, ensure_ascii=False)))
         return
     print(f"status: {result.status} ({result.stop_reason})")
     for item in result.missing:
-        print(f"missing: {item}")
-    print(f"answer: {result.answer}")
+        print(f"missing: {escape_controls(item)}")
+    print(f"answer: {escape_controls(result.answer or '')}")
     if result.summary:
-        print(f"summary: {result.summary}")
+        print(f"summary: {escape_controls(result.summary)}")
     stats = result.stats
     print(
         f"stats: {stats.iterations} iterations, {stats.llm_calls} model calls"

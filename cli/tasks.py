@@ -12,11 +12,14 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from rich.text import Text
+
 from refloop.cli.output import (
     emit_result,
     err_console,
     fail,
     follow_events,
+    print_link,
 )
 from refloop.contract.task import TaskResult
 from refloop.settings import Settings
@@ -84,6 +87,26 @@ async def whose_model(stack: Any, model: str | None, scripted: bool) -> str:
     return f"[bold]model[/]: {name} at {settings.openai_base_url}"
 
 
+async def on_host(raw: str, host: str, settings: Settings) -> str:
+    """`refloop run --host H --workspace PATH` for another machine's host: PATH checked
+    against H's roots in the hosts table (this machine need not have it); a host the table
+    does not know yet is waited for by the task (REFLOOP_HOST_WAIT_S)."""
+    from refloop.contract.hosts import HostRefused, UnknownHost, check_host
+    from refloop.runtime.workspaces import WorkspaceError, host_workspace
+    from refloop.store.db import store_for
+    from refloop.store.hosts import list_hosts
+
+    path = host_workspace(raw, host)
+    store = store_for(settings.effective_database_url)
+    try:
+        check_host(host, path, await asyncio.to_thread(list_hosts, store))
+    except UnknownHost as err:
+        err_console.print(f"{err}: the task waits for it to register")
+    except HostRefused as err:
+        raise WorkspaceError(str(err)) from None
+    return path
+
+
 async def run_task(args: argparse.Namespace, settings: Settings) -> int:
     from temporalio.client import WorkflowFailureError
     from temporalio.exceptions import ApplicationError
@@ -94,8 +117,12 @@ async def run_task(args: argparse.Namespace, settings: Settings) -> int:
     from refloop.worker.stack import embedded_stack
     from refloop.workflows.agent import AgentTaskWorkflow
 
-    try:  # any directory of the user's, but never `/` or a system directory
-        workspace = check_user_workspace(args.workspace)
+    try:
+        if args.host is not None and args.host != settings.refloop_host_id:
+            # On that host's disk: its roots decide, through the hosts table, not this one.
+            workspace = await on_host(args.workspace, args.host, settings)
+        else:  # any directory of the user's, but never `/` or a system directory
+            workspace = check_user_workspace(args.workspace)
     except WorkspaceError as err:
         fail(f"--workspace: {err}")
     rules = read_rules(args.review_rules)
@@ -108,6 +135,7 @@ async def run_task(args: argparse.Namespace, settings: Settings) -> int:
         quality_review_rules=rules,
         enable_reflection=False if args.no_reflection else None,
         max_iterations=args.max_iterations,
+        approval_mode=args.approval_mode,
         mcp_servers=mcp_servers,
         # A deployment's workers are hosts: the workspace is on this one (or --host's).
         host=args.host or (settings.refloop_host_id if settings.temporal_address else None),
@@ -127,12 +155,21 @@ async def run_task(args: argparse.Namespace, settings: Settings) -> int:
             **start_metadata(task.task, task.workspace),
         )
         web_ui = stack.temporal.workflow_url(workflow_id) if stack.temporal else None
-        err_console.print(f"[bold]workflow[/] {workflow_id}"
-                          + (f"  Web UI {web_ui}" if web_ui else ""))
+        err_console.print(f"[bold]workflow[/] {workflow_id}")
+        if args.approval_mode != "auto":
+            err_console.print(Text(
+                f"Approvals ({args.approval_mode}): decide in the console's inbox (`refloop "
+                "up` on this data dir), or with `temporal workflow update execute "
+                f"--workflow-id {workflow_id} --name decide_approval`."))
+        if web_ui:
+            print_link("Web UI:", web_ui)
         done = asyncio.Event()
-        follower = asyncio.create_task(follow_events(handle, done))
+        # the latest run's events: a rewound task goes on in a new run
+        follower = asyncio.create_task(follow_events(
+            stack.client.get_workflow_handle(workflow_id), done))
         try:
-            result = await handle.result()
+            result = await result_across_rewinds(stack.client, workflow_id,
+                                                 handle.result_run_id)
         except WorkflowFailureError as failure:
             cause = failure.cause
             if isinstance(cause, ApplicationError) and cause.details:
@@ -153,11 +190,33 @@ async def run_task(args: argparse.Namespace, settings: Settings) -> int:
     if web_ui:
         # A server on a free port (another data dir held the asked one) may be elsewhere next
         # time: the link's port is then the one `refloop up` prints.
-        later = (" (this command's server has stopped: `refloop up` serves the task from "
-                 f"{settings.refloop_data_dir}"
-                 + (", on the Web UI port it prints)" if moved else ")")) if owned else ""
-        err_console.print(f"[bold]Web UI[/] {web_ui}{later}")
+        if owned:
+            err_console.print(Text(
+                "This command's server has stopped: `refloop up` serves the task from "
+                f"{settings.refloop_data_dir}"
+                + (", on the Web UI port it prints." if moved else ".")))
+        print_link("Web UI:", web_ui)
     return 0 if result.status == "completed" else 1
+
+
+async def result_across_rewinds(client: Any, workflow_id: str, run_id: str | None
+                                ) -> TaskResult:
+    """The task's result, followed across rewinds: a reset ends the run it replaces as
+    terminated, and the task goes on in the new run (`refloop run` said `failed` there)."""
+    from temporalio.client import WorkflowFailureError
+    from temporalio.exceptions import TerminatedError
+
+    from refloop.workflows.agent import AgentTaskWorkflow
+
+    while True:
+        try:
+            return await client.get_workflow_handle_for(
+                AgentTaskWorkflow.run, workflow_id, run_id=run_id).result()
+        except WorkflowFailureError as failure:
+            latest = (await client.get_workflow_handle(workflow_id).describe()).run_id
+            if not isinstance(failure.cause, TerminatedError) or latest == run_id:
+                raise
+            run_id = latest
 
 
 async def export_history(args: argparse.Namespace, settings: Settings) -> int:
@@ -177,6 +236,50 @@ async def export_history(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+async def rewind_task(args: argparse.Namespace, settings: Settings) -> int:
+    """`refloop rewind TASK --to-step N`: as POST /tasks/{id}/rewind (api/branching.py)."""
+    from refloop.api.branching import BranchRefused, rewind
+    from refloop.runtime.client import connect
+
+    if not settings.temporal_address:
+        fail("no Temporal server: start `refloop up` or set TEMPORAL_ADDRESS")
+    client = await connect(settings.temporal_address, settings.temporal_namespace)
+    try:
+        done = await rewind(client, args.task, args.to_step)
+    except BranchRefused as err:
+        fail(err.message if err.message.startswith(f"task {args.task}")
+             else f"task {args.task} not rewound: {err.message}")
+    err_console.print(f"task {args.task} rewound to step {done.step} (checkpoint "
+                      f"{done.checkpoint_id[:12]}); it goes on in run {done.run_id}"
+                      + (f"; {done.rewound_tokens} tokens of the calls taken out stay in "
+                         "its ledger, marked rewound" if done.rewound_tokens else ""))
+    return 0
+
+
+async def fork_task(args: argparse.Namespace, settings: Settings) -> int:
+    """`refloop fork TASK --at-step N [--task TEXT] [--workspace DIR]`: as POST
+    /tasks/{id}/fork (api/branching.py)."""
+    from refloop.api.branching import BranchRefused, fork
+    from refloop.runtime.client import connect
+    from refloop.store.db import store_for
+
+    if not settings.temporal_address:
+        fail("no Temporal server: start `refloop up` or set TEMPORAL_ADDRESS")
+    client = await connect(settings.temporal_address, settings.temporal_namespace)
+    store = store_for(settings.effective_database_url)
+    try:
+        done = await fork(client, store, settings, args.task, args.at_step,
+                          args.instruction, args.workspace)
+    except BranchRefused as err:
+        fail(err.message if err.message.startswith(f"task {args.task}")
+             else f"task {args.task} not forked: {err.message}")
+    err_console.print(f"task {done.task_id} forked from {args.task} at step {done.step} "
+                      f"(checkpoint {done.checkpoint_id[:12]}), its workspace {done.workspace}"
+                      + (f" on host {done.host}" if done.host else ""))
+    print(done.task_id)
+    return 0
+
+
 async def replay_histories(args: argparse.Namespace) -> int:
     from refloop.worker.replay import replay_files
 
@@ -184,7 +287,9 @@ async def replay_histories(args: argparse.Namespace) -> int:
     for path, error in failures.items():
         err_console.print(f"[bold red]NON-DETERMINISTIC[/] {path}: {error}")
     if not failures:
-        err_console.print(f"[green]{len(args.files)} histories replayed cleanly[/]")
+        count = len(args.files)
+        err_console.print(f"[green]{count} {'history' if count == 1 else 'histories'} "
+                          "replayed cleanly[/]")
     return 1 if failures else 0
 
 
@@ -276,14 +381,14 @@ async def run_review(args: argparse.Namespace, settings: Settings) -> int:
     return 0 if result.status == "completed" else 1
 
 
-async def run_eval(args: argparse.Namespace) -> int:
+async def run_eval(args: argparse.Namespace, settings: Settings) -> int:
     from refloop.cli.eval_harness import load_suite, render, run_suite, summarise
 
     try:
         scenarios = load_suite(args.suite)
     except ValueError as err:
         fail(str(err))
-    outcomes = await run_suite(scenarios)
+    outcomes = await run_suite(scenarios, settings)
     table = summarise(outcomes)
     if args.json:
         print(json.dumps({"metrics": table,
@@ -294,8 +399,9 @@ async def run_eval(args: argparse.Namespace) -> int:
 
 
 async def move_task(args: argparse.Namespace, settings: Settings) -> int:
-    """`refloop move TASK --host H`: a task waiting for a host that will never return goes
-    to H (live, its roots holding the task's workspace, copied there first)."""
+    """`refloop move TASK --host H [--workspace PATH]`: a task waiting for a host that will
+    never return goes to H (live, its roots holding the task's workspace, copied there
+    first: at the same path, or at PATH)."""
     from temporalio.client import WorkflowUpdateFailedError
     from temporalio.service import RPCError
 
@@ -303,6 +409,7 @@ async def move_task(args: argparse.Namespace, settings: Settings) -> int:
     from refloop.api.routes.tasks import describe_update_failure, move_session
     from refloop.contract.hosts import HostMove, HostRefused
     from refloop.runtime.client import connect
+    from refloop.runtime.workspaces import WorkspaceError, host_workspace
     from refloop.store.db import store_for
     from refloop.store.hosts import list_hosts
     from refloop.workflows.agent import AgentTaskWorkflow
@@ -313,20 +420,25 @@ async def move_task(args: argparse.Namespace, settings: Settings) -> int:
     row = await asyncio.to_thread(store.get_task, args.task)
     if row is None or row.kind != "agent":
         fail(f"no agent task {args.task!r} in the database")
+    workspace = row.input.get("workspace", "")
     try:
+        if args.workspace is not None:  # the copy's path on the new host
+            workspace = host_workspace(args.workspace, args.host)
         target = live_host_holding(await asyncio.to_thread(list_hosts, store), args.host,
-                                   row.input.get("workspace", ""))
-    except HostRefused as err:
+                                   workspace)
+    except (HostRefused, WorkspaceError) as err:
         fail(str(err))
+    moved_to = workspace if args.workspace is not None else None
     client = await connect(settings.temporal_address, settings.temporal_namespace)
     try:
         await client.get_workflow_handle(row.workflow_id).execute_update(
-            AgentTaskWorkflow.move_to_host, HostMove(host=target))
+            AgentTaskWorkflow.move_to_host, HostMove(host=target, workspace=moved_to))
     except WorkflowUpdateFailedError as err:
         fail(f"task {args.task} not moved: {describe_update_failure(err)}")
     except RPCError as err:
         fail(f"task {args.task} not moved: {err.message}")
     if row.session_id:
-        await asyncio.to_thread(move_session, store, row.session_id, args.host)
-    err_console.print(f"task {args.task} moved from {row.input.get('host')} to {args.host}")
+        await asyncio.to_thread(move_session, store, row.session_id, args.host, moved_to)
+    err_console.print(f"task {args.task} moved from {row.input.get('host')} to {args.host}"
+                      + (f", its workspace at {moved_to}" if moved_to else ""))
     return 0

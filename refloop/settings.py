@@ -40,6 +40,8 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="", case_sensitive=False, extra="ignore")
 
     # Temporal
+    # `host:port` of a Temporal server, and its namespace; unset address: an embedded dev
+    # server (`refloop up`, `refloop run`), else run `refloop worker` beside it
     temporal_address: str | None = None
     temporal_namespace: str = "default"
     # Unset: `refloop` with DATABASE_URL (workers of one database share it), else
@@ -51,10 +53,18 @@ class Settings(BaseSettings):
     refloop_host_id: str = Field(default_factory=socket.gethostname, pattern=HOST_ID_PATTERN)
     refloop_host_heartbeat_s: float = Field(default=10.0, gt=0)
     refloop_host_wait_s: float = Field(default=60.0, gt=0)
-    # The embedded dev server (TEMPORAL_ADDRESS unset): its ports on 127.0.0.1
+    # The embedded dev server (TEMPORAL_ADDRESS unset): its gRPC and Web UI ports on
+    # 127.0.0.1 (flags `--temporal-port`, `--ui-port`)
     refloop_temporal_port: int = Field(default=7233, gt=0, lt=65536)
+    # true (and `up --temporal-port`): that port or a clear failure, never another port
+    # (by default a port another process holds is left for free ones, saying so)
+    refloop_temporal_port_pinned: bool = False
     refloop_ui_port: int = Field(default=8233, gt=0, lt=65536)
-    refloop_api_port: int = Field(default=8000, gt=0, lt=65536)  # `refloop up`/`api`
+    # The API's port (`refloop up`, `refloop api`; flag `--port`)
+    refloop_api_port: int = Field(default=8000, gt=0, lt=65536)
+    # The Temporal Web UI's address, for the console's links to a task's history (unset:
+    # the embedded server's, under `refloop up`; none with an outside server)
+    refloop_temporal_ui_url: str | None = None
     # `refloop up` restarts its embedded server when it dies, at most this often in 10 min;
     # past that it exits non-zero (0: exit at the first death)
     refloop_temporal_restarts: int = Field(default=3, ge=0, le=100)
@@ -62,6 +72,12 @@ class Settings(BaseSettings):
     refloop_graceful_shutdown_s: float = Field(default=10.0, ge=0)
     # Persistence; unset: SQLite file under the data dir
     database_url: str | None = None
+    # `refloop up`/`api` wait this long for an unreachable database, then exit 2
+    refloop_database_wait_s: float = Field(default=30.0, ge=0, le=3600)
+    # Metrics (refloop/runtime/metrics.py): a Prometheus scrape endpoint, host:port (else
+    # OTLP when OTEL_EXPORTER_OTLP_[METRICS_]ENDPOINT is set); task gauges counted this often
+    refloop_metrics_address: str | None = None
+    refloop_metrics_every_s: float = Field(default=15.0, gt=0)
     refloop_data_dir: Path = Path(".refloop-data")
     # LLM; unset base URL: the scripted offline model
     openai_base_url: str | None = None
@@ -75,7 +91,16 @@ class Settings(BaseSettings):
     # auto: requests stream (refloop counts the tokens and hangs up at max_tokens), unless
     # the endpoint turns out unable to; off: never (the server alone keeps max_tokens)
     refloop_llm_stream: Literal["auto", "off"] = "auto"
+    # Re-asks of an invalid structured (JSON) answer before a clear failure
     refloop_structured_max_reasks: int = Field(default=2, ge=0, le=10)
+    # A model endpoint that fails in a way it may recover from (refused, reset, timed out,
+    # 5xx, 429, 401/403, a garbled answer) is waited out for this long per call, the task
+    # `waiting_for_model`; then the task fails naming the endpoint. Default 6 hours.
+    refloop_model_outage_s: float = Field(default=6 * 3600.0, gt=0)
+    # While an endpoint is down, one request per worker probes it, at most this far apart
+    # (backing off from an eighth of it; a longer Retry-After is honoured); the others go
+    # once it answers, spread over up to a quarter of it.
+    refloop_model_probe_s: float = Field(default=6.0, gt=0)
     # Endpoint capabilities (refloop.llm.endpoint): auto negotiates and remembers per
     # (base URL, model); a pinned value is used as is.
     refloop_structured_mode: Literal["auto", "json_schema", "json_object_schema",
@@ -96,6 +121,8 @@ class Settings(BaseSettings):
     # workflow code deterministic.
     refloop_workflow_sandbox: bool = True
     # API
+    # Bearer token of the HTTP API, its console and `/mcp`; unset and bound off loopback,
+    # `refloop up`/`api` generate one and print the console's address with it
     refloop_api_token: str | None = None
     # Host names the API answers for besides loopback ones (comma-separated; `*`: any, for
     # a proxy that checks them). Any other Host header gets 421 (DNS rebinding).
@@ -112,6 +139,8 @@ class Settings(BaseSettings):
     # task of the session makes it again)
     refloop_session_ttl: float = Field(default=3600.0, gt=0)
     # Completeness reflection
+    # The check at a task's end: on or off; supplement actions it may ask for, rounds; the
+    # judge's model (unset: the task's), temperature, top_p and re-asks
     enable_reflection: bool = True
     reflection_max_supplements: int = Field(default=3, ge=0, le=10)
     reflection_max_rounds: int = Field(default=2, ge=1, le=5)
@@ -124,6 +153,8 @@ class Settings(BaseSettings):
     # A JSON file in the `mcpServers` shape: the MCP tool servers tasks may choose.
     refloop_mcp_config: str | None = None
     # Tools
+    # Tool limits: bytes a read returns, bytes of a command's output kept, a command's
+    # seconds
     refloop_max_read_bytes: int = Field(default=200_000, gt=0)
     refloop_max_output_bytes: int = Field(default=20_000, gt=0)
     refloop_cmd_timeout_s: float = Field(default=60.0, gt=0)
@@ -136,6 +167,13 @@ class Settings(BaseSettings):
     # The embedding model of search_semantic: all-MiniLM-L6-v2 as int8 ONNX (fast to load)
     # or its PyTorch build; each has its own index.
     refloop_embedding_model: Literal["minilm-int8", "minilm"] = "minilm-int8"
+    # Your own OpenAI-compatible embeddings endpoint (OpenAI's, Ollama's, llama.cpp's, a TEI
+    # server: ".../v1" or ".../v1/embeddings"), used instead of the packaged model when set;
+    # REFLOOP_EMBEDDINGS_MODEL is the model name it is asked for (its index is its own).
+    refloop_embeddings_url: str | None = None
+    refloop_embeddings_model: str = Field(default="all-MiniLM-L6-v2", min_length=1)
+    refloop_embeddings_api_key: str | None = None  # sent to that endpoint only
+    refloop_embeddings_concurrency: int = Field(default=4, ge=1, le=64)  # requests at once
     # Embedding threads of an index pass (0: one per CPU the pass may use). The pass runs at
     # lower priority, so the worker's own threads keep first call on the CPUs.
     refloop_index_threads: int = Field(default=0, ge=0, le=256)
@@ -150,17 +188,55 @@ class Settings(BaseSettings):
     refloop_cmd_allowlist: str | None = None
     # Command sandbox: bwrap (default; an error when bubblewrap cannot run) or none (explicit,
     # unconfined, loudly warned). Extra read-only paths a command may need (a toolchain
-    # outside /usr), comma-separated. Per-command limits (setrlimit).
+    # outside /usr), comma-separated. Limits: memory (tmpfs included) and processes per
+    # command as a whole where the worker may make cgroups, else per process (setrlimit).
     refloop_sandbox: Literal["bwrap", "none"] | None = None
     refloop_sandbox_ro_paths: str | None = None
     refloop_cmd_memory_mb: int = Field(default=8192, ge=64)
     refloop_cmd_file_mb: int = Field(default=1024, ge=1)
     refloop_cmd_max_processes: int = Field(default=4096, ge=8)
+    # The host uid and gid a root worker's commands run as when the workspace belongs to
+    # root (a workspace owned by an ordinary user runs its commands as that user); root's
+    # files in the workspace are handed to them first. Never 0.
+    refloop_cmd_uid: int = Field(default=65534, ge=1)
+    refloop_cmd_gid: int = Field(default=65534, ge=1)
+    # Workspace checkpoints: a file larger than this is left out (and said so)
+    refloop_checkpoint_file_mb: int = Field(default=10, ge=1)
+    # Where checkpoint content and manifests are stored, read by every host: unset, the
+    # database (its `checkpoint_objects` table); `s3://BUCKET[/PREFIX]`, an S3-compatible
+    # bucket (the `s3` extra: boto3). Credentials come from the usual AWS chain
+    # (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, an instance role), never
+    # from here. Checkpoints taken before a switch stay in the old store (see Operations).
+    refloop_checkpoint_store: str | None = None
+    # The bucket's endpoint URL when it is not AWS (MinIO, Ceph, R2...), its region, and
+    # how the bucket is addressed (`path` for most S3-compatible servers)
+    refloop_checkpoint_s3_endpoint: str | None = None
+    refloop_checkpoint_s3_region: str | None = None
+    refloop_checkpoint_s3_addressing: Literal["auto", "path", "virtual"] = "auto"
     # Largest content a write or edit may produce (E_TOO_LARGE past it)
     refloop_max_write_bytes: int = Field(default=10 * 1024 * 1024, gt=0)
     # The edit journal (idempotent edits, undo); unset: <data dir>/journal. Point it at
     # storage every worker shares, never inside a workspace.
     refloop_journal_dir: Path | None = None
+
+    @property
+    def search_model(self) -> str:
+        """The embedding model search_semantic and the index use: the endpoint's
+        ("api:NAME") when REFLOOP_EMBEDDINGS_URL is set, else the packaged one."""
+        if self.refloop_embeddings_url:
+            return f"api:{self.refloop_embeddings_model}"
+        return self.refloop_embedding_model
+
+    @property
+    def search_model_env(self) -> dict[str, str]:
+        """What an index pass (and this process's embedder) needs to reach the endpoint."""
+        if not self.refloop_embeddings_url:
+            return {}
+        env = {"REFLOOP_EMBEDDINGS_URL": self.refloop_embeddings_url,
+               "REFLOOP_EMBEDDINGS_CONCURRENCY": str(self.refloop_embeddings_concurrency)}
+        if self.refloop_embeddings_api_key:
+            env["REFLOOP_EMBEDDINGS_API_KEY"] = self.refloop_embeddings_api_key
+        return env
 
     @property
     def journal_dir(self) -> Path:
@@ -223,6 +299,13 @@ class Settings(BaseSettings):
         if value is not None and not value.startswith(("sqlite", "postgresql")):
             raise ValueError("must be a sqlite:// or postgresql+psycopg:// URL")
         return value
+
+    @field_validator("refloop_checkpoint_store")
+    @classmethod
+    def _checkpoint_store(cls, value: str | None) -> str | None:
+        if value:
+            parse_s3_url(value)
+        return value or None
 
     @field_validator("refloop_model_key_envs")
     @classmethod
@@ -304,6 +387,21 @@ def normalise_url(url: str) -> str:
     parts = urlsplit(url.strip())
     return urlunsplit((parts.scheme.lower(), parts.netloc.lower(), parts.path.rstrip("/"),
                        parts.query, ""))
+
+
+def parse_s3_url(url: str) -> tuple[str, str]:
+    """(bucket, key prefix) of `s3://BUCKET[/PREFIX]`; the prefix ends with "/" unless
+    empty."""
+    parts = urlsplit(url)
+    if parts.scheme != "s3" or not parts.netloc or parts.query or parts.fragment:
+        raise ValueError(f"{url[:80]!r} is not s3://BUCKET[/PREFIX]")
+    bucket = parts.netloc
+    if not (3 <= len(bucket) <= 63) or not all(c.isalnum() or c in ".-" for c in bucket):
+        raise ValueError(f"{bucket[:80]!r} is not a bucket name")
+    prefix = parts.path.strip("/")
+    if prefix and any(part in ("", ".", "..") for part in prefix.split("/")):
+        raise ValueError(f"{url[:80]!r}: the prefix has an empty, '.' or '..' part")
+    return bucket, f"{prefix}/" if prefix else ""
 
 
 def parse_model_key_envs(raw: str | None) -> dict[str, frozenset[str]]:

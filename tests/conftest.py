@@ -73,6 +73,24 @@ def create_database(url: str) -> str | None:
     return None
 
 
+def forget_every_host(url: str) -> None:
+    from sqlalchemy import delete
+    from sqlalchemy.exc import SQLAlchemyError
+    from sqlmodel import Session
+
+    from refloop.store.db import store_for
+    from refloop.store.hosts import HostRecord, forget
+
+    store = store_for(url)
+    try:
+        forget(store, "")  # makes the table on first use
+        with Session(store.engine) as session:
+            session.exec(delete(HostRecord))  # type: ignore[call-overload]
+            session.commit()
+    except SQLAlchemyError:  # no database: the DB tests fail on their own
+        pass
+
+
 @pytest.fixture(scope="session")
 async def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[str]:
     server = EmbeddedTemporal(tmp_path_factory.mktemp("temporal"), port=free_port(),
@@ -89,6 +107,9 @@ async def client(temporal_server: str) -> Client:
 
 @pytest.fixture
 def settings(scripted_llm, tmp_path: Path) -> Settings:  # noqa: F811
+    # Every test starts with no host registered: a row another test's worker left behind
+    # (the hosts table outlives the run) would make the fleet place workspaces on it.
+    forget_every_host(TEST_DATABASE_URL)
     return Settings(
         openai_base_url=scripted_llm.base_url,
         openai_api_key="test",

@@ -10,17 +10,21 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
+from sqlalchemy.exc import SQLAlchemyError
 from temporalio import activity
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from refloop.activities.host_activities import FleetView
 from refloop.contract import activity_calls
 from refloop.contract.hosts import host_queue, model_queue
 from refloop.contract.policies import HEARTBEAT_INTERVAL
 from refloop.runtime.client import connect
+from refloop.runtime.metrics import counting_tasks
 from refloop.runtime.workspaces import workspace_roots
 from refloop.settings import Settings
-from refloop.store.db import store_for
+from refloop.store.db import Store, store_for
+from refloop.store.fleet import fleet_llm_rate
 from refloop.worker.hosts import HostIdentity, guarded, host_presence
 from refloop.worker.model_endpoint import model_endpoint
 from refloop.worker.ownership import watching, worker_identity
@@ -36,6 +40,7 @@ BUILD_ID = "refloop"
 # starts this long after the worker polls: a task already waiting takes its first steps
 # first, and a task's first search comes several model calls in.
 WARM_UP_AFTER_S = 1.0
+FLEET_READ_RETRY_S = 2.0
 
 
 class RefloopWorker:
@@ -44,7 +49,11 @@ class RefloopWorker:
     - the shared queue: workflows and every activity (tasks without a host, and runs
       recorded before the host queues, schedule everything there);
     - the model queue: model calls, under the fleet's rate limit (REFLOOP_LLM_RATE_PER_S,
-      which the Temporal server applies to the queue whichever worker polls);
+      which the Temporal server applies to the queue whichever worker polls). Every worker
+      polls with the fleet's, read from the database at its start: one started without the
+      setting takes it, one asking for another refuses to start (`refloop.store.fleet`).
+      Without a fleet limit, tasks started since `patches.EAGER_MODEL_CALLS` keep their
+      model calls on the shared queue (eager dispatch);
     - this host's queue: the workspace activities of tasks naming this host, refused
       outside its roots.
 
@@ -61,7 +70,10 @@ class RefloopWorker:
                                  (shared, model_queue(shared), host_queue(shared, host_id)),
                                  worker_identity(settings.store_id, host_id))
         self.settings, self.announce = settings, announce
-        built = activities_for(settings)
+        # Its own rate until __aenter__ reads the fleet's: a worker cannot lift it alone.
+        self.fleet = FleetView(llm_rate_per_s=settings.refloop_llm_rate_per_s)
+        self.client, self.queue = client, shared
+        built = activities_for(settings, self.fleet)
         common: dict[str, Any] = {
             "activity_executor": ThreadPoolExecutor(8),
             "identity": self.host.identity,
@@ -80,20 +92,29 @@ class RefloopWorker:
             sticky_queue_schedule_to_start_timeout=timedelta(seconds=3),
             **common)
         activities = built[0]
-        self.model = Worker(
-            client, task_queue=model_queue(shared),
-            activities=[fn for fn in activities if runs_on(fn) == "model"],
-            max_task_queue_activities_per_second=settings.refloop_llm_rate_per_s, **common)
+        self._common = common
+        self._model_activities = [fn for fn in activities if runs_on(fn) == "model"]
         self.on_host = Worker(
             client, task_queue=host_queue(shared, host_id),
             activities=[guarded(fn, self.host) for fn in activities
                         if runs_on(fn) == "workspace"], **common)
         self._stack = contextlib.AsyncExitStack()
 
+    def _model_worker(self) -> Worker:
+        """The model queue's worker, polling with the fleet's rate limit (Temporal applies
+        the rate its pollers send to the whole queue)."""
+        return Worker(self.client, task_queue=model_queue(self.queue),
+                      activities=self._model_activities,
+                      max_task_queue_activities_per_second=self.fleet.llm_rate_per_s,
+                      **self._common)
+
     async def __aenter__(self) -> Worker:
         stack = self._stack
+        store = store_for(self.settings.effective_database_url)
+        self.fleet.llm_rate_per_s = await fleet_rate_when_readable(
+            store, self.queue, self.settings.refloop_llm_rate_per_s, self.host.identity)
+        self.model = self._model_worker()
         if self.announce:  # before polling: a task naming this host finds it at once
-            store = store_for(self.settings.effective_database_url)
             await stack.enter_async_context(
                 host_presence(store, self.host, self.settings.refloop_host_heartbeat_s))
         for worker in (self.shared, self.model, self.on_host):
@@ -102,6 +123,19 @@ class RefloopWorker:
 
     async def __aexit__(self, *exc: object) -> None:
         await self._stack.aclose()
+
+
+async def fleet_rate_when_readable(store: Store, queue: str, asked: float | None,
+                                   identity: str) -> float | None:
+    """The fleet's model-call rate, once the database answers: a worker that polled
+    without it could lift the fleet's limit, so a database outage at start is waited out."""
+    while True:
+        try:
+            return await asyncio.to_thread(fleet_llm_rate, store, queue, asked, identity)
+        except SQLAlchemyError as err:
+            log.warning("cannot read the fleet's model-call rate from the database (%s); "
+                        "trying again in %.0f s", str(err).splitlines()[0], FLEET_READ_RETRY_S)
+            await asyncio.sleep(FLEET_READ_RETRY_S)
 
 
 def runs_on(fn: Callable[..., Any]) -> str:
@@ -125,13 +159,15 @@ async def serving(client: Client, settings: Settings, task_queue: str | None = N
     once it polls."""
     queue = task_queue or settings.task_queue
     async with build_worker(client, settings, queue, announce=True) as worker, \
-            watching(client, queue, settings.store_id):
+            watching(client, queue, settings.store_id), \
+            counting_tasks(store_for(settings.effective_database_url),
+                           settings.refloop_metrics_every_s):
         timer = None
         if warm_search and settings.refloop_semantic_index:
             from refloop.search.runtime import start_warm_up
 
             timer = asyncio.get_running_loop().call_later(
-                WARM_UP_AFTER_S, start_warm_up, settings.refloop_embedding_model)
+                WARM_UP_AFTER_S, start_warm_up, settings.search_model)
         try:
             yield worker
         finally:

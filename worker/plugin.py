@@ -12,13 +12,15 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+from temporalio.activity import _Definition as activity_defn  # the SDK's own reading
 from temporalio.converter import DataConverter
 from temporalio.plugin import SimplePlugin
 from temporalio.worker import UnsandboxedWorkflowRunner, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxRestrictions
 
+from refloop.activities.checkpoint_activities import CheckpointActivities
 from refloop.activities.code_review_activities import CodeReviewActivities
-from refloop.activities.host_activities import HostActivities
+from refloop.activities.host_activities import FleetView, HostActivities
 from refloop.activities.llm_activities import LLMActivities
 from refloop.activities.mcp_activities import McpActivities
 from refloop.activities.reflection_activities import ReflectionActivities
@@ -26,6 +28,7 @@ from refloop.activities.review_activities import ReviewActivities
 from refloop.activities.store_activities import StoreActivities
 from refloop.activities.tool_activities import ToolActivities
 from refloop.activities.workspace_activities import WorkspaceActivities
+from refloop.contract import activity_calls
 from refloop.llm.gateway import LLMGateway
 from refloop.runtime.client import DATA_CONVERTER, tracing_interceptor
 from refloop.settings import Settings
@@ -53,8 +56,27 @@ SANDBOX_RESTRICTIONS = SandboxRestrictions.default.with_passthrough_modules(
 Built = tuple[list[Callable[..., Any]], Callable[[], Any]]
 
 
-def activities_for(settings: Settings) -> Built:
-    """Every activity, built with its dependencies, and what closes them (the MCP pool)."""
+def signature_mismatches(activities: list[Callable[..., Any]]) -> list[str]:
+    """Activities whose signature is not what their callers send and expect: workflows
+    call by name, so only this check ties an `@activity.defn` to its `ActivityCall`."""
+    calls = activity_calls.every_call()
+    found = []
+    for fn in activities:
+        definition = activity_defn.must_from_callable(fn)
+        call = calls.get(definition.name or "")
+        if call is None:
+            continue  # called by no workflow of ours (none today)
+        expected = ([call.arg_type], call.result_type or type(None))
+        actual = (list(definition.arg_types or []), definition.ret_type or type(None))
+        if actual != expected:
+            found.append(f"{definition.name}: takes {actual[0]} and returns {actual[1]}, "
+                         f"its ActivityCall sends {expected[0]} and expects {expected[1]}")
+    return found
+
+
+def activities_for(settings: Settings, fleet: FleetView | None = None) -> Built:
+    """Every activity, built with its dependencies, and what closes them (the MCP pool).
+    `fleet`: the fleet's settings as the worker reads them at its start (else its own)."""
     gateway = LLMGateway(settings)
     database = store_for(settings.effective_database_url)
     llm = LLMActivities(gateway, database)
@@ -65,19 +87,24 @@ def activities_for(settings: Settings) -> Built:
     code_review = CodeReviewActivities(gateway, store.store, settings.refloop_data_dir)
     workspace = WorkspaceActivities(settings, database)
     mcp = McpActivities(settings, database)
-    hosts = HostActivities(database)
+    hosts = HostActivities(database,
+                           fleet or FleetView(llm_rate_per_s=settings.refloop_llm_rate_per_s))
+    checkpoints = CheckpointActivities(settings, database)
     activities = [
         llm.classify_intent, llm.make_plan, llm.act, llm.summarize,
         review.quality_review, review.read_edit, review.judge_edit,
         reflection.check_completeness, reflection.check_claimed_files,
         reflection.judge_completeness, reflection.plan_supplement,
-        store.record_task, store.record_quality_review,
+        store.record_task, store.record_quality_review, store.keep_records,
         code_review.load_content, code_review.review, code_review.verify,
         code_review.format_output, code_review.record_content,
-        workspace.describe, workspace.index, hosts.check,
+        workspace.describe, workspace.index, hosts.check, hosts.model_route,
+        tools.read_catalog, checkpoints.checkpoint, checkpoints.restore,
         *tools.activities(),
         *mcp.activities(),
     ]
+    if mismatches := signature_mismatches(activities):
+        raise TypeError("activities that do not match their calls: " + "; ".join(mismatches))
     return activities, mcp.pool.close
 
 

@@ -33,8 +33,9 @@ async def embedded_stack(settings: Settings, with_worker: bool = True,
     temporal = None
     address = settings.temporal_address
     if address is None:
-        temporal = EmbeddedTemporal(settings.refloop_data_dir, settings.refloop_temporal_port,
-                                    settings.refloop_ui_port)
+        temporal = EmbeddedTemporal(
+            settings.refloop_data_dir, settings.refloop_temporal_port, settings.refloop_ui_port,
+            pinned=settings.refloop_temporal_port_pinned)
         address = await temporal.start()
     try:
         with model_endpoint(settings) as effective:

@@ -24,6 +24,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -120,13 +121,31 @@ def running_server(data_dir: Path) -> ServerRecord | None:
     return None
 
 
+PORT_RACE_TRIES = 4
+
+
+class PortLost(Exception):
+    """The server's port (or its UI's) was bound by another process before the server's."""
+
+    def __init__(self, address: str) -> None:
+        super().__init__(address)
+        self.address = address
+
+
 # Servers this process started or adopted and has not stopped: a hard exit stops them too.
 _OWNED_PIDS: set[int] = set()
+# Set once the process is ending (a hard exit): no server starts after it. The supervisor
+# restarted the server a hard exit had just stopped, and the new one outlived `up`. The lock
+# spans a spawn's check, its fork and its registration.
+_ENDING = threading.Event()
+_SPAWNING = threading.Lock()
 
 
 def stop_owned_servers(timeout_s: float = 3.0) -> None:
     """Before a hard exit (a clean-up that hung): stop the servers this process owns, so
     none outlives the command. The SQLite file keeps their workflows for the next start."""
+    with _SPAWNING:
+        _ENDING.set()
     for pid in list(_OWNED_PIDS):
         stop_pid(pid, timeout_s)
         _OWNED_PIDS.discard(pid)
@@ -146,10 +165,28 @@ def stop_pid(pid: int, timeout_s: float = 10.0) -> None:
             time.sleep(0.1)
 
 
+# Wait statuses of the children _alive reaped: Popen.poll() can no longer read them (it
+# answers 0 for a reaped child, and a server killed with SIGKILL was logged "exited (code 0)").
+_REAPED: dict[int, int] = {}
+
+
+def how_it_ended(pid: int) -> str:
+    """"was killed by SIGKILL", "exited with code 2", or, for a process that was not our
+    child, "is gone"."""
+    status = _REAPED.pop(pid, None)
+    if status is None:
+        return "is gone (not our child: how it ended is unknown)"
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0:
+        return f"was killed by {signal.Signals(-code).name}"
+    return f"exited with code {code}"
+
+
 def _alive(pid: int) -> bool:
     try:
-        waited, _ = os.waitpid(pid, os.WNOHANG)  # reap it when it is our child
+        waited, status = os.waitpid(pid, os.WNOHANG)  # reap it when it is our child
         if waited == pid:
+            _REAPED[pid] = status
             return False
     except ChildProcessError:
         pass
@@ -173,13 +210,15 @@ class EmbeddedTemporal:
     def __init__(self, data_dir: Path, port: int = 7233, ui_port: int | None = 8233,
                  persistent: bool = True, pragmas: tuple[str, ...] = SQLITE_PRAGMAS,
                  dynamic_config: dict[str, str] | None = None,
-                 metrics_port: int | None = None) -> None:
+                 metrics_port: int | None = None, pinned: bool = False) -> None:
         self.pragmas = pragmas
+        self.pinned = pinned  # the port was named (REFLOOP_TEMPORAL_PORT, --temporal-port)
         self.dynamic_config = DYNAMIC_CONFIG if dynamic_config is None else dynamic_config
         self.metrics_port = metrics_port
         self.data_dir = data_dir
         self.port = port
         self.ui_port = ui_port  # None: headless
+        self._log_from = 0  # where this spawn's lines begin in temporal.log
         self.persistent = persistent  # False: in memory (tests)
         self.process: subprocess.Popen[bytes] | None = None
         self.owned_pid: int | None = None
@@ -234,9 +273,37 @@ class EmbeddedTemporal:
         elif self.ui_port and answers(f"{HOST}:{self.ui_port}"):
             self.ui_port = free_port()  # the server would not start on a taken UI port
             self.ui_url = f"http://{HOST}:{self.ui_port}"
-        await self._spawn(timeout_s)
+        await self._spawn_racing(timeout_s)
         await claim(self.address, self.owner, self.data_dir)
         return self._announce("started")
+
+    async def _spawn_racing(self, timeout_s: float) -> None:
+        """Spawn; a port taken between our check and the server's bind (two projects
+        started at the same moment both chose 7233) is lost to the other process: take free
+        ports and start again, unless the port was pinned, then say so."""
+        for attempt in range(1, PORT_RACE_TRIES + 1):
+            try:
+                await self._spawn(timeout_s)
+                return
+            except PortLost as lost:
+                if self.pinned:
+                    raise RuntimeError(
+                        f"the Temporal dev server could not bind {lost.address}: another "
+                        "process took it as the server started, and the port is pinned "
+                        "(REFLOOP_TEMPORAL_PORT_PINNED or --temporal-port): free it or "
+                        "name another") from None
+                if attempt == PORT_RACE_TRIES:
+                    raise RuntimeError(f"the Temporal dev server lost its port to another "
+                                       f"process {attempt} times in a row") from None
+                taken = lost.address
+                self.asked_port = self.asked_port or self.port
+                self.port = free_port()
+                self.address = f"{HOST}:{self.port}"
+                if self.ui_port:
+                    self.ui_port = free_port()
+                    self.ui_url = f"http://{HOST}:{self.ui_port}"
+                log.warning("embedded Temporal: %s was taken by another process as the "
+                            "server started; starting again on %s", taken, self.address)
 
     async def _move_to_free_ports(self) -> None:
         """Another data dir's server (or someone else's) answers on the asked port: never
@@ -246,13 +313,17 @@ class EmbeddedTemporal:
         whose = f"serves another data dir ({other})" if other else \
             "is a server of no refloop data dir (TEMPORAL_ADDRESS uses it)"
         taken = self.address
+        if self.pinned:
+            raise RuntimeError(f"embedded Temporal: {taken} {whose}, and the port is pinned "
+                               "(REFLOOP_TEMPORAL_PORT_PINNED or --temporal-port): free it "
+                               "or name another")
         self.asked_port, self.port = self.port, free_port()
         self.address = f"{HOST}:{self.port}"
         if self.ui_port:
             self.ui_port = free_port()
             self.ui_url = f"http://{HOST}:{self.ui_port}"
         log.warning("embedded Temporal: %s %s, never joined: this data dir's server takes "
-                    "%s (--temporal-port or REFLOOP_TEMPORAL_PORT pins a port)",
+                    "%s (REFLOOP_TEMPORAL_PORT_PINNED=true or --temporal-port pins a port)",
                     taken, whose, self.address)
 
     def _announce(self, verb: str) -> str:
@@ -281,14 +352,19 @@ class EmbeddedTemporal:
         for name, kind in SEARCH_ATTRIBUTES.items():
             command += ["--search-attribute", f"{name}={kind}"]
         log_file = (self.data_dir / "temporal.log").open("ab")
-        self.process = subprocess.Popen(  # noqa: ASYNC220 (returns at once; waited below)
-            command, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file,
-            start_new_session=True,  # Ctrl-C in a terminal reaches refloop, which stops it
-            env=server_environment(),
-        )
+        self._log_from = log_file.tell()
+        with _SPAWNING:
+            if _ENDING.is_set():
+                log_file.close()
+                raise RuntimeError("refloop is stopping: no Temporal server is started now")
+            self.process = subprocess.Popen(  # noqa: ASYNC220 (returns at once; waited below)
+                command, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file,
+                start_new_session=True,  # Ctrl-C in a terminal reaches refloop: it stops it
+                env=server_environment(),
+            )
+            self.owned_pid = self.process.pid
+            _OWNED_PIDS.add(self.owned_pid)
         log_file.close()
-        self.owned_pid = self.process.pid
-        _OWNED_PIDS.add(self.owned_pid)
         self.kind = ("dev server (SQLite " + self.db_path + ")") if self.db_path \
             else "dev server (in memory)"
         self._write_record()
@@ -303,23 +379,41 @@ class EmbeddedTemporal:
         path.with_suffix(".tmp").replace(path)
 
     async def _wait_ready(self, timeout_s: float) -> None:
-        from temporalio.client import Client
-
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while loop.time() < deadline:
             if self.process and self.process.poll() is not None:
+                self._forget_exited()
+                if "address already in use" in self._log_since_spawn():
+                    raise PortLost(self.address)
                 raise RuntimeError(
                     f"the Temporal dev server exited with {self.process.returncode}; see "
                     f"{self.data_dir / 'temporal.log'}")
-            if answers(self.address, 0.5):
-                with contextlib.suppress(Exception):  # the port opens before gRPC serves
-                    await Client.connect(self.address)
-                    return
+            # Only a server with this data dir's marker is ours: another project's server
+            # that won the port answers here too, until ours dies of the lost bind.
+            # (the port opens before gRPC serves: belongs is False until it does)
+            if answers(self.address, 0.5) and await belongs(self.address, self.owner):
+                return
             await asyncio.sleep(0.2)
         self.stop()
         raise RuntimeError(f"the Temporal dev server did not answer on {self.address} "
                            f"in {timeout_s:.0f}s")
+
+    def _log_since_spawn(self) -> str:
+        try:
+            with (self.data_dir / "temporal.log").open("rb") as log_file:
+                log_file.seek(self._log_from)
+                return log_file.read(64_000).decode("utf-8", errors="replace")
+        except OSError:
+            return ""
+
+    def _forget_exited(self) -> None:
+        """The spawned server exited on its own: no PID to stop, no record to keep."""
+        if self.owned_pid is not None:
+            _OWNED_PIDS.discard(self.owned_pid)
+            self.owned_pid = None
+        with contextlib.suppress(FileNotFoundError):
+            (self.data_dir / STATE_FILE).unlink()
 
     async def _wait_for_record(self, timeout_s: float) -> ServerRecord:
         loop = asyncio.get_running_loop()
@@ -360,16 +454,16 @@ class EmbeddedTemporal:
             pid = self.owned_pid
             if pid is None or _alive(pid):
                 continue
-            code = self.process.poll() if self.process is not None else None
+            ended = how_it_ended(pid)
             _OWNED_PIDS.discard(pid)
             recent = [t for t in recent if loop.time() - t < window_s] + [loop.time()]
             log_tail = self.data_dir / "temporal.log"
             if len(recent) > restarts:
                 raise TemporalServerLost(
-                    f"the embedded Temporal server (PID {pid}) exited (code {code}) "
-                    f"{len(recent)} times in {window_s:.0f} s; giving up (see {log_tail})")
-            log.error("the embedded Temporal server (PID %d) exited (code %s); restarting it "
-                      "on the same data dir (%d/%d)", pid, code, len(recent), restarts)
+                    f"the embedded Temporal server (PID {pid}) {ended}, its death number "
+                    f"{len(recent)} in {window_s:.0f} s; giving up (see {log_tail})")
+            log.error("the embedded Temporal server (PID %d) %s; restarting it on the same "
+                      "data dir (%d/%d)", pid, ended, len(recent), restarts)
             try:
                 await self._spawn(60.0)
             except Exception as err:

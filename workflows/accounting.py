@@ -36,6 +36,20 @@ def add_usage(stats: TaskStats, record: LLMUsageRecord) -> TaskStats:
     )
 
 
+def add_rewound(stats: TaskStats, usage: TokenUsage,
+                by_model: dict[str, TokenUsage]) -> TaskStats:
+    """The cost of calls a rewind took out of the run: still in the totals and the ledger
+    (they were paid for), and counted apart as rewound."""
+    return stats.model_copy(update={
+        "llm_calls": stats.llm_calls + usage.calls,
+        "llm_failed_calls": stats.llm_failed_calls + usage.failed_calls,
+        "usage": stats.usage.add(usage),
+        "usage_by_model": merged_usage(stats.usage_by_model, by_model),
+        "rewound_usage": stats.rewound_usage.add(usage),
+        "rewound_by_model": merged_usage(stats.rewound_by_model, by_model),
+    })
+
+
 def count_review(stats: TaskStats, review: QualityReview) -> TaskStats:
     """The stats with one more review counted under its outcome."""
     counts = stats.reviews

@@ -7,6 +7,7 @@ activities and applies their results to one serializable `AgentState`.
 from __future__ import annotations
 
 import asyncio
+from typing import Any, Literal
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
@@ -20,50 +21,95 @@ with workflow.unsafe.imports_passed_through():
         ActResult,
         ApprovalDecision,
         ClassifyIntentInput,
+        KeepRecordsInput,
         MakePlanInput,
         QualityReview,
+        ReadToolsInput,
         RunToolInput,
         SummarizeInput,
         ToolResult,
     )
-    from refloop.contract.hosts import HostMove, refuse_move
+    from refloop.contract.checkpoints import (
+        FORK_TAKEN_SIGNAL,
+        REWIND_SIGNAL,
+        REWOUND_COST_SIGNAL,
+        ForkOrigin,
+        ForkTaken,
+        RewindRequest,
+        RewoundCost,
+    )
+    from refloop.contract.hosts import CLAIM_UPDATE, CallClaim, HostMove
     from refloop.contract.messages import ChatMessage, Plan, ToolCall
-    from refloop.contract.task import Event, TaskInput, TaskProgress, TaskResult
+    from refloop.contract.task import (
+        MODEL_WAIT_SIGNAL,
+        Event,
+        ModelWaitReport,
+        TaskInput,
+        TaskProgress,
+        TaskResult,
+    )
     from refloop.contract.text import task_keywords
-    from refloop.contract.tool_catalog import TOOLS, tool_specs
+    from refloop.contract.tool_catalog import tool_specs
     from refloop.contract.tool_properties import not_run_again
     from refloop.workflows.state import AgentState
 
-from refloop.contract.policies import CARRIED_EVENTS, MAX_REPLANS, TOOL_RESULT_CHARS
+from refloop.contract.policies import (
+    CARRIED_EVENTS,
+    KEPT_CLAIMS,
+    MAX_REPLANS,
+    TOOL_RESULT_CHARS,
+    VIOLATIONS_CARRIED,
+)
 from refloop.workflows import accounting, completeness_logic, logic, patches, triggers
-from refloop.workflows.agent_base import TaskFailed, describe_failure, raise_if_cancelled
+from refloop.workflows.agent_base import TaskFailed, describe_failure
 from refloop.workflows.approval_phase import ApprovalPhase, validate_decision
-from refloop.workflows.calls import call_activity
+from refloop.workflows.calls import Calls
 from refloop.workflows.completeness_phase import CompletenessPhase
 from refloop.workflows.host_phase import HostPhase
 from refloop.workflows.mcp_phase import McpPhase, with_mcp_reads
+from refloop.workflows.model_phase import ModelPhase, activity_stop_reason
 from refloop.workflows.review_phase import QualityReviewPhase
 from refloop.workflows.visibility_phase import VisibilityPhase
 from refloop.workflows.workspace_phase import WorkspacePhase
 
 
+# The phases stay mixins of one class: they share one state object that crosses
+# continue-as-new whole, and Temporal registers a workflow's queries, updates and signals
+# only on its class, whose handlers each phase serves. What they must not share implicitly
+# is explicit: every activity and child goes through `self.activities`, built here with
+# this workflow as its router (the host phase), never looked up at call time.
 @workflow.defn(name="AgentTaskWorkflow")
 class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, WorkspacePhase,
-                        VisibilityPhase, McpPhase, HostPhase):
+                        VisibilityPhase, McpPhase, HostPhase, ModelPhase):
     @workflow.init
     def __init__(self, inp: TaskInput) -> None:
+        self.activities = Calls(router=self)
         if inp.resume_state is not None:  # continued-as-new: the same task, a fresh history
             self.state = AgentState.model_validate(inp.resume_state)
         else:
             self.state = AgentState(input=inp,
                                     task_id=inp.task_id or workflow.info().workflow_id)
-        self.tools = tool_specs()
-        self.tool_names = [spec.name for spec in self.tools]
-        self.edit_tools = {name for name, declaration in TOOLS.items()
-                           if declaration.properties.journaled}
+            self.state.calls.changes = {}  # counted from the first call on
+        self._adopt_tools()
         self.keywords = task_keywords(inp.task)
         if self.state.mcp.tools:  # continued-as-new: listed by an earlier run
             self._adopt_mcp_tools()
+
+    def _adopt_tools(self) -> None:
+        builtins = self._builtin_tools()
+        self.tools = tool_specs([*builtins, logic.COMPLETE_STEP])
+        self.tool_names = [spec.name for spec in self.tools]
+        self.edit_tools = {name for name, properties in builtins.items() if properties.journaled}
+
+    async def _fix_tools(self) -> None:
+        """The tools of this task, read once and kept in its state: replay and later runs
+        use them whatever the code's catalogue has become."""
+        if self.state.tools is not None or not workflow.patched(patches.TOOLS_PER_RUN):
+            return
+        snapshot = await self.activities.call(activity_calls.READ_TOOL_CATALOG, ReadToolsInput(),
+                                       summary="tool catalogue")
+        self.state.tools = snapshot.tools
+        self._adopt_tools()
 
     # ------------------------------------------------------------ queries
 
@@ -103,8 +149,44 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
 
     @move_to_host.validator
     def _validate_move(self, move: HostMove) -> None:
-        inp = self.state.input
-        refuse_move(inp.host, inp.workspace, self.state.status, move)
+        self._refuse_move(move)
+
+    @workflow.update(name=CLAIM_UPDATE, description="From a host's worker, before it runs a "
+                     "call the task scheduled while it waited for its host: refused if a move "
+                     "took the call back (it does not run then); once accepted, no move is.")
+    def claim_call(self, claim: CallClaim) -> str:
+        self._claim(claim)
+        return claim.activity_id
+
+    @claim_call.validator
+    def _validate_claim(self, claim: CallClaim) -> None:
+        self._refuse_claim(claim)
+
+    # ------------------------------------------------------------ signals
+
+    @workflow.signal(name=MODEL_WAIT_SIGNAL, description="From a model call: it waits for "
+                     "its endpoint (the task is waiting_for_model), or the endpoint is back.")
+    async def model_wait(self, report: ModelWaitReport) -> None:
+        await self._model_wait_reported(report)
+
+    @workflow.signal(name=REWIND_SIGNAL, description="From `refloop rewind`: put the "
+                     "workspace back to this checkpoint before the next call.")
+    def rewind_workspace(self, request: RewindRequest) -> None:
+        self._rewind_asked(request)
+
+    @workflow.signal(name=REWOUND_COST_SIGNAL, description="From `refloop rewind`, after "
+                     "the reset: the cost of the calls it took out of the run, kept in the "
+                     "ledger marked rewound.")
+    def rewound_cost(self, cost: RewoundCost) -> None:
+        self.state.stats = accounting.add_rewound(self.state.stats, cost.usage,
+                                                  cost.usage_by_model)
+        self._emit("rewound_cost", {"step": cost.step, "tokens": cost.usage.total_tokens,
+                                    "calls": cost.usage.calls})
+
+    @workflow.signal(name=FORK_TAKEN_SIGNAL, description="From `refloop fork`: a task was "
+                     "forked from one of this task's steps.")
+    def fork_taken(self, fork: ForkTaken) -> None:
+        self._emit("forked", {"task_id": fork.task_id, "step": fork.step})
 
     # ------------------------------------------------------------ run
 
@@ -112,14 +194,12 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
     async def run(self, inp: TaskInput) -> TaskResult:
         patches.ask_every_patch()
         try:
-            try:
-                if inp.resume_state is None:
+            await self._fix_tools()
+            if inp.resume_state is None:
+                if self._forking() is None:  # a fork's, once its workspace is restored
                     self._begin_describing()
-                    await self._record("running", input=inp.model_dump(mode="json"))
-                self._show()
-            except ActivityError as err:
-                raise_if_cancelled(err)
-                raise
+                await self._record("running", input=inp.model_dump(mode="json"))
+            self._show()
             return await self._run(inp)
         except asyncio.CancelledError:
             # Cancelled by a user (API/CLI): say so in the events and the DB, then stop.
@@ -133,11 +213,14 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
 
     async def _run(self, inp: TaskInput) -> TaskResult:
         try:
+            await self._settle_model_route()
             if inp.resume_state is None:
                 await self._check_host()
                 await self._list_mcp_tools()
             if inp.resume_state is not None:
                 pass  # intent and plan were settled by an earlier run of this task
+            elif (fork := self._forking()) is not None:
+                await self._adopt_fork(fork)
             elif inp.preset_plan is not None:  # a supplement child: planned by its parent
                 self._adopt_plan(inp.preset_plan)
             else:
@@ -148,27 +231,42 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
         except TaskFailed as failure:
             return await self._finish_failed(failure.stop_reason, failure.message)
         except ActivityError as err:
-            raise_if_cancelled(err)
             self._account_failure(err)
-            return await self._finish_failed("activity_failed", describe_failure(err))
-        # Runs recorded before completeness reflection existed replay without it.
-        if workflow.patched(patches.COMPLETENESS_REFLECTION):
-            await self._reflect_on_completeness()
+            return await self._finish_failed(activity_stop_reason(err),
+                                             describe_failure(err))
+        workflow.deprecate_patch(patches.COMPLETENESS_REFLECTION)  # outside the window
+        await self._reflect_on_completeness()
         if not inp.is_supplement:
             await self._summarize()
         await workflow.wait_condition(workflow.all_handlers_finished)
         return await self._finish_completed()
 
+    async def _adopt_fork(self, fork: ForkOrigin) -> None:
+        """A fork goes on from the original's step: its workspace, plan, progress and
+        conversation as they were there (the new instruction is the conversation's last
+        turn)."""
+        await self._restore_fork(fork)
+        planning, calls = self.state.planning, self.state.calls
+        planning.completed_steps = list(fork.completed_steps)
+        calls.edits_ok = fork.changes
+        if calls.changes is not None and fork.changes:
+            calls.changes["forked"] = fork.changes
+        if fork.plan is not None:
+            self._adopt_plan(fork.plan)
+        self.state.conversation.ref = fork.conversation_ref
+        await self._adopt_workspace_context(self.tool_names)
+        if fork.conversation_ref is None:  # forked before any model turn: start afresh
+            self._start_conversation()
+
     async def _classify_intent(self) -> None:
         try:
-            result = await call_activity(
+            result = await self.activities.call(
                 activity_calls.CLASSIFY_INTENT,
                 ClassifyIntentInput(task=self.state.input.task, model=self.state.input.model,
                                     endpoint=self.state.input.endpoint),
                 summary="intent",
             )
         except ActivityError as err:
-            raise_if_cancelled(err)
             self._account_failure(err)
             # The gate only decides whether to plan; failing open keeps the task going.
             self._emit(
@@ -183,11 +281,10 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
     async def _plan_or_answer_directly(self) -> None:
         """A question or chat line that cannot be planned is answered without tools;
         only a task that needs tools fails on a bad plan."""
+        reason: str | None  # why the plan is skipped, if it is
         try:
             await self._make_plan()
         except (TaskFailed, ActivityError) as err:
-            if isinstance(err, ActivityError):
-                raise_if_cancelled(err)
             if not (logic.is_question(self.state.input.task)
                     and workflow.patched(patches.DIRECT_ANSWER_UNPLANNABLE)):
                 raise
@@ -207,7 +304,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
     async def _make_plan(self) -> None:
         feedback = None
         for attempt in range(MAX_REPLANS + 1):
-            result = await call_activity(
+            result = await self.activities.call(
                 activity_calls.MAKE_PLAN,
                 MakePlanInput(
                     task=self.state.input.task,
@@ -220,8 +317,8 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
                 summary=f"plan · attempt {attempt + 1}" if attempt else "plan",
             )
             self._account(result.usage)
-            violations = logic.validate_plan(result.plan, [*TOOLS, *self.state.mcp.tools],
-                                             result.constraints)
+            violations = logic.validate_plan(
+                result.plan, [*self._builtin_tools(), *self.state.mcp.tools], result.constraints)
             if not violations:
                 self.state.planning.constraints = with_mcp_reads(result.constraints,
                                                         self._mcp_read_tools())
@@ -265,6 +362,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
         # A continued run resumes after the last completed iteration.
         for iteration in range(self.state.stats.iterations + 1, inp.max_iterations + 1):
             self.state.stats = self.state.stats.model_copy(update={"iterations": iteration})
+            await self._restore_if_rewound()
             act = await self._act(iteration)
             if act.abnormal:
                 self._reject_abnormal_output(act, iteration)
@@ -277,6 +375,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
                 return
             self._append(logic.assistant_tool_message(act.content, calls, structured))
             reflection = await self._run_calls(calls, iteration, structured)
+            await self._keep_records()
             # One injection point for review-driven and early reflection (no duplicates).
             message = triggers.guidance(self._fire_triggers(iteration), reflection)
             if message:
@@ -291,7 +390,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
         """One model turn: the unsent turns go out, the stored conversation grows."""
         inp, conversation = self.state.input, self.state.conversation
         direct = self.state.planning.direct_answer
-        act = await call_activity(
+        act = await self.activities.call(
             activity_calls.ACT,
             ActInput(
                 messages=conversation.unsent_turns,
@@ -358,11 +457,37 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
             self.state.planning.constraints, self.state.input.triggers.enforce_constraints,
             call, self._current_step(), iteration, calls.justified_tools)
         if violation is not None:
-            calls.violations.append(violation)
+            if workflow.patched(patches.BOUNDED_LISTS):
+                calls.violations = logic.carried_violations(calls.violations, violation,
+                                                            VIOLATIONS_CARRIED)
+            else:
+                calls.violations.append(violation)
+            calls.violation_count += 1
             self._emit("tool_violation", violation)
             if violation["justified"]:
                 calls.justified_tools.append(call.name)
         return refusal
+
+    async def _keep_records(self) -> None:
+        """Past a chunk, the run's tool records go to the blob store and the state keeps
+        their reference: a task of any length carries a small state."""
+        calls = self.state.calls
+        if len(calls.ledger) < completeness_logic.RECORDS_IN_STATE \
+                or not workflow.patched(patches.BOUNDED_STATE):
+            return
+        # A chain: the new link names the earlier ones, so the state holds the newest only
+        chain = workflow.patched(patches.BOUNDED_LISTS)
+        kept = await self.activities.call(
+            activity_calls.KEEP_RECORDS,
+            KeepRecordsInput(records=calls.ledger, earlier=calls.ledger_refs if chain else []),
+            summary=f"keep {len(calls.ledger)} tool records")
+        calls.ledger_refs = [kept.ref] if chain else [*calls.ledger_refs, kept.ref]
+        calls.kept_calls += len(calls.ledger)
+        notes = [r.note for r in calls.ledger if r.tool == logic.COMPLETE_STEP]
+        calls.kept_notes = completeness_logic.kept_claims(calls.kept_notes, notes,
+                                                          KEPT_CLAIMS) if chain \
+            else [*calls.kept_notes, *notes]
+        calls.ledger = []
 
     async def _maybe_continue_as_new(self) -> None:
         """At a step boundary, hand the whole state to a fresh run when history grows long."""
@@ -376,7 +501,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
         self._emit("continued_as_new", {"iteration": self.state.stats.iterations,
                                         "history_length": info.get_current_history_length()})
         # Events keep their sequence numbers; only the recent ones travel (payload limits).
-        self.state.events = self.state.events[-CARRIED_EVENTS:]
+        self.state.events = self._carried_events()
         state = self.state.model_dump(mode="json")
         workflow.continue_as_new(inp.model_copy(update={"resume_state": state}))
 
@@ -388,19 +513,28 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
         step_before = self._current_step()
         result = await self._execute_call(call, iteration, index)
         advanced = call.name == logic.COMPLETE_STEP and result.ok
-        self.state.calls.loop_records.append(triggers.LoopRecord(
+        bounded = workflow.patched(patches.BOUNDED_STATE)
+        records = self.state.calls.loop_records
+        records.append(triggers.LoopRecord(
             iteration=iteration, step=step_before, tool=call.name,
-            args_key=triggers.args_key(call.arguments),
+            args_key=(triggers.args_digest if bounded else triggers.args_key)(call.arguments),
             anomaly=triggers.anomaly_of(result, self._tool_properties(call.name)),
             advanced=advanced,
         ))
+        if bounded:
+            del records[:-triggers.LOOP_WINDOW]
         if advanced:
             self.state.planning.step_started = iteration + 1
         return result
 
     async def _execute_call(self, call: ToolCall, iteration: int, index: int) -> ToolResult:
+        await self._restore_if_rewound()
         result = await self._dispatch(call, iteration, index)
-        self._record_call(call, result, iteration)
+        checkpoint = {}
+        if logic.checkpoint_after(call.name, call.arguments, result.ok,
+                                  self._builtin_properties):
+            checkpoint = await self._checkpoint(self._call_id(iteration, index))
+        self._record_call(call, result, iteration, checkpoint)
         if call.name == logic.COMPLETE_STEP and result.ok:
             self._emit_step()
             self._show()
@@ -417,7 +551,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
             return denied
         if call.name in self.state.mcp.tools:
             return await self._call_mcp(call, self._call_id(iteration, index), self.keywords)
-        if call.name not in TOOLS:
+        if call.name not in self._builtin_tools():
             return ToolResult(
                 ok=False,
                 error=f"unknown tool '{call.name}'; available: "
@@ -441,7 +575,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
     async def _run_builtin(self, call: ToolCall, iteration: int, index: int) -> ToolResult:
         inp = self.state.input
         try:
-            return await call_activity(
+            return await self.activities.call(
                 activity_calls.run_tool(call.name),
                 RunToolInput(
                     call_id=self._call_id(iteration, index),
@@ -454,10 +588,11 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
                     keywords=self.keywords,
                 ),
                 summary=logic.tool_call_summary(call),  # the tool and its target
+                # The run's own tool: its timeouts and attempts as they were at its start
+                options=self._builtin_tools()[call.name].activity.as_options(),
             )
         except ActivityError as err:  # one attempt only: say why it is not run again
-            raise_if_cancelled(err)
-            if TOOLS[call.name].properties.retry_safe:
+            if self._builtin_tools()[call.name].retry_safe:
                 raise
             why = not_run_again(call.name, describe_failure(err))
             if workflow.patched(patches.INTERRUPTED_CALL):
@@ -466,13 +601,20 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
                 return ToolResult(ok=False, error=f"E_INTERRUPTED: {why}")
             raise TaskFailed("activity_failed", why) from err
 
-    def _record_call(self, call: ToolCall, result: ToolResult, iteration: int) -> None:
-        """The call's outcome in the ledger, the counters and the events."""
+    def _record_call(self, call: ToolCall, result: ToolResult, iteration: int,
+                     checkpoint: dict[str, str] | None = None) -> None:
+        """The call's outcome in the ledger, the counters and the events (with the
+        workspace's checkpoint after it, if one was taken)."""
         calls = self.state.calls
         calls.ledger.append(completeness_logic.tool_record(
             call.name, call.arguments, result.ok, result.error, result.output, result.data))
-        if result.ok and logic.is_edit(call.name, call.arguments, self.edit_tools):
+        if result.ok and logic.is_edit(call.name, call.arguments, self.edit_tools,
+                                       self._builtin_properties):
             calls.edits_ok += 1
+        if result.ok and calls.changes is not None \
+                and logic.may_change_workspace(call.name, call.arguments,
+                                               self._builtin_properties):
+            calls.changes[call.name] = calls.changes.get(call.name, 0) + 1
         stats = self.state.stats
         self.state.stats = stats.model_copy(update={
             "tool_calls": stats.tool_calls + 1,
@@ -486,13 +628,14 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
             "error": result.error,
             "output": logic.truncate(result.output, 500),
             "data": result.data,
+            **(checkpoint or {}),
         })
 
     async def _summarize(self) -> None:
         transcript = logic.summary_transcript(self.state.events, self.state.reflection.supplements,
                                               self.state.conversation.answer)
         try:
-            result = await call_activity(
+            result = await self.activities.call(
                 activity_calls.SUMMARIZE,
                 SummarizeInput(
                     task=self.state.input.task,
@@ -503,7 +646,6 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
                 summary="summary",
             )
         except ActivityError as err:
-            raise_if_cancelled(err)
             self._account_failure(err)
             # The task is done; a missing summary must not turn it into a failure.
             self._emit("summary", {"summary": None, "error": describe_failure(err)})
@@ -514,8 +656,8 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
 
     # ------------------------------------------------------------ endings
 
-    def _result(self, status: str, stop_reason: str, answer: str,
-                missing: list[str] | None = None) -> TaskResult:
+    def _result(self, status: Literal["completed", "incomplete", "failed"], stop_reason: str,
+                answer: str, missing: list[str] | None = None) -> TaskResult:
         info, constraints = workflow.info(), self.state.planning.constraints
         return TaskResult(
             task_id=self.state.task_id,
@@ -528,12 +670,17 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
             intent=self.state.planning.intent,
             plan=self.state.planning.plan,
             completed_steps=self.state.planning.completed_steps,
-            events=self.state.events,
+            # A long run's result carries its recent events, as a continued run does
+            events=self._carried_events() if workflow.patched(patches.BOUNDED_STATE)
+            else self.state.events,
             stats=self.state.stats,
             quality_reviews=self.state.all_reviews,
             supplements=self.state.reflection.supplements,
             tool_violations=self.state.calls.violations,
+            tool_violations_left_out=max(
+                0, self.state.calls.violation_count - len(self.state.calls.violations)),
             allowed_tools_snapshot=constraints.allowed if constraints else [],
+            edits_ok=self.state.all_edits_ok,
         )
 
     async def _finish_completed(self) -> TaskResult:
@@ -544,10 +691,9 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
                 planning.intent, planning.plan, planning.direct_answer, self.state.input.task,
                 read_unknown_intent=workflow.patched(patches.UNKNOWN_INTENT_EDIT_TASKS))
         if unplanned_edit:  # a command may have made the change (`echo hi > hello.txt`)
-            edits_ok += logic.successful_calls(self.state.events, logic.may_change_workspace)
+            edits_ok += self._workspace_changes()
         missing = logic.missing_work(
-            planning.plan, self.edit_tools, edits_ok,
-            logic.last_completeness_verdict(self.state.events), unplanned_edit)
+            planning.plan, self.edit_tools, edits_ok, self._last_verdict(), unplanned_edit)
         # Runs recorded before honest outcomes existed replay as they ended.
         if missing and workflow.patched(patches.INCOMPLETE_STATUS):
             return await self._finish_incomplete(missing)
@@ -559,6 +705,27 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
         self._show(result.status)
         await self._record("completed", result=result.model_dump(mode="json"))
         return result
+
+    def _carried_events(self) -> list[Event]:
+        """The events a result or the next run carries: the recent ones (the rest stayed in
+        the live view and in the histories)."""
+        if workflow.patched(patches.BOUNDED_STATE):
+            return logic.recent_events(self.state.events, CARRIED_EVENTS,
+                                       logic.CARRIED_EVENT_BYTES)
+        return self.state.events[-CARRIED_EVENTS:]
+
+    def _workspace_changes(self) -> int:
+        """Successful calls of this run that may have changed the workspace: counted in the
+        state (runs recorded before, and state carried from them, read the events)."""
+        changes = self.state.calls.changes
+        if changes is not None and workflow.patched(patches.DECISIONS_FROM_STATE):
+            return sum(changes.values())
+        return logic.successful_calls(self.state.events, logic.may_change_workspace)
+
+    def _last_verdict(self) -> dict[str, Any] | None:
+        if workflow.patched(patches.DECISIONS_FROM_STATE):
+            return self.state.reflection.last_verdict
+        return logic.last_completeness_verdict(self.state.events)
 
     async def _finish_incomplete(self, missing: list[str]) -> TaskResult:
         """Ran to the end, but the work is not done: never reported as completed."""

@@ -2,28 +2,27 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from pydantic import BaseModel
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError, CancelledError
+from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 # Models are plain data; passed through so the sandbox does not re-import pydantic.
 with workflow.unsafe.imports_passed_through():
-    from refloop.contract import activity_calls
+    from refloop.contract import activity_calls, policies
     from refloop.contract.activity_calls import ActivityCall
     from refloop.contract.activity_io import LLMUsageRecord
     from refloop.contract.mcp import mcp_tool_properties
-    from refloop.contract.messages import ChatMessage
+    from refloop.contract.messages import COMPLETE_STEP, ChatMessage
     from refloop.contract.task import Event, RecordTaskInput
-    from refloop.contract.tool_catalog import tool_properties
-    from refloop.contract.tool_properties import ToolProperties
+    from refloop.contract.tool_catalog import TOOLS
+    from refloop.contract.tool_properties import CONTROL, ToolProperties
     from refloop.workflows.state import AgentState
 
 from refloop.workflows import accounting, logic, patches
-from refloop.workflows.calls import call_activity
+from refloop.workflows.calls import Calls
 
 
 class TaskFailed(Exception):
@@ -39,6 +38,7 @@ class AgentBase:
     """Helpers over `self.state`; the workflow class and its phase mixins share them."""
 
     state: AgentState
+    activities: Calls  # every activity and child call, routed by the workflow's router
 
     def _show(self, status: str | None = None) -> None:
         """Refresh what the Web UI shows of the task (VisibilityPhase)."""
@@ -47,7 +47,20 @@ class AgentBase:
         """A tool's properties, built-in or MCP (None: no such tool); approval, review and
         the triggers read them."""
         tool = self.state.mcp.tools.get(name)
-        return mcp_tool_properties(tool) if tool is not None else tool_properties(name)
+        return mcp_tool_properties(tool) if tool is not None else self._builtin_properties(name)
+
+    def _builtin_tools(self) -> dict[str, ToolProperties]:
+        """The built-in tools of this run: fixed at its start (runs recorded before that
+        was so read the code's catalogue)."""
+        if self.state.tools is not None:
+            return self.state.tools
+        return {name: declaration.properties for name, declaration in TOOLS.items()}
+
+    def _builtin_properties(self, name: str) -> ToolProperties | None:
+        """A built-in tool's properties (complete_step: a control tool); None: no such tool."""
+        if name == COMPLETE_STEP:
+            return CONTROL
+        return self._builtin_tools().get(name)
 
     async def _record(self, status: str, **fields: Any) -> None:
         await self._store_write(
@@ -66,9 +79,28 @@ class AgentBase:
     async def _store_write(self, activity: ActivityCall[Any, None], arg: BaseModel,
                            summary: str | None = None) -> None:
         """A DB write as a local activity; runs recorded before the patch replay theirs as
-        scheduled activities."""
-        await call_activity(activity, arg, summary=summary,
-                            local=workflow.patched(patches.STORE_WRITES_LOCAL))
+        scheduled activities. A write still failing after a bound (the database is down)
+        is scheduled: it waits on the server, so an outage costs a bounded number of
+        history events, however long it lasts."""
+        local = workflow.patched(patches.STORE_WRITES_LOCAL)
+        if local and workflow.patched(patches.STORE_WRITE_WAITS):
+            try:
+                await self.activities.call(activity, arg, summary=summary, local=True,
+                                    options=policies.STORE_WRITE_LOCAL)
+                return
+            # A local activity's failure may arrive as its own ApplicationError.
+            except (ActivityError, ApplicationError) as err:
+                workflow.logger.warning("store write waits on the server: %s", err)
+            await self.activities.call(activity, arg, summary=summary, local=False)
+            return
+        await self.activities.call(activity, arg, summary=summary, local=local)
+
+    def _reviews_carried(self) -> int | None:
+        """How many quality reviews the state and result carry (None: all, as runs recorded
+        before the bound did)."""
+        if workflow.patched(patches.BOUNDED_REVIEWS_AND_APPROVALS):
+            return policies.REVIEWS_CARRIED
+        return None
 
     def _append(self, message: ChatMessage) -> None:
         """A turn for the next `act`, which adds it to the stored conversation and trims."""
@@ -113,15 +145,6 @@ class AgentBase:
                 "step",
                 {"step": step, "goal": goal, "completed": self.state.planning.completed_steps},
             )
-
-
-def raise_if_cancelled(err: BaseException) -> None:
-    """A cancelled run surfaces as an activity/child error caused by cancellation; it must
-    end the run as cancelled, never be swallowed by a fail-open branch."""
-    if isinstance(err.__cause__, CancelledError) or isinstance(
-        getattr(err, "cause", None), CancelledError
-    ):
-        raise asyncio.CancelledError() from err
 
 
 def describe_failure(err: BaseException) -> str:

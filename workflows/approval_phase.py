@@ -8,9 +8,11 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from refloop.contract.activity_io import ApprovalDecision, ToolResult
+    from refloop.contract.mcp import McpToolInfo
     from refloop.contract.messages import ToolCall
     from refloop.contract.tool_properties import ToolProperties
 
+from refloop.workflows import patches
 from refloop.workflows.agent_base import AgentBase
 from refloop.workflows.logic import tool_call_summary
 
@@ -33,6 +35,25 @@ def validate_decision(pending: dict[str, ApprovalDecision | None],
         raise ValueError(f"call_id {decision.call_id!r} is already decided")
 
 
+def take_decision(pending: dict[str, ApprovalDecision | None], call_key: str,
+                  forget: bool) -> ApprovalDecision:
+    """The decision on a call that waited, read by the call; `forget`: it leaves the state
+    (so a task's state does not grow with every approval it ever had), and a decision sent
+    again for the call is refused as not pending."""
+    decision = pending.pop(call_key) if forget else pending[call_key]
+    assert decision is not None
+    return decision
+
+
+def approval_label(call: ToolCall, mcp_tools: dict[str, McpToolInfo]) -> str:
+    """The waiting call as its activity's summary names it: an MCP tool as `server: tool`
+    (its registered name `server__tool` is the model's, not a person's)."""
+    tool = mcp_tools.get(call.name)
+    if tool is None:
+        return tool_call_summary(call)
+    return tool_call_summary(call.model_copy(update={"name": f"{tool.server}: {tool.tool}"}))
+
+
 class ApprovalPhase(AgentBase):
     def _decide(self, decision: ApprovalDecision) -> None:
         """The `decide_approval` update: a validated decision for a waiting call."""
@@ -48,21 +69,28 @@ class ApprovalPhase(AgentBase):
         self._emit("approval_required",
                    {"call_id": call_key, "tool": call.name, "args": call.arguments})
         self._show()
+        in_row = workflow.patched(patches.APPROVAL_WAIT_IN_ROW)
+        if in_row:
+            await self._record("waiting_approval")
         try:
             await workflow.wait_condition(
                 lambda: pending[call_key] is not None,
                 timeout=timedelta(seconds=inp.approval_timeout_s),
                 # The Web UI shows the timer by this name (else an unlabelled 10 minutes).
-                timeout_summary=f"waiting for approval: {tool_call_summary(call)}",
+                timeout_summary="waiting for approval: "
+                                f"{approval_label(call, self.state.mcp.tools)}",
             )
         except TimeoutError:
             pending[call_key] = ApprovalDecision(
                 call_id=call_key, approved=False,
                 comment=f"no decision within {inp.approval_timeout_s:g}s")
-        decision = pending[call_key]
-        assert decision is not None
+        decision = take_decision(pending, call_key,
+                                 workflow.patched(patches.BOUNDED_REVIEWS_AND_APPROVALS))
         self._emit("approval_decided", decision.model_dump(mode="json"))
         self._show()
+        if in_row:  # another call may still wait (its own wait writes again when it ends)
+            still = any(waiting is None for waiting in pending.values())
+            await self._record("waiting_approval" if still else self.state.status)
         if decision.approved:
             return None
         reason = f": {decision.comment}" if decision.comment else ""

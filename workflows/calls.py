@@ -1,11 +1,16 @@
-"""Calling an activity from workflow code: name, result type and options come from its
-`ActivityCall`; a call site passes only the argument, a summary and, rarely, other options.
+"""Calling an activity (or a child workflow) from workflow code: name, result type and
+options come from its `ActivityCall`; a call site passes only the argument, a summary and,
+rarely, other options.
 
-Where a call runs is the workflow's decision, asked here of the running workflow
-(`ActivityRouter`, implemented by the agent's host phase): a model call on the fleet's
-model queue, a workspace call on its task's host queue. A workspace call that no worker of
-its host picks up within the bound is not a failure: the workflow is told (it shows
-`waiting_for_host`) and the call is scheduled again, until the host is back.
+Where a call runs is the workflow's decision, asked of the `ActivityRouter` the workflow
+hands its `Calls` object at its start (the agent's host phase, or `ModelQueueRouter`): a
+model call on the fleet's model queue, a workspace call on its task's host queue. A
+workspace call that no worker of its host picks up within the bound is not a failure: the
+router is told (the task shows `waiting_for_host`) and the call is scheduled again, until
+the host is back.
+
+Cancellation: a cancelled task's call ends here in `asyncio.CancelledError`, never in an
+activity or child error, so no caller's fail-open `except ActivityError` can swallow it.
 """
 
 from __future__ import annotations
@@ -16,7 +21,13 @@ from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, CancelledError, TimeoutType
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    ChildWorkflowError,
+    TimeoutType,
+)
 from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 with workflow.unsafe.imports_passed_through():
@@ -32,13 +43,13 @@ ResultT = TypeVar("ResultT")
 class ActivityRouter(Protocol):
     """What a workflow says about where its activities run."""
 
-    def activity_queue(self, activity: ActivityCall) -> str | None:
+    def activity_queue(self, activity: ActivityCall[Any, Any]) -> str | None:
         """The task queue of `activity` (None: the workflow's own)."""
 
-    def host_wait(self, activity: ActivityCall) -> timedelta | None:
+    def host_wait(self, activity: ActivityCall[Any, Any]) -> timedelta | None:
         """How long a worker of the host may take to pick the call up (None: no bound)."""
 
-    async def host_waiting(self, waiting: bool, activity: ActivityCall,
+    async def host_waiting(self, waiting: bool, activity: ActivityCall[Any, Any],
                            waited: timedelta) -> None:
         """The host did not pick the call up within `waited` (True), or it is back (False)."""
 
@@ -46,29 +57,56 @@ class ActivityRouter(Protocol):
         """How many times the task was moved to another host (a change: a waiting call is
         taken back and scheduled on the new host)."""
 
+    def moved_argument(self, arg: ArgT) -> ArgT:
+        """A waiting call's argument for the host the task moved to (its workspace there)."""
+
+    async def after_move(self) -> None:
+        """Before a waiting call goes to the host the task moved to: what that host needs
+        first (the workspace put back from its latest checkpoint)."""
+
+    def call_claim(self, activity: ActivityCall[Any, Any]) -> str | None:
+        """The activity id of a call about to be scheduled, if a move could take it back:
+        its host's worker claims it before it runs (`hosts.CLAIM_UPDATE`). None: no claim."""
+
+    def claimed(self, claim: str) -> bool:
+        """Whether the host's worker claimed the call (it runs there: no move takes it)."""
+
+    def call_ended(self, claim: str) -> None:
+        """The call is over (or taken back): its claim is forgotten."""
+
 
 class ModelQueueRouter:
     """The router of a workflow without a host: its model calls on the model queue."""
 
-    def activity_queue(self, activity: ActivityCall) -> str | None:
+    def activity_queue(self, activity: ActivityCall[Any, Any]) -> str | None:
         if activity.runs_on != "model" or not workflow.patched(patches.HOST_QUEUES):
             return None
         return model_queue(workflow.info().task_queue)
 
-    def host_wait(self, activity: ActivityCall) -> timedelta | None:
+    def host_wait(self, activity: ActivityCall[Any, Any]) -> timedelta | None:
         return None
 
-    async def host_waiting(self, waiting: bool, activity: ActivityCall,
+    async def host_waiting(self, waiting: bool, activity: ActivityCall[Any, Any],
                            waited: timedelta) -> None:
         return None
 
     def host_moves(self) -> int:
         return 0
 
+    def moved_argument(self, arg: ArgT) -> ArgT:
+        return arg
 
-def _router() -> ActivityRouter | None:
-    instance = workflow.instance()
-    return instance if hasattr(instance, "activity_queue") else None
+    async def after_move(self) -> None:
+        return None
+
+    def call_claim(self, activity: ActivityCall[Any, Any]) -> str | None:
+        return None
+
+    def claimed(self, claim: str) -> bool:
+        return False
+
+    def call_ended(self, claim: str) -> None:
+        return None
 
 
 def not_picked_up(err: ActivityError) -> bool:
@@ -77,66 +115,151 @@ def not_picked_up(err: ActivityError) -> bool:
     return isinstance(cause, ActivityTimeout) and cause.type == TimeoutType.SCHEDULE_TO_START
 
 
-async def call_activity(activity: ActivityCall[ArgT, ResultT], arg: ArgT, *,
-                        summary: str | None = None, options: ActivityOptions | None = None,
-                        local: bool | None = None) -> ResultT:
-    """Run the activity and wait for its result. `local=False` schedules a local one
-    (runs recorded before it became local replay so)."""
+def cancelled(err: BaseException) -> bool:
+    """A failure that only says the task was cancelled (an activity's, a local activity's,
+    a child's)."""
+    return isinstance(err.__cause__, CancelledError) or isinstance(
+        getattr(err, "cause", None), CancelledError)
+
+
+class Calls:
+    """How a workflow calls its activities and children, each routed by the router it
+    was built with (explicit: the phases call through the one object the workflow made)."""
+
+    def __init__(self, router: ActivityRouter) -> None:
+        self.router = router
+
+    async def call(self, activity: ActivityCall[ArgT, ResultT], arg: ArgT, *,
+                   summary: str | None = None, options: ActivityOptions | None = None,
+                   local: bool | None = None) -> ResultT:
+        """Run the activity and wait for its result. `local=False` schedules a local one
+        (runs recorded before it became local replay so)."""
+        try:
+            return await _call(self.router, activity, arg, summary, options, local)
+        except (ActivityError, ApplicationError) as err:
+            if cancelled(err):
+                raise asyncio.CancelledError() from err
+            raise
+
+    def start(self, activity: ActivityCall[ArgT, ResultT], arg: ArgT, *,
+              summary: str | None = None, bounded: bool = False,
+              **extra: Any) -> workflow.ActivityHandle[ResultT]:
+        """Start the activity and return its handle (it runs alongside the workflow; wait
+        for it with `result`). `bounded`: it fails if no worker of its host picks it up
+        within the host bound."""
+        kwargs: dict[str, Any] = {**activity.options.kwargs(), **extra}
+        kwargs["task_queue"] = self.router.activity_queue(activity)
+        if bounded and kwargs["task_queue"]:
+            kwargs["schedule_to_start_timeout"] = self.router.host_wait(activity)
+        return workflow.start_activity(activity.name, arg, result_type=activity.result_type,
+                                       summary=summary, **kwargs)
+
+    @staticmethod
+    async def result(handle: workflow.ActivityHandle[ResultT]) -> ResultT:
+        """The result of a started activity (a cancelled task: `asyncio.CancelledError`)."""
+        try:
+            return await handle
+        except ActivityError as err:
+            if cancelled(err):
+                raise asyncio.CancelledError() from err
+            raise
+
+    @staticmethod
+    async def child(workflow_name: str, arg: Any, *, result_type: type[ResultT],
+                    **options: Any) -> ResultT:
+        """Run a child workflow and wait for its result (a cancelled task:
+        `asyncio.CancelledError`)."""
+        try:
+            result: ResultT = await workflow.execute_child_workflow(
+                workflow_name, arg, result_type=result_type, **options)
+            return result
+        except ChildWorkflowError as err:
+            if cancelled(err):
+                raise asyncio.CancelledError() from err
+            raise
+
+
+async def _call(router: ActivityRouter, activity: ActivityCall[ArgT, ResultT], arg: ArgT,
+                summary: str | None, options: ActivityOptions | None,
+                local: bool | None) -> ResultT:
     opts = options or activity.options
+    result: ResultT  # what `activity` declares: the SDK's call by name returns Any
     if activity.local if local is None else local:
-        return await workflow.execute_local_activity(
+        result = await workflow.execute_local_activity(
             activity.name, arg, result_type=activity.result_type, summary=summary,
             **opts.local_kwargs())
-    router = _router()
-    queue = router.activity_queue(activity) if router is not None else None
-    wait = router.host_wait(activity) if router is not None and queue else None
-    if router is None or wait is None:
-        return await workflow.execute_activity(
+        return result
+    queue = router.activity_queue(activity)
+    wait = router.host_wait(activity) if queue else None
+    if wait is None:
+        result = await workflow.execute_activity(
             activity.name, arg, result_type=activity.result_type, summary=summary,
             task_queue=queue, **opts.kwargs())
+        return result
     waited: timedelta | None = None
     while True:
         moves = router.host_moves()
+        # Scheduled while the task waits for its host: a move could take it back, so the
+        # host's worker claims it first, and no move is accepted once it has.
+        claim = router.call_claim(activity)
         handle = workflow.start_activity(
             activity.name, arg, result_type=activity.result_type, summary=summary,
-            task_queue=queue, schedule_to_start_timeout=wait, **opts.kwargs())
-        # A task moved to another host while this call waits: the call is taken back from
-        # the old host's queue (nobody picked it up) and scheduled on the new one.
+            task_queue=queue, schedule_to_start_timeout=wait, activity_id=claim,
+            **opts.kwargs())
         try:
-            await workflow.wait_condition(
-                lambda: handle.done() or router.host_moves() != moves)  # noqa: B023
-        except asyncio.CancelledError:  # the task is cancelled: so is the call, as before
-            handle.cancel()
-        moved = router.host_moves() != moves
-        if moved and not handle.done():
-            handle.cancel()
-        try:
-            result = await handle
-        except ActivityError as err:
-            if not_picked_up(err) or (moved and isinstance(err.cause, CancelledError)):
-                if not moved:
-                    await router.host_waiting(True, activity, wait)
-                waited, wait = wait, (router.host_wait(activity) if moved else next_wait(wait))
-                queue = router.activity_queue(activity)  # a moved task: its new host
-                continue
-            if waited is not None and not isinstance(err.cause, CancelledError):
-                await router.host_waiting(False, activity, waited)  # it ran, then failed
-            raise
-        if waited is not None:
-            await router.host_waiting(False, activity, waited)
+            result = await _outcome(router, activity, handle, moves, claim, waited)
+        except _TakenBack:  # not picked up within the bound, or the task moved meanwhile
+            moved = router.host_moves() != moves
+            if not moved:
+                await router.host_waiting(True, activity, wait)
+            # a moved task's host has a bound of its own (a host always has one)
+            waited, wait = wait, ((router.host_wait(activity) or wait) if moved
+                                  else next_wait(wait))
+            queue = router.activity_queue(activity)  # a moved task: its new host
+            if moved:  # and its workspace, at another path there if the move said so
+                arg = router.moved_argument(arg)
+                await router.after_move()
+            continue
+        finally:
+            if claim is not None:
+                router.call_ended(claim)
         return result
 
 
-def start_activity(activity: ActivityCall[ArgT, ResultT], arg: ArgT, *,
-                   summary: str | None = None, bounded: bool = False,
-                   **extra: Any) -> workflow.ActivityHandle[ResultT]:
-    """Start the activity and return its handle (it runs alongside the workflow).
-    `bounded`: it fails if no worker of its host picks it up within the host bound."""
-    kwargs: dict[str, Any] = {**activity.options.kwargs(), **extra}
-    router = _router()
-    if router is not None:
-        kwargs["task_queue"] = router.activity_queue(activity)
-        if bounded and kwargs["task_queue"]:
-            kwargs["schedule_to_start_timeout"] = router.host_wait(activity)
-    return workflow.start_activity(activity.name, arg, result_type=activity.result_type,
-                                   summary=summary, **kwargs)
+class _TakenBack(Exception):
+    """The call did not run: no worker of its host picked it up, or a move took it back."""
+
+
+async def _outcome(router: ActivityRouter, activity: ActivityCall[ArgT, ResultT],
+                   handle: workflow.ActivityHandle[ResultT], moves: int, claim: str | None,
+                   waited: timedelta | None) -> ResultT:
+    """The result of a call scheduled for a host, once it ran; `_TakenBack` if it did not.
+    A call its host claims shows the host back at once (the call may run for long)."""
+    back = waited is not None
+
+    def settled() -> bool:
+        return handle.done() or router.host_moves() != moves or (
+            back and claim is not None and router.claimed(claim))
+
+    try:
+        await workflow.wait_condition(settled)
+        if not handle.done() and router.host_moves() == moves:  # claimed: the host is back
+            await router.host_waiting(False, activity, waited or timedelta(0))
+            back = False
+            await workflow.wait_condition(handle.done)  # no move is accepted meanwhile
+    except asyncio.CancelledError:  # the task is cancelled: so is the call, as before
+        handle.cancel()
+    moved = router.host_moves() != moves
+    if moved and not handle.done():
+        handle.cancel()
+    try:
+        result = await handle
+    except ActivityError as err:
+        if not_picked_up(err) or (moved and isinstance(err.cause, CancelledError)):
+            raise _TakenBack() from err
+        if back and not isinstance(err.cause, CancelledError):
+            await router.host_waiting(False, activity, waited or timedelta(0))  # it ran
+        raise
+    if back:
+        await router.host_waiting(False, activity, waited or timedelta(0))
+    return result

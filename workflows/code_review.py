@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
@@ -35,8 +35,8 @@ with workflow.unsafe.imports_passed_through():
 
 from refloop.workflows import code_review_logic as logic
 from refloop.workflows import patches
-from refloop.workflows.agent_base import describe_failure, raise_if_cancelled
-from refloop.workflows.calls import ModelQueueRouter, call_activity
+from refloop.workflows.agent_base import describe_failure
+from refloop.workflows.calls import Calls, ModelQueueRouter
 from refloop.workflows.visibility_phase import show_code_review
 
 WAITING = "waiting_for_host"
@@ -46,6 +46,7 @@ WAITING = "waiting_for_host"
 class CodeReviewWorkflow(ModelQueueRouter):
     @workflow.init
     def __init__(self, request: CodeReviewInput) -> None:
+        self.activities = Calls(router=self)  # its content read on the review's host
         self.request = request
         self.task_id = request.task_id or workflow.info().workflow_id
         self.attempts: list[dict[str, Any]] = []
@@ -62,17 +63,17 @@ class CodeReviewWorkflow(ModelQueueRouter):
                 patches.CODE_REVIEW_HOST)
         return self._on_host
 
-    def activity_queue(self, activity: ActivityCall) -> str | None:
+    def activity_queue(self, activity: ActivityCall[Any, Any]) -> str | None:
         if activity.runs_on == "workspace" and self._routes_to_host():
             return hosts.host_queue(workflow.info().task_queue, self.request.host or "")
         return super().activity_queue(activity)
 
-    def host_wait(self, activity: ActivityCall) -> timedelta | None:
+    def host_wait(self, activity: ActivityCall[Any, Any]) -> timedelta | None:
         if activity.runs_on != "workspace" or not self._routes_to_host():
             return None
         return hosts.host_wait(self.request.host_wait_s)
 
-    async def host_waiting(self, waiting: bool, activity: ActivityCall,
+    async def host_waiting(self, waiting: bool, activity: ActivityCall[Any, Any],
                            waited: timedelta) -> None:
         """No worker of the host took the read within `waited`: the review shows
         `waiting_for_host` until one does (a state, not a failure)."""
@@ -88,13 +89,12 @@ class CodeReviewWorkflow(ModelQueueRouter):
         if not host or not self._routes_to_host():
             return
         try:
-            await call_activity(activity_calls.CHECK_HOST,
+            await self.activities.call(activity_calls.CHECK_HOST,
                                 HostCheckInput(host=host,
                                                workspace=self.request.working_directory),
                                 summary=f"host {host}")
         # A local activity's failure arrives as the activity's own ApplicationError.
         except (ActivityError, ApplicationError) as err:
-            raise_if_cancelled(err)
             raise ApplicationError(describe_failure(err), type=hosts.HostRefused.__name__,
                                    non_retryable=True) from None
 
@@ -116,12 +116,13 @@ class CodeReviewWorkflow(ModelQueueRouter):
 
     async def _review(self, request: CodeReviewInput) -> CodeReviewResult:
         await self._check_host()
-        content = await call_activity(
+        content = await self.activities.call(
             activity_calls.LOAD_REVIEW_CONTENT,
             LoadContentInput(request=request, task_id=self.task_id),
             summary="load review content")
         await self._record("content", {"files": content.files, "skipped": content.skipped})
-        retry, requirements = RetryContext(), []
+        retry = RetryContext()
+        requirements: list[str] = []
         review: ReviewOutput | None = None
         dropped_total = 0
         while retry.attempt_number <= MAX_ATTEMPTS:
@@ -133,6 +134,7 @@ class CodeReviewWorkflow(ModelQueueRouter):
                 if error:
                     retry = self._failed(retry, "review", error, "re-run review with context")
                     continue
+                assert call.review is not None  # else review_error reported an error
                 kept, dropped = logic.drop_hallucinated(call.review.issues, content)
                 dropped_total += len(dropped)
                 review = call.review.model_copy(update={"issues": kept})
@@ -141,6 +143,7 @@ class CodeReviewWorkflow(ModelQueueRouter):
             call = await self._agent(activity_calls.VERIFY_AGENT, task, content, review)
             verdict, detail = logic.verify_verdict(call.verify, call.invalid)
             if verdict == "error":
+                assert detail is not None  # an error always says what it was
                 retry = self._failed(retry, "verify", detail, "re-run verify with context")
                 continue
             if verdict == "quality_too_low":
@@ -149,6 +152,7 @@ class CodeReviewWorkflow(ModelQueueRouter):
                                      "re-run review with raised quality requirements")
                 review = None
                 continue
+            assert call.verify is not None  # else the verdict is "error"
             await self._record("verification", call.verify.model_dump(mode="json"))
             return await self._finish(review, call, dropped_total, content)
         return CodeReviewResult(
@@ -160,6 +164,7 @@ class CodeReviewWorkflow(ModelQueueRouter):
     async def _finish(self, review: ReviewOutput, verify_call: AgentCallResult,
                       dropped: int, content: ReviewContent) -> CodeReviewResult:
         self.stage = "format"
+        assert verify_call.verify is not None  # its verdict was "ok"
         issues, _ = logic.merge(review, verify_call.verify)
         report = logic.detailed_report(self.task_id, issues, review, verify_call.verify)
         output: Any = report
@@ -168,7 +173,7 @@ class CodeReviewWorkflow(ModelQueueRouter):
         if fmt == "simple":
             output = logic.simple_items(issues)
         elif fmt != "detailed":
-            formatted = await call_activity(
+            formatted = await self.activities.call(
                 activity_calls.FORMAT_REVIEW,
                 FormatInput(instruction=fmt, report=report, model=self.request.model),
                 summary="format output")
@@ -187,7 +192,7 @@ class CodeReviewWorkflow(ModelQueueRouter):
                      task: dict[str, Any], content: ReviewContent,
                      review: ReviewOutput | None) -> AgentCallResult:
         kind = "review" if agent == activity_calls.REVIEW_AGENT else "verify"
-        result = await call_activity(
+        result = await self.activities.call(
             agent, AgentCallInput(task_json=task, content=content, review=review,
                                   model=self.request.model),
             summary=f"{kind} agent (attempt {task['retry_context']['attempt_number']})")
@@ -202,8 +207,9 @@ class CodeReviewWorkflow(ModelQueueRouter):
                               "retry_context": retry.model_dump()})
         return logic.next_retry(retry, error, action)
 
-    async def _record(self, stage: str, payload: dict[str, Any]) -> None:
-        await call_activity(
+    async def _record(self, stage: Literal["content", "review", "verification"],
+                      payload: dict[str, Any]) -> None:
+        await self.activities.call(
             activity_calls.RECORD_REVIEW_CONTENT,
             RecordContentInput(task_id=self.task_id, review_type=self.request.review_type,
                                stage=stage, payload=payload),

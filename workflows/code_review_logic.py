@@ -50,7 +50,8 @@ def normalise_path(path: str) -> str:
 def drop_hallucinated(issues: list[ReviewIssue], content: ReviewContent
                       ) -> tuple[list[ReviewIssue], list[ReviewIssue]]:
     """Findings must cite a file and a line present in the reviewed content."""
-    kept, dropped = [], []
+    kept: list[ReviewIssue] = []
+    dropped: list[ReviewIssue] = []
     for issue in issues:
         lines = content.lines.get(normalise_path(issue.relevantFile))
         (kept if lines and issue.suggestionLine in lines else dropped).append(issue)

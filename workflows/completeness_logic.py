@@ -13,7 +13,10 @@ from refloop.contract.messages import COMPLETE_STEP, Plan
 from refloop.contract.task import Event, ReviewCounts, TaskStats
 from refloop.workflows.accounting import merged_usage
 
-SUPPLEMENT_HEADER = "【需要补充的操作】"  # the judge's marker for the supplement objective
+# The marker the supplement planner looks for in its objective. Runs recorded before the
+# `english-supplement-marker` patch carry the original Chinese one (`LEGACY_...`).
+SUPPLEMENT_HEADER = "Missing actions to supplement:"
+LEGACY_SUPPLEMENT_HEADER = "【需要补充的操作】"
 _CLAIMED_FILE = re.compile(
     r"(?<![\w/.-])((?:[\w.-]+/)*[\w-][\w.-]*\.(?:md|txt|json|ya?ml|toml|csv|py|js|ts|html|css|"
     r"ini|cfg|rst|sh|sql|xml))(?![\w/-])"
@@ -33,6 +36,17 @@ def claimed_files(texts: list[str]) -> list[str]:
                 if name not in found:
                     found.append(name)
     return found
+
+
+def kept_claims(kept: list[str], notes: list[str], keep: int) -> list[str]:
+    """What a task keeps of the step summaries of records it put in the blob store: one
+    sentence per file they claim written ("wrote a.md."), which `claimed_files` reads as
+    the summaries themselves; each file once, the most recently claimed last, at most
+    `keep` of them."""
+    names = claimed_files([*kept, *notes])
+    recent = claimed_files(notes)
+    ordered = [name for name in names if name not in recent] + recent
+    return [f"wrote {name}." for name in ordered[-keep:]]
 
 
 def missing_steps(plan: Plan | None, completed: list[int]) -> list[str]:
@@ -78,15 +92,21 @@ def records_from_events(events: list[Event]) -> list[ToolRecord]:
     return records
 
 
+# Tool records a run keeps in its state; more go to the blob store (one blob per chunk).
+RECORDS_IN_STATE = 200
+
+
 def condensed_history(records: list[ToolRecord]) -> list[HistoryItem]:
     """Per tool call: tool, short arguments and outcome - the judge's evidence."""
     return [HistoryItem(tool=r.tool, arguments=r.arguments, outcome=r.outcome)
             for r in records]
 
 
-def claim_texts(records: list[ToolRecord], answer: str) -> list[str]:
-    """Where the model says what it wrote: the answer and each step's summary."""
-    return [answer] + [r.note for r in records if r.tool == COMPLETE_STEP]
+def claim_texts(records: list[ToolRecord], answer: str,
+                kept_notes: list[str] | None = None) -> list[str]:
+    """Where the model says what it wrote: the answer and each step's summary (those of
+    records kept in the blob store first)."""
+    return [answer, *(kept_notes or [])] + [r.note for r in records if r.tool == COMPLETE_STEP]
 
 
 def reconcile(
@@ -115,17 +135,18 @@ def reconcile(
     })
 
 
-def supplement_objective(task: str, supplements: list[Supplement]) -> str:
+def supplement_objective(task: str, supplements: list[Supplement],
+                         header: str = SUPPLEMENT_HEADER) -> str:
     lines = [f"{n}. {s.action} (reason: {s.reason}"
              + (f"; tools: {', '.join(s.suggested_tools)})" if s.suggested_tools else ")")
              for n, s in enumerate(supplements, start=1)]
-    return f"{task}\n\n{SUPPLEMENT_HEADER}\n" + "\n".join(lines)
+    return f"{task}\n\n{header}\n" + "\n".join(lines)
 
 
 def supplement_metadata(round_number: int, supplements: list[Supplement]
-                        ) -> dict[str, str]:
+                        ) -> dict[str, Any]:
     """The Web UI's summary and details of a supplement child, in English: what it adds and
-    why (the objective itself carries the judge's marker, which is for the model)."""
+    why (the objective itself carries the planner's marker, which is for the model)."""
     actions = "; ".join(s.action for s in supplements) or "nothing listed"
     details = "\n".join(f"{n}. {s.action} (reason: {s.reason})"
                         for n, s in enumerate(supplements, start=1))
@@ -141,13 +162,17 @@ def drop_repeated_steps(plan: Plan, done_steps: list[tuple[str, str]]) -> Plan |
     return plan.model_copy(update={"steps": steps}) if steps else None
 
 
-def prior_context(records: list[ToolRecord], answer: str, limit: int = 4000) -> str:
-    """What a supplement child inherits: condensed results, files touched, the answer."""
+def prior_context(records: list[ToolRecord], answer: str, limit: int = 4000,
+                  earlier_calls: int = 0) -> str:
+    """What a supplement child inherits: condensed results, files touched, the answer
+    (of a long task: its latest calls, saying how many came before)."""
     files: list[str] = []
     for record in records:
         if record.file_path and record.file_path not in files:
             files.append(record.file_path)
     lines = ["Results of the earlier run (do not redo these):"]
+    if earlier_calls:
+        lines.append(f"({earlier_calls} earlier calls not listed)")
     lines += [f"- {r.tool} {r.arguments} -> {r.outcome}" for r in records]
     if files:
         lines.append("Files touched: " + ", ".join(files))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ChildWorkflowError
 
@@ -16,9 +18,8 @@ with workflow.unsafe.imports_passed_through():
     from refloop.contract.messages import COMPLETE_STEP, Plan
     from refloop.contract.task import TaskResult
 
-from refloop.workflows import accounting, completeness_logic, logic, patches
-from refloop.workflows.agent_base import AgentBase, describe_failure, raise_if_cancelled
-from refloop.workflows.calls import call_activity
+from refloop.workflows import accounting, completeness_logic, logic, patches, review_logic
+from refloop.workflows.agent_base import AgentBase, describe_failure
 
 
 class CompletenessPhase(AgentBase):
@@ -46,9 +47,10 @@ class CompletenessPhase(AgentBase):
         check = CompletenessInput(
             task=inp.task, workspace=inp.workspace,
             history=completeness_logic.condensed_history(ledger),
+            history_refs=self.state.calls.ledger_refs,
             tool_names=[n for n in self.tool_names if n != COMPLETE_STEP],
-            claimed_files=completeness_logic.claimed_files(
-                completeness_logic.claim_texts(ledger, self.state.conversation.answer)),
+            claimed_files=completeness_logic.claimed_files(completeness_logic.claim_texts(
+                ledger, self.state.conversation.answer, self.state.calls.kept_notes)),
             missing_steps=completeness_logic.missing_steps(
                 self.state.planning.plan, self.state.planning.completed_steps),
             final_answer=self.state.conversation.answer,
@@ -61,31 +63,31 @@ class CompletenessPhase(AgentBase):
             if workflow.patched(patches.WORKSPACE_READS_APART):
                 # The files are looked at on the task's host; the judge runs on the model
                 # queue, under the fleet's rate limit.
-                found = await call_activity(
+                found = await self.activities.call(
                     activity_calls.CHECK_CLAIMED_FILES,
                     ClaimedFilesInput(workspace=inp.workspace,
                                       claimed_files=check.claimed_files),
                     summary=f"claimed files {round_number}")
-                result = await call_activity(
+                result = await self.activities.call(
                     activity_calls.JUDGE_COMPLETENESS,
                     check.model_copy(update={"decisive": found.missing}), summary=summary)
             else:
-                result = await call_activity(activity_calls.CHECK_COMPLETENESS, check,
+                result = await self.activities.call(activity_calls.CHECK_COMPLETENESS, check,
                                              summary=summary)
         except ActivityError as err:
-            raise_if_cancelled(err)
             self._account_failure(err)
             # Fail open: the work is done; an unreachable judge must not undo it.
             self._emit("reflection", {"trigger": "completeness", "round": round_number,
                                       "is_complete": True, "fail_open": True,
                                       "analysis": describe_failure(err)[:300],
                                       "missing_count": 0, "supplements_count": 0})
+            self.state.reflection.last_verdict = None  # a fail-open verdict decides nothing
             return []
         if result.usage is not None:
             self._account(result.usage)
         verdict = completeness_logic.reconcile(
             result.verdict, result.decisive, self.tool_names, inp.reflection_max_supplements)
-        self._emit("reflection", {
+        self.state.reflection.last_verdict = {
             "trigger": "completeness",
             "round": round_number,
             "is_complete": verdict.is_complete,
@@ -95,7 +97,8 @@ class CompletenessPhase(AgentBase):
             "missing_aspects": verdict.missing_aspects,
             "evidence": result.evidence,
             "fail_open": result.fail_open,
-        })
+        }
+        self._emit("reflection", self.state.reflection.last_verdict)
         return [] if verdict.is_complete else verdict.supplements
 
     async def _plan_supplement(self, supplements: list[Supplement]) -> Plan | None:
@@ -106,10 +109,10 @@ class CompletenessPhase(AgentBase):
             if n in self.state.planning.completed_steps
         ]
         try:
-            result = await call_activity(
+            result = await self.activities.call(
                 activity_calls.PLAN_SUPPLEMENT,
                 SupplementPlanInput(
-                    objective=completeness_logic.supplement_objective(inp.task, supplements),
+                    objective=self._supplement_objective(supplements),
                     tool_names=[n for n in self.tool_names if n != COMPLETE_STEP],
                     completed_steps=[f"{goal} ({tool})" for goal, tool in done],
                     mcp_tools_ref=self.state.mcp.specs_ref,
@@ -119,7 +122,6 @@ class CompletenessPhase(AgentBase):
                 summary="supplement plan",
             )
         except ActivityError as err:
-            raise_if_cancelled(err)
             self._account_failure(err)
             self._record_supplement({"error": f"planning failed: {describe_failure(err)}"})
             return None
@@ -138,16 +140,17 @@ class CompletenessPhase(AgentBase):
         inp = self.state.input
         child_id = f"{workflow.info().workflow_id}-supplement-{round_number}"
         child_input = inp.model_copy(update={
-            "task": completeness_logic.supplement_objective(inp.task, supplements),
+            "task": self._supplement_objective(supplements),
             "task_id": child_id,
             "is_supplement": True,
             "enable_reflection": False,
             "preset_plan": plan,
             "prior_context": completeness_logic.prior_context(
-                self.state.calls.ledger, self.state.conversation.answer),
+                self.state.calls.ledger, self.state.conversation.answer,
+                earlier_calls=self.state.calls.kept_calls),
         })
         try:
-            child: TaskResult = await workflow.execute_child_workflow(
+            child = await self.activities.child(
                 "AgentTaskWorkflow",
                 child_input,
                 id=child_id,
@@ -156,7 +159,6 @@ class CompletenessPhase(AgentBase):
                 parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
             )
         except ChildWorkflowError as err:
-            raise_if_cancelled(err)
             # A failing supplement does not fail the task: recorded and said in the summary.
             detail = describe_failure(err)
             self._emit("reflection_exec", {"used": True, "attempted": len(plan.steps),
@@ -167,8 +169,12 @@ class CompletenessPhase(AgentBase):
             return False
         self.state.stats = completeness_logic.merge_stats(self.state.stats, child.stats)
         reflection = self.state.reflection
-        reflection.edits_ok += logic.successful_edits(child.events, self.edit_tools)
-        reflection.reviews += child.quality_reviews
+        if child.edits_ok is not None and workflow.patched(patches.DECISIONS_FROM_STATE):
+            reflection.edits_ok += child.edits_ok  # its events may have been trimmed
+        else:
+            reflection.edits_ok += logic.successful_edits(child.events, self.edit_tools)
+        reflection.reviews = review_logic.carried_reviews(
+            reflection.reviews, child.quality_reviews, self._reviews_carried())
         attempted = child.stats.tool_calls
         succeeded = attempted - child.stats.tool_errors
         self._emit("reflection_exec", {
@@ -180,5 +186,12 @@ class CompletenessPhase(AgentBase):
                                  "answer": child.answer})
         return True
 
-    def _record_supplement(self, record: dict) -> None:
+    def _supplement_objective(self, supplements: list[Supplement]) -> str:
+        header = completeness_logic.SUPPLEMENT_HEADER \
+            if workflow.patched(patches.ENGLISH_SUPPLEMENT_MARKER) \
+            else completeness_logic.LEGACY_SUPPLEMENT_HEADER
+        return completeness_logic.supplement_objective(self.state.input.task, supplements,
+                                                       header)
+
+    def _record_supplement(self, record: dict[str, Any]) -> None:
         self.state.reflection.supplements.append(record)

@@ -13,8 +13,8 @@ from typing import Any
 from refloop.contract import tool_catalog
 from refloop.contract.activity_io import ToolConstraints, ToolResult
 from refloop.contract.mcp import is_untrusted
+from refloop.contract.messages import COMPLETE_STEP as COMPLETE_STEP  # agent.py reads it here
 from refloop.contract.messages import (
-    COMPLETE_STEP,
     ChatMessage,
     IntentLabel,
     IntentResult,
@@ -24,6 +24,7 @@ from refloop.contract.messages import (
 )
 from refloop.contract.task import Event
 from refloop.contract.text import first_json_object
+from refloop.contract.tool_properties import ToolProperties
 
 NO_PLANNING_INTENTS = frozenset({IntentLabel.GENERAL_CHAT, IntentLabel.CAPABILITY_QUERY})
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(\{.*?\})\s*```", re.DOTALL)
@@ -69,7 +70,7 @@ def validate_plan(
                 f"step {number} uses unknown tool '{step.tool}'; choose one of: "
                 + ", ".join(sorted(known))
             )
-        elif step.tool in forbidden:
+        elif constraints is not None and step.tool in forbidden:  # else none is
             violations.append(
                 f"step {number} uses '{step.tool}', forbidden for {constraints.task_type} "
                 f"tasks; allowed: {', '.join(constraints.allowed) or 'any other tool'}"
@@ -315,24 +316,41 @@ def question_planned_as_edits(task: str, intent: IntentResult | None, plan: Plan
     return f"the task is a question, but the plan edits the workspace ({', '.join(edits)})"
 
 
-def is_edit(tool: str, arguments: dict[str, Any], edit_tools: set[str]) -> bool:
+PropertiesOf = Callable[[str], ToolProperties | None]
+
+
+def is_edit(tool: str, arguments: dict[str, Any], edit_tools: set[str],
+            properties_of: PropertiesOf = tool_catalog.tool_properties) -> bool:
     """A call of one of `edit_tools` that edits: not a read-only sub-command, as the tool's
-    properties name them."""
-    return tool in edit_tools and tool_catalog.is_edit(tool, arguments)
+    properties (`properties_of`: the run's, default the code's) name them."""
+    properties = properties_of(tool)
+    return tool in edit_tools and properties is not None \
+        and properties.kind_of(arguments) != "read"
 
 
-def may_change_workspace(tool: str, arguments: dict[str, Any]) -> bool:
+def may_change_workspace(tool: str, arguments: dict[str, Any],
+                         properties_of: PropertiesOf = tool_catalog.tool_properties) -> bool:
     """A call that can change the workspace: a built-in that writes or runs a command (not a
     read, not a control tool), or a tool refloop does not declare (an MCP server's)."""
-    properties = tool_catalog.tool_properties(tool)
+    properties = properties_of(tool)
     return properties is None or properties.kind_of(arguments) in ("write", "execute")
+
+
+def checkpoint_after(tool: str, arguments: dict[str, Any], ok: bool,
+                     properties_of: PropertiesOf = tool_catalog.tool_properties) -> bool:
+    """A call after which the workspace is checkpointed: one that may have changed it. A
+    failed edit changed nothing; a failed command or MCP call may have changed anything."""
+    if not may_change_workspace(tool, arguments, properties_of):
+        return False
+    properties = properties_of(tool)
+    return ok or properties is None or properties.kind_of(arguments) == "execute"
 
 
 def successful_calls(events: Iterable[Event], counted: Callable[[str, dict[str, Any]], bool]
                      ) -> int:
     """Calls that succeeded and that `counted(tool, arguments)` accepts, from a run's
     events."""
-    args: dict[str, dict[str, Any]] = {}
+    args: dict[Any, dict[str, Any]] = {}  # by the call's id
     count = 0
     for event in events:
         if event.type == "tool_call":
@@ -439,6 +457,20 @@ def check_constraints(constraints: ToolConstraints | None, enforce: bool, call: 
     )
 
 
+# A violation's justification as the state carries it (the whole is in its event)
+JUSTIFICATION_CHARS = 300
+
+
+def carried_violations(violations: list[dict[str, Any]], violation: dict[str, Any],
+                       keep: int) -> list[dict[str, Any]]:
+    """The violations a task carries after `violation`: the last `keep`, each with its
+    justification cut short (the state counts them all)."""
+    justification = violation.get("justification")
+    if isinstance(justification, str):
+        violation = {**violation, "justification": truncate(justification, JUSTIFICATION_CHARS)}
+    return [*violations, violation][-keep:]
+
+
 SUMMARY_EVENTS = frozenset({"plan", "tool_call", "tool_result", "step", "reflection",
                             "reflection_plan", "reflection_exec"})
 
@@ -461,3 +493,20 @@ def abnormal_output_message(reason: str) -> str:
         f"Your previous output was abnormal ({reason}) and was discarded. "
         "Answer again concisely: one tool call, or the final answer."
     )
+
+
+# What the events a result or a continued run carries may weigh, in JSON bytes.
+CARRIED_EVENT_BYTES = 128_000
+
+
+def recent_events(events: list[Event], count: int, max_bytes: int) -> list[Event]:
+    """The latest `count` events whose JSON fits in `max_bytes`: what a result or a continued
+    run carries (older events keep their sequence numbers' gap)."""
+    kept: list[Event] = []
+    size = 0
+    for event in reversed(events[-count:]):
+        size += len(event.model_dump_json().encode())
+        if size > max_bytes:
+            break
+        kept.append(event)
+    return kept[::-1]

@@ -12,7 +12,6 @@ with workflow.unsafe.imports_passed_through():
 
 from refloop.workflows import patches
 from refloop.workflows.agent_base import AgentBase
-from refloop.workflows.calls import call_activity
 
 
 def with_mcp_reads(constraints: ToolConstraints | None,
@@ -40,7 +39,7 @@ class McpPhase(AgentBase):
         inp = self.state.input
         if not inp.mcp_servers or not workflow.patched(patches.MCP_TOOLS):
             return
-        listing = await call_activity(
+        listing = await self.activities.call(
             activity_calls.MCP_LIST_TOOLS,
             McpListInput(servers=inp.mcp_servers, workspace=inp.workspace),
             summary=", ".join(inp.mcp_servers),
@@ -58,7 +57,7 @@ class McpPhase(AgentBase):
 
     async def _call_mcp(self, call: ToolCall, call_id: str, keywords: list[str]) -> ToolResult:
         tool = self.state.mcp.tools[call.name]
-        return await call_activity(
+        return await self.activities.call(
             activity_calls.MCP_CALL_TOOL,
             McpCallInput(
                 call_id=call_id, server=tool.server, tool=tool.tool,

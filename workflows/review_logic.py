@@ -78,3 +78,37 @@ def count_failure(failures: dict[str, int], review: QualityReview, max_rounds: i
         return failures, False
     updated = {**failures, review.file_path: failures.get(review.file_path, 0) + 1}
     return updated, updated[review.file_path] >= max_rounds
+
+
+def carried_reviews(reviews: list[QualityReview], new: list[QualityReview],
+                    keep: int | None) -> list[QualityReview]:
+    """The reviews a task carries after `new` ones: the last `keep` (None: all, as runs
+    recorded before the bound did)."""
+    kept = [*reviews, *new]
+    return kept if keep is None else kept[-keep:]
+
+
+def remember_failure(failures: dict[str, int], capped: list[str], review: QualityReview,
+                     max_rounds: int, keep: int) -> tuple[dict[str, int], list[str], bool]:
+    """The cap's memory after a review, bounded by `keep` files each: `failures` counts the
+    failed reviews of files not yet capped, `capped` lists the files that reached the cap;
+    in both the most recent last. True when this failure reaches the cap. A file forgotten
+    (`keep` other files since) starts again from no failure."""
+    if review.passed or review.outcome == "unavailable":
+        return failures, capped, False
+    path = review.file_path
+    count = failures.get(path, 0) + 1
+    others = {name: n for name, n in failures.items() if name != path}
+    if count >= max_rounds:
+        return _last(others, keep), recent_first_out(capped, path, keep), True
+    return _last({**others, path: count}, keep), capped, False
+
+
+def recent_first_out(items: list[str], item: str, keep: int) -> list[str]:
+    """`item` moved (or added) to the end, the oldest dropped past `keep`: a capped file
+    edited again stays remembered."""
+    return [*(other for other in items if other != item), item][-keep:]
+
+
+def _last(counts: dict[str, int], keep: int) -> dict[str, int]:
+    return dict(list(counts.items())[-keep:])

@@ -6,7 +6,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from refloop.contract import activity_calls
+    from refloop.contract import activity_calls, policies
     from refloop.contract.activity_io import (
         JudgeEditInput,
         QualityReview,
@@ -18,8 +18,7 @@ with workflow.unsafe.imports_passed_through():
     from refloop.contract.messages import ToolCall
 
 from refloop.workflows import accounting, patches, review_logic
-from refloop.workflows.agent_base import AgentBase, describe_failure, raise_if_cancelled
-from refloop.workflows.calls import call_activity
+from refloop.workflows.agent_base import AgentBase, describe_failure
 
 
 class QualityReviewPhase(AgentBase):
@@ -50,6 +49,9 @@ class QualityReviewPhase(AgentBase):
             return None
         file_path = result.data.get("file_path", "")
         if file_path in self.state.reviews.capped:
+            if workflow.patched(patches.BOUNDED_LISTS):  # edited again: still remembered
+                self.state.reviews.capped = review_logic.recent_first_out(
+                    self.state.reviews.capped, file_path, policies.REVIEW_FILES_KEPT)
             self._emit("quality_review_skipped", {"file_path": file_path, "reason": "cap"})
             return None
         request = QualityReviewInput(
@@ -68,13 +70,12 @@ class QualityReviewPhase(AgentBase):
             if workflow.patched(patches.WORKSPACE_READS_APART):
                 outcome = await self._read_then_judge(request, summary)
             else:
-                outcome = await call_activity(activity_calls.QUALITY_REVIEW, request,
+                outcome = await self.activities.call(activity_calls.QUALITY_REVIEW, request,
                                               summary=summary)
             review = outcome.review
             if outcome.usage is not None:
                 self._account(outcome.usage)
         except ActivityError as err:
-            raise_if_cancelled(err)
             self._account_failure(err)
             # Fail-open: a broken reviewer never blocks the task; the outcome says so.
             review = QualityReview(
@@ -86,7 +87,7 @@ class QualityReviewPhase(AgentBase):
             activity_calls.RECORD_QUALITY_REVIEW,
             RecordQualityReviewInput(
                 task_id=self.state.task_id,
-                review_key=f"{self.state.task_id}:{len(self.state.reviews.done)}",
+                review_key=f"{self.state.task_id}:{self.state.reviews.count}",
                 session_id=inp.session_id,
                 review=review,
             ),
@@ -98,25 +99,31 @@ class QualityReviewPhase(AgentBase):
                                ) -> QualityReviewResult:
         """The edited file read on the task's host; the reviewer model asked on the model
         queue (under the fleet's rate limit) unless deterministic checks already failed."""
-        edited = await call_activity(activity_calls.READ_EDIT, request,
+        edited = await self.activities.call(activity_calls.READ_EDIT, request,
                                      summary=f"read {request.data.get('file_path', '')}")
         failed = edited.failed_checks()
         if failed is not None:
             return QualityReviewResult(review=failed)
-        return await call_activity(
+        return await self.activities.call(
             activity_calls.JUDGE_EDIT,
             JudgeEditInput(task=request.task, edited=edited, rules=request.rules,
                            model=request.model, endpoint=request.endpoint),
             summary=summary)
 
     def _count_review(self, review: QualityReview) -> None:
-        self.state.reviews.done.append(review)
-        failures, capped = review_logic.count_failure(
-            self.state.reviews.failures, review, self.state.input.quality_review_max_rounds
-        )
-        self.state.reviews.failures = failures
-        if capped:
-            self.state.reviews.capped.append(review.file_path)
+        reviews = self.state.reviews
+        reviews.done = review_logic.carried_reviews(reviews.done, [review],
+                                                    self._reviews_carried())
+        reviews.count += 1
+        max_rounds = self.state.input.quality_review_max_rounds
+        if workflow.patched(patches.BOUNDED_LISTS):
+            reviews.failures, reviews.capped, capped = review_logic.remember_failure(
+                reviews.failures, reviews.capped, review, max_rounds, policies.REVIEW_FILES_KEPT)
+        else:
+            reviews.failures, capped = review_logic.count_failure(reviews.failures, review,
+                                                                  max_rounds)
+            if capped:
+                reviews.capped.append(review.file_path)
         self.state.stats = accounting.count_review(self.state.stats, review)
         self._emit(
             "quality_review",
@@ -129,4 +136,3 @@ class QualityReviewPhase(AgentBase):
                 "cap_reached": capped,
             },
         )
-

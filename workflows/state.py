@@ -22,8 +22,17 @@ from refloop.contract.activity_io import (
 from refloop.contract.mcp import McpToolInfo
 from refloop.contract.messages import ChatMessage, IntentResult, Plan
 from refloop.contract.task import Event, TaskInput, TaskStats
+from refloop.contract.tool_properties import ToolProperties
 from refloop.workflows.completeness_logic import records_from_events
 from refloop.workflows.triggers import LoopRecord, TriggerState
+
+
+def _counted(data: Any, count: str, items: str) -> Any:
+    """State carried by earlier code, which kept every item in a list that is now the recent
+    ones: its count is that list's length."""
+    if isinstance(data, dict) and count not in data:
+        return {**data, count: len(data.get(items) or [])}
+    return data
 
 
 class PlanState(BaseModel):
@@ -52,19 +61,49 @@ class CallsState(BaseModel):
 
     # One compact record per call, for the whole task: continue-as-new trims `events`
     ledger: list[ToolRecord] = Field(default_factory=list)
+    # A long task's earlier records, kept in the blob store (oldest first): the ledger then
+    # holds only the calls since, so the state stays small at any length
+    ledger_refs: list[str] = Field(default_factory=list)
+    kept_calls: int = 0  # records in `ledger_refs`
+    # What their complete_step summaries claim: the files they say were written, one
+    # sentence each, the recent ones (`completeness_logic.kept_claims`); the summaries
+    # whole in state carried by earlier code
+    kept_notes: list[str] = Field(default_factory=list)
+    # The recent violations of the task type's constraints (each is a `tool_violation`
+    # event), and a count of them all; state carried by earlier code kept them all
     violations: list[dict[str, Any]] = Field(default_factory=list)
+    violation_count: int = 0
     justified_tools: list[str] = Field(default_factory=list)  # forbidden, excused once
     edits_ok: int = 0  # successful edits, for honest outcomes
+    # Successful calls that may change the workspace, by tool, for honest outcomes; None in
+    # state carried by earlier code (its calls are then only in its trimmed events)
+    changes: dict[str, int] | None = None
     loop_records: list[LoopRecord] = Field(default_factory=list)
     triggers: TriggerState = Field(default_factory=TriggerState)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _count_violations(cls, data: Any) -> Any:
+        return _counted(data, "violation_count", "violations")
+
 
 class ReviewsState(BaseModel):
-    """Quality reviews of this run's edits (QualityReviewPhase)."""
+    """Quality reviews of this task's edits (QualityReviewPhase)."""
 
+    # The recent reviews, for the result (every one is in the quality_reviews table)
     done: list[QualityReview] = Field(default_factory=list)
-    failures: dict[str, int] = Field(default_factory=dict)  # per file, for the cap
+    # Every review of the task, for its key in that table; state carried by earlier code
+    # kept them all in `done` (see `_count_from_done`)
+    count: int = 0
+    # Failed reviews per file not yet capped, and the files that reached the cap; the
+    # recent files only (`review_logic.remember_failure`), all of them in earlier runs
+    failures: dict[str, int] = Field(default_factory=dict)
     capped: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _count_from_done(cls, data: Any) -> Any:
+        return _counted(data, "count", "done")
 
 
 class ReflectionState(BaseModel):
@@ -73,12 +112,14 @@ class ReflectionState(BaseModel):
     supplements: list[dict[str, Any]] = Field(default_factory=list)
     edits_ok: int = 0
     reviews: list[QualityReview] = Field(default_factory=list)
+    last_verdict: dict[str, Any] | None = None  # the last completeness check's event data
 
 
 class ApprovalsState(BaseModel):
     """Calls waiting for a human (ApprovalPhase)."""
 
-    # call key -> decision (None while waiting); the update validator reads it
+    # call key -> decision (None while waiting); the update validator reads it. A decision
+    # leaves once its call has read it (kept for good by runs recorded before that)
     waiting: dict[str, ApprovalDecision | None] = Field(default_factory=dict)
 
 
@@ -93,6 +134,8 @@ class WorkspaceState(BaseModel):
     """Environment and repo map for the system prompt (WorkspacePhase)."""
 
     context: str | None = None
+    last_checkpoint: str | None = None  # the latest checkpoint of the workspace, if any
+    rewind_to: str | None = None  # a checkpoint to restore before the next call
 
 
 # Where each field of the earlier flat state went: old name -> (group, new name).
@@ -154,6 +197,9 @@ class AgentState(BaseModel):
     approvals: ApprovalsState = Field(default_factory=ApprovalsState)
     mcp: McpState = Field(default_factory=McpState)
     workspace: WorkspaceState = Field(default_factory=WorkspaceState)
+    # The built-in tools this task uses, fixed at its start (None: read from the code, as
+    # runs recorded before did)
+    tools: dict[str, ToolProperties] | None = None
 
     @model_validator(mode="before")
     @classmethod

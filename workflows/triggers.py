@@ -7,6 +7,7 @@ that goes into the next `act` request.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +54,15 @@ class Trigger(BaseModel):
 class TriggerState(BaseModel):
     last_fired: dict[str, int] = Field(default_factory=dict)
     fire_counts: dict[str, int] = Field(default_factory=dict)
+
+
+# Calls the triggers remember (a task of thousands of calls carries only these).
+LOOP_WINDOW = 300
+
+
+def args_digest(arguments: dict[str, Any]) -> str:
+    """`args_key`, short: the triggers only compare keys."""
+    return hashlib.sha256(args_key(arguments).encode()).hexdigest()[:16]
 
 
 def args_key(arguments: dict[str, Any]) -> str:

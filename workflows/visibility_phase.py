@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from temporalio import workflow
+from temporalio.common import SearchAttributeKey
 
 with workflow.unsafe.imports_passed_through():
     from refloop.contract import visibility
@@ -50,9 +51,10 @@ class VisibilityPhase(AgentBase):
         # with the other changes (status, intent, ...), never on its own.
         if set(changed) <= {"tokens"}:
             return
-        keys = {"status": visibility.STATUS, "kind": visibility.KIND,
-                "tokens": visibility.TOTAL_TOKENS, "session": visibility.SESSION_ID,
-                "intent": visibility.INTENT}
+        keys: dict[str, SearchAttributeKey[Any]] = {
+            "status": visibility.STATUS, "kind": visibility.KIND,
+            "tokens": visibility.TOTAL_TOKENS, "session": visibility.SESSION_ID,
+            "intent": visibility.INTENT}
         workflow.upsert_search_attributes(
             [keys[name].value_set(value) for name, value in changed.items()])
         self._shown = {**shown, **changed}

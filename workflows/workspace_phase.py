@@ -10,11 +10,20 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from refloop.contract import activity_calls
+    from refloop.contract.checkpoints import (
+        CheckpointInput,
+        ForkOrigin,
+        RestoreInput,
+        RewindRequest,
+    )
     from refloop.contract.task import IndexReport, WorkspaceDescription, WorkspaceInput
 
 from refloop.workflows import patches
-from refloop.workflows.agent_base import AgentBase, describe_failure, raise_if_cancelled
-from refloop.workflows.calls import start_activity
+from refloop.workflows.agent_base import (
+    AgentBase,
+    TaskFailed,
+    describe_failure,
+)
 
 SEMANTIC_TOOL = "search_semantic"
 
@@ -26,13 +35,13 @@ class WorkspacePhase(AgentBase):
 
     def _begin_describing(self) -> None:
         """Fresh runs: describe the workspace while intent and plan are worked out."""
-        if workflow.patched(patches.WORKSPACE_CONTEXT):
-            self._describing = start_activity(
-                activity_calls.DESCRIBE_WORKSPACE,
-                WorkspaceInput(workspace=self.state.input.workspace),
-                summary=f"describe workspace {self.state.input.workspace}",
-                bounded=True,  # a host that does not answer costs the map, not the task
-            )
+        workflow.deprecate_patch(patches.WORKSPACE_CONTEXT)  # outside the window
+        self._describing = self.activities.start(
+            activity_calls.DESCRIBE_WORKSPACE,
+            WorkspaceInput(workspace=self.state.input.workspace),
+            summary=f"describe workspace {self.state.input.workspace}",
+            bounded=True,  # a host that does not answer costs the map, not the task
+        )
 
     async def _adopt_workspace_context(self, tool_names: list[str]) -> None:
         """Before the first turn: the context goes into the system prompt; indexing starts.
@@ -40,9 +49,8 @@ class WorkspacePhase(AgentBase):
         if self._describing is None:
             return
         try:
-            description = await self._describing
+            description = await self.activities.result(self._describing)
         except ActivityError as err:
-            raise_if_cancelled(err)
             self._emit("workspace", {"error": describe_failure(err)})
             return
         finally:
@@ -52,7 +60,7 @@ class WorkspacePhase(AgentBase):
                  and not self.state.input.is_supplement)  # the parent indexes shared files
         self._emit("workspace", {"context_chars": len(description.context), "indexing": index})
         if index:
-            self._indexing = start_activity(
+            self._indexing = self.activities.start(
                 activity_calls.INDEX_WORKSPACE,
                 WorkspaceInput(workspace=self.state.input.workspace),
                 summary=f"index workspace {self.state.input.workspace}",
@@ -60,6 +68,74 @@ class WorkspacePhase(AgentBase):
                 # with no activity left pending (the Web UI showed "Pending Activities 1").
                 cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             )
+
+    async def _checkpoint(self, call_id: str) -> dict[str, str]:
+        """Checkpoint the workspace after a call that may have changed it: the id (or why
+        none was taken) for the call's event. A failed checkpoint costs only itself."""
+        inp = self.state.input
+        if not inp.checkpoints or not workflow.patched(patches.WORKSPACE_CHECKPOINTS):
+            return {}
+        try:
+            taken = await self.activities.call(
+                activity_calls.CHECKPOINT_WORKSPACE,
+                CheckpointInput(workspace=inp.workspace, task_id=self.state.task_id,
+                                call_id=call_id),
+                # the call's iteration and index, as its tool call's id says them
+                summary=f"checkpoint after call {'.'.join(call_id.split('.')[-2:])}")
+        except ActivityError as err:
+            return {"checkpoint_error": describe_failure(err)}
+        self.state.workspace.last_checkpoint = taken.checkpoint_id
+        return {"checkpoint": taken.checkpoint_id}
+
+    def _rewind_asked(self, request: RewindRequest) -> None:
+        self.state.workspace.rewind_to = request.checkpoint_id
+        self._emit("rewind", {"step": request.step, "checkpoint": request.checkpoint_id})
+
+    async def after_move(self) -> None:
+        """A task moved to another host: its latest checkpoint put there before the call
+        that waited goes, so a host that never saw the workspace's disk goes on with it."""
+        checkpoint = self.state.workspace.last_checkpoint
+        if checkpoint is None or not workflow.patched(patches.MOVE_RESTORES):
+            return
+        self.state.workspace.rewind_to = checkpoint
+        await self._restore_if_rewound(create=True)
+
+    def _forking(self) -> ForkOrigin | None:
+        """A fork's origin, when this run starts one (runs recorded before forks: None)."""
+        fork = self.state.input.fork
+        if fork is None or self.state.input.resume_state is not None \
+                or not workflow.patched(patches.FORK_FROM_CHECKPOINT):
+            return None
+        return fork
+
+    async def _restore_fork(self, fork: ForkOrigin) -> None:
+        """A fork's first work: its new workspace (made under its host's roots, new or
+        empty) put at the original's checkpoint; then described and indexed as usual."""
+        self._emit("forked_from", {"task_id": fork.task_id, "step": fork.step,
+                                   "checkpoint": fork.checkpoint_id,
+                                   "instruction": fork.instruction})
+        self.state.workspace.rewind_to = fork.checkpoint_id
+        await self._restore_if_rewound(create=True, fresh=True)
+        self._begin_describing()
+
+    async def _restore_if_rewound(self, create: bool = False, fresh: bool = False) -> None:
+        """Before the next call of a rewound run: the workspace as it was at the checkpoint.
+        A run that cannot restore stops rather than go on over files from its future."""
+        checkpoint = self.state.workspace.rewind_to
+        if checkpoint is None:
+            return
+        try:
+            restored = await self.activities.call(
+                activity_calls.RESTORE_WORKSPACE,
+                RestoreInput(workspace=self.state.input.workspace, checkpoint_id=checkpoint,
+                             create=create, fresh=fresh),
+                summary=f"restore checkpoint {checkpoint[:12]}")
+        except ActivityError as err:
+            raise TaskFailed("rewind_failed", "the workspace could not be put back to "
+                             f"checkpoint {checkpoint[:12]}: {describe_failure(err)}") from err
+        self.state.workspace.rewind_to = None
+        self.state.workspace.last_checkpoint = checkpoint
+        self._emit("workspace_restored", {"checkpoint": checkpoint, **restored.model_dump()})
 
     async def _settle_indexing(self) -> None:
         """Before the run ends: wait for a cancelled index to stop (runs recorded before

@@ -1,10 +1,11 @@
 """Worker hosts: who holds which workspace roots, and whether each is live (GET /hosts);
 and the host a new session's workspace belongs to.
 
-A workspace lives on one host's disk. With live hosts, the API checks a workspace against
-their roots (it need not see the directory itself: the host checks the real path again
-and refuses one outside its roots). With none live (a single machine whose worker has not
-registered yet), sessions behave as before: the API's own roots, no host.
+A workspace lives on one host's disk. Once any host is registered, the API checks a
+workspace against the roots of every host, live or not (it need not see the directory
+itself: the host checks the real path again and refuses one outside its roots), and no
+new work goes without a host. With no host registered at all (a single machine whose
+worker has not registered yet), sessions behave as before: the API's own roots, no host.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 from fastapi import APIRouter, HTTPException, status
 
 from refloop.api.deps import StoreDep
-from refloop.contract.hosts import HostInfo, HostRefused, NoHostHolds, check_host, choose_host
+from refloop.contract.hosts import HostInfo, HostRefused, check_host, choose_host
 from refloop.runtime.workspaces import (
     WorkspaceError,
     fresh_workspace,
@@ -39,10 +40,16 @@ def host_path(raw: str) -> str:
     """An absolute, normalised path for a host's roots check (the API may not see it)."""
     if "\x00" in raw:
         raise WorkspaceError("workspace contains a NUL byte")
-    path = Path(raw).expanduser()
+    try:
+        path = Path(raw).expanduser()
+    except RuntimeError:  # `~name` of a user this machine does not have
+        raise WorkspaceError(f"workspace {raw!r}: no such user's home here") from None
     if not path.is_absolute():
         raise WorkspaceError(f"workspace {raw!r}: name an absolute path on the host")
-    path = path.resolve() if path.exists() else Path(posixpath.normpath(str(path)))
+    try:
+        path = path.resolve() if path.exists() else Path(posixpath.normpath(str(path)))
+    except OSError as err:  # a component over NAME_MAX, a loop: no directory can be there
+        raise WorkspaceError(f"workspace {raw[:80]!r}: {err.strerror or err}") from err
     reason = system_refusal(path)
     if reason:
         raise WorkspaceError(reason)
@@ -53,44 +60,46 @@ def unprocessable(err: Exception | str) -> HTTPException:
     return HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(err))
 
 
-async def session_host(store: Store, raw: str, requested: str | None
-                       ) -> tuple[str, str] | NoHostHolds | None:
-    """(workspace, host) for a session; None: no host is live and none was named;
-    NoHostHolds: no live host holds it (the API's own roots may: one machine)."""
-    known = await asyncio.to_thread(list_hosts, store)
-    if requested is None and not any(host.live for host in known):
-        return None
+def _fleet_host(path: str, known: list[HostInfo], requested: str | None) -> str:
     try:
-        path = host_path(raw)
-        return path, choose_host(path, known, requested)
-    except NoHostHolds as err:
-        return err
-    except (WorkspaceError, HostRefused) as err:
+        return choose_host(path, known, requested)
+    except HostRefused as err:
         raise unprocessable(err) from err
 
 
 async def place_workspace(store: Store, settings: Settings, raw: str | None,
                           requested: str | None) -> tuple[str, str | None]:
-    """(workspace, host) of new work: on the live host whose roots hold `raw` (or the
-    requested one, after the same check), else, with no live host holding it, inside the
-    API's own roots with no host (one machine); `raw` None: a fresh directory. 422 when
-    refused."""
-    placed = None
-    if raw is not None or requested is not None:  # on a host's disk, if any live
-        placed = await session_host(store, raw or "", requested)
-    unheld = placed if isinstance(placed, NoHostHolds) else None
-    if unheld is not None:  # today's rule decides: the API's own roots, no host
-        placed = None
-    host = placed[1] if placed is not None else None
-    if placed is not None and host != settings.refloop_host_id:
-        return placed[0], host  # on another machine: that host checks it again
+    """(workspace, host) of new work. Once the fleet has hosts, every workspace is on one:
+    the requested host after the roots check, else the one whose roots hold `raw`, live or
+    not (the task of a host that is down waits for it, `waiting_for_host`, and can be
+    moved); none or several is a 422 naming the hosts. `raw` None: a fresh directory, made
+    here only if this machine is one of the hosts. With no host registered at all (one
+    machine whose worker has not registered yet): inside the API's own roots, no host."""
+    known = await asyncio.to_thread(list_hosts, store)
+    host = None
+    if known or requested is not None:
+        own = settings.refloop_host_id
+        if raw is None:
+            host = requested or own
+            if host != own or own not in {h.host_id for h in known}:
+                raise unprocessable(
+                    f"name a workspace on host {host!r}: a fresh directory is made only on "
+                    f"this machine's host ({own!r}), which is not registered; hosts: "
+                    f"{', '.join(h.host_id for h in known) or 'none'}")
+        else:
+            try:
+                path = host_path(raw)
+            except WorkspaceError as err:
+                raise unprocessable(err) from err
+            host = _fleet_host(path, known, requested)
+            if host != own:
+                return path, host  # on another machine: that host checks it again
     try:  # inside REFLOOP_WORKSPACE_ROOTS, or a fresh directory under the data dir
         workspace = await asyncio.to_thread(
             lambda: resolve_workspace(raw, settings) if raw is not None
             else fresh_workspace(settings))
     except WorkspaceError as err:
-        why = f"{unheld}; {err}" if unheld is not None else str(err)
-        raise unprocessable(why) from err
+        raise unprocessable(err) from err
     return str(workspace), host
 
 

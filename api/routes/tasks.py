@@ -13,6 +13,7 @@ from opentelemetry import propagate
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
+from refloop.api import branching
 from refloop.api.deps import ClientDep, SettingsDep, StoreDep
 from refloop.api.reconcile import OPEN_STATUSES, is_not_found, mark_lost
 from refloop.api.routes.hosts import (
@@ -24,16 +25,20 @@ from refloop.api.routes.hosts import (
 from refloop.api.schemas import (
     ApprovalBody,
     ApprovalOutcome,
+    ForkBody,
     MoveBody,
+    RewindBody,
     SessionStart,
     SessionStarted,
     TaskAccepted,
     TaskCreate,
+    TaskForked,
     TaskMoved,
+    TaskRewound,
     TaskState,
 )
 from refloop.api.sse import event_stream
-from refloop.api.task_view import listed, live_state
+from refloop.api.task_view import TaskFilters, listed, live_state
 from refloop.contract.activity_io import ApprovalDecision, ModelEndpoint
 from refloop.contract.hosts import HostMove, HostRefused
 from refloop.contract.task import RecordTaskInput, TaskInput
@@ -43,6 +48,7 @@ from refloop.runtime.workspaces import (
     ID_PATTERN,
     WorkspaceError,
     ensure_fresh_workspace,
+    host_workspace,
     resolve_workspace,
 )
 from refloop.settings import Settings
@@ -60,7 +66,19 @@ from refloop.workflows.agent import AgentTaskWorkflow
 interactive = APIRouter(prefix="/agent/interactive", tags=["interactive"])
 tasks = APIRouter(prefix="/tasks", tags=["tasks"])
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-SSE_RESPONSE = {200: {"content": {"text/event-stream": {"schema": {"type": "string"}}},
+# Each event is an object (OpenAPI 3.2's itemSchema; no `schema`, which would describe the
+# stream as a whole, and schemathesis reads it as the list of events): the
+# task's event list (`id` its seq, for resuming) and `status` frames (no `id`).
+SSE_EVENT = {"type": "object", "required": ["event", "data"], "properties": {
+    "id": {"type": "string", "description": "the event's seq (resume with ?after= or "
+                                            "Last-Event-ID); absent on status frames"},
+    "event": {"type": "string", "description": "the event's type: approval_required, "
+              "tool_result, completed, ... or `status` (the task's status changed)"},
+    "data": {"type": "string", "contentMediaType": "application/json",
+             "contentSchema": {"type": "object"},
+             "description": "the event's fields as one JSON object; a status frame: "
+                            "{status, temporal?, from_database?}"}}}
+SSE_RESPONSE = {200: {"content": {"text/event-stream": {"itemSchema": SSE_EVENT}},
                       "description": "Server-Sent Events until the task ends"}}
 TaskId = Annotated[str, PathParam(pattern=ID_PATTERN)]
 
@@ -232,15 +250,30 @@ def ended(task_id: str, row: TaskRecord) -> HTTPException:
 async def list_tasks(client: ClientDep, store: StoreDep, settings: SettingsDep,
                      session_id: Annotated[str | None, Query(max_length=200)] = None,
                      task_status: Annotated[str | None, Query(alias="status",
-                                                              max_length=40)] = None
+                                                              max_length=40)] = None,
+                     kind: Annotated[str | None, Query(
+                         max_length=40, description="agent_task or code_review")] = None,
+                     host: Annotated[str | None, Query(max_length=200)] = None,
+                     model: Annotated[str | None, Query(max_length=200)] = None,
+                     q: Annotated[str | None, Query(
+                         max_length=200, description="words the task's text contains")] = None,
+                     limit: Annotated[int, Query(ge=1, le=500)] = 100,
                      ) -> list[TaskState]:
-    return await listed(client, store, settings, session_id, task_status)
+    """Tasks newest first, each with its live status (`waiting_approval`,
+    `waiting_for_host`, ...); every filter given must hold."""
+    return await listed(client, store, settings, TaskFilters(
+        session_id=session_id, status=task_status, kind=kind, host=host, model=model, q=q,
+        limit=limit))
 
 
 @tasks.get("/{task_id}", response_model=TaskState)
 async def get_task(task_id: TaskId, client: ClientDep, store: StoreDep,
                    settings: SettingsDep) -> TaskState:
-    return await live_state(client, store, await task_row(store, task_id), settings)
+    state = await live_state(client, store, await task_row(store, task_id), settings)
+    forks = await asyncio.to_thread(store.forks_of, task_id)
+    state.forks = [{"task_id": row.task_id, "step": (row.input or {})["fork"].get("step"),
+                    "status": row.status} for row in forks]
+    return state
 
 
 @tasks.get("/{task_id}/events", response_class=StreamingResponse, responses=SSE_RESPONSE)
@@ -288,11 +321,60 @@ async def decide(task_id: TaskId, body: ApprovalBody, client: ClientDep,
     return ApprovalOutcome(call_id=body.call_id, outcome=outcome)
 
 
+REWIND_RESPONSES = {
+    404: {"description": "No such agent task"},
+    409: {"description": "The task has ended (fork it instead) or Temporal refused the "
+                         "reset"},
+    422: {"description": "No such step: the task's current run took fewer checkpoints"},
+}
+FORK_RESPONSES = {
+    404: {"description": "No such agent task"},
+    422: {"description": "No such step, or a workspace that is not new or empty, or under "
+                         "none of the host's roots"},
+}
+
+
+def refused(err: branching.BranchRefused) -> HTTPException:
+    return HTTPException(err.status, err.message)
+
+
+@tasks.post("/{task_id}/rewind", response_model=TaskRewound, responses=REWIND_RESPONSES)
+async def rewind_task(task_id: TaskId, body: RewindBody, client: ClientDep,
+                      store: StoreDep) -> TaskRewound:
+    """Put a running task back to its Nth workspace checkpoint: its files as they were
+    after that call, and its run reset to go on from there (as `refloop rewind`). The
+    calls taken out keep their cost in the task's stats, marked rewound."""
+    row = await task_row(store, task_id, kind="agent")
+    try:
+        done = await branching.rewind(client, row.workflow_id, body.to_step)
+    except branching.BranchRefused as err:
+        raise refused(err) from err
+    return TaskRewound(task_id=task_id, step=done.step, checkpoint=done.checkpoint_id,
+                       run_id=done.run_id, rewound_tokens=done.rewound_tokens)
+
+
+@tasks.post("/{task_id}/fork", response_model=TaskForked, status_code=202,
+            responses=FORK_RESPONSES)
+async def fork_task(task_id: TaskId, body: ForkBody, client: ClientDep, store: StoreDep,
+                    settings: SettingsDep) -> TaskForked:
+    """Start a new task from step N of this one (running or ended): a new workspace put
+    back to that step's checkpoint, the plan, progress and conversation up to there, and
+    `task` as a new instruction (as `refloop fork`). The original is left as it is."""
+    row = await task_row(store, task_id, kind="agent")
+    try:
+        done = await branching.fork(client, store, settings, row.workflow_id, body.at_step,
+                                    body.task, body.workspace)
+    except branching.BranchRefused as err:
+        raise refused(err) from err
+    return TaskForked(task_id=done.task_id, forked_from=task_id, step=done.step,
+                      checkpoint=done.checkpoint_id, workspace=done.workspace, host=done.host)
+
+
 MOVE_RESPONSES = {
     404: {"description": "No such agent task"},
     409: {"description": "The task has ended, has no host, or is not waiting_for_host"},
     422: {"description": "The host is unknown, not live, or its roots do not hold the "
-                         "task's workspace"},
+                         "task's workspace (or the path `workspace` names)"},
 }
 
 
@@ -300,28 +382,32 @@ MOVE_RESPONSES = {
 async def move_task(task_id: TaskId, body: MoveBody, client: ClientDep,
                     store: StoreDep) -> TaskMoved:
     """Move a task waiting for a host that will never return to another live host whose
-    roots hold its workspace; the call it waits on is scheduled there at once."""
+    roots hold its workspace, at the same path or at `workspace` (the copy's path there);
+    the call it waits on is scheduled there at once."""
     row = await task_row(store, task_id, kind="agent")
     if row.status in TERMINAL_STATUSES:
         raise ended(task_id, row)
     workspace, before = row.input.get("workspace", ""), row.input.get("host")
     known = await asyncio.to_thread(list_hosts, store)
     try:
+        if body.workspace is not None:  # the copy's path there
+            workspace = host_workspace(body.workspace, body.host)
         target = live_host_holding(known, body.host, workspace)
-    except HostRefused as err:
+    except (HostRefused, WorkspaceError) as err:
         raise unprocessable(err) from err
     handle = client.get_workflow_handle(row.workflow_id)
+    moved_to = workspace if body.workspace is not None else None
     try:
         host = await handle.execute_update(AgentTaskWorkflow.move_to_host,
-                                           HostMove(host=target))
+                                           HostMove(host=target, workspace=moved_to))
     # The validator's word (not waiting, no host, ...); the test server says NOT_FOUND.
     except WorkflowUpdateFailedError as err:
         raise HTTPException(status.HTTP_409_CONFLICT, describe_update_failure(err)) from err
     except RPCError as err:
         raise HTTPException(status.HTTP_409_CONFLICT, err.message) from err
     if row.session_id:  # the session's next tasks go to the new host too
-        await asyncio.to_thread(move_session, store, row.session_id, host)
-    return TaskMoved(task_id=task_id, host=host, moved_from=before)
+        await asyncio.to_thread(move_session, store, row.session_id, host, moved_to)
+    return TaskMoved(task_id=task_id, host=host, moved_from=before, workspace=workspace)
 
 
 def describe_update_failure(err: WorkflowUpdateFailedError) -> str:
@@ -329,6 +415,9 @@ def describe_update_failure(err: WorkflowUpdateFailedError) -> str:
     return getattr(cause, "message", None) or str(cause or err)
 
 
-def move_session(store: Store, session_id: str, host: str) -> None:
+def move_session(store: Store, session_id: str, host: str,
+                 workspace: str | None = None) -> None:
+    """A moved task's session: its next tasks on the new host (and the copy's path)."""
     if store.get(SessionRecord, session_id) is not None:
-        store.update(SessionRecord, session_id, {"host": host})
+        store.update(SessionRecord, session_id,
+                     {"host": host, **({"workspace": workspace} if workspace else {})})

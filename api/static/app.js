@@ -12,9 +12,14 @@ if (fromUrl) {
 export function header() {
   const nav = document.createElement("header");
   nav.innerHTML = `<strong>refloop</strong>
-    <a href="prompts.html">System prompts</a><a href="new-task.html">New task</a>
+    <a href="index.html">Tasks</a><a href="new-task.html">New task</a>
+    <a href="prompts.html">System prompts</a>
     <a href="reviews.html">Quality reviews</a><a href="code-review.html">Code review</a>
-    <a href="/docs">API docs</a>`;
+    <a href="hosts.html">Hosts</a><a href="/docs">API docs</a>`;
+  const here = location.pathname.split("/").pop() || "index.html";
+  nav.querySelectorAll("a").forEach((a) => {
+    if (a.getAttribute("href") === here) a.setAttribute("aria-current", "page");
+  });
   if (sessionStorage.getItem(TOKEN_KEY)) {
     const out = document.createElement("button");
     out.type = "button"; out.className = "secondary"; out.textContent = "Sign out";

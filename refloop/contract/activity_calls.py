@@ -9,7 +9,7 @@ recorded histories name their activities by it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
@@ -26,20 +26,31 @@ from refloop.contract.activity_io import (
     EditedFile,
     HostCheckInput,
     JudgeEditInput,
+    KeepRecordsInput,
+    KeepRecordsResult,
     MakePlanInput,
     MakePlanResult,
     QualityReviewInput,
     QualityReviewResult,
+    ReadToolsInput,
     RecordQualityReviewInput,
     RunToolInput,
     SummarizeInput,
     SummarizeResult,
     SupplementPlanInput,
+    ToolCatalogSnapshot,
     ToolResult,
 )
-from refloop.contract.hosts import RunsOn
+from refloop.contract.checkpoints import (
+    CheckpointInput,
+    CheckpointResult,
+    RestoreInput,
+    RestoreResult,
+)
+from refloop.contract.hosts import ModelRoute, ModelRouteInput, RunsOn
 from refloop.contract.mcp import McpCallInput, McpListInput, McpToolList
 from refloop.contract.policies import (
+    CHECKPOINT_CALL,
     HOST_CHECK,
     INDEX_CALL,
     LLM_CALL,
@@ -48,11 +59,12 @@ from refloop.contract.policies import (
     REVIEW_CALL,
     REVIEW_CONTENT_READ,
     STORE_WRITE,
+    TOOL_CATALOG_READ,
     WORKSPACE_CALL,
     ActivityOptions,
 )
 from refloop.contract.task import IndexReport, RecordTaskInput, WorkspaceDescription, WorkspaceInput
-from refloop.contract.tool_catalog import tool_activity_options
+from refloop.contract.tool_catalog import TOOLS, tool_activity_options
 
 ArgT = TypeVar("ArgT", bound=BaseModel)
 ResultT = TypeVar("ResultT")
@@ -97,20 +109,36 @@ READ_EDIT = ActivityCall("refloop.review.read_edit", QualityReviewInput, EditedF
                          WORKSPACE_CALL, runs_on="workspace")
 JUDGE_EDIT = ActivityCall("refloop.review.judge_edit", JudgeEditInput, QualityReviewResult,
                           REVIEW_CALL, runs_on="model")
-RECORD_TASK = ActivityCall("refloop.store.record_task", RecordTaskInput, None, STORE_WRITE,
-                           local=True)
-RECORD_QUALITY_REVIEW = ActivityCall("refloop.store.record_quality_review",
-                                     RecordQualityReviewInput, None, STORE_WRITE, local=True)
+# An activity that returns nothing says so in its type: None alone names no type.
+RECORD_TASK: ActivityCall[RecordTaskInput, None] = ActivityCall(
+    "refloop.store.record_task", RecordTaskInput, None, STORE_WRITE, local=True)
+READ_TOOL_CATALOG = ActivityCall("refloop.tools.read_catalog", ReadToolsInput,
+                                 ToolCatalogSnapshot, TOOL_CATALOG_READ, local=True)
+# Scheduled, not local: a database outage is retried by the server, adding no events.
+KEEP_RECORDS = ActivityCall("refloop.store.keep_records", KeepRecordsInput, KeepRecordsResult,
+                            STORE_WRITE)
+RECORD_QUALITY_REVIEW: ActivityCall[RecordQualityReviewInput, None] = ActivityCall(
+    "refloop.store.record_quality_review", RecordQualityReviewInput, None, STORE_WRITE,
+    local=True)
 DESCRIBE_WORKSPACE = ActivityCall("refloop.workspace.describe", WorkspaceInput,
                                   WorkspaceDescription, WORKSPACE_CALL, runs_on="workspace")
 INDEX_WORKSPACE = ActivityCall("refloop.workspace.index", WorkspaceInput, IndexReport,
                                INDEX_CALL, runs_on="workspace")
+# Taken on the task's host; restored on whichever host the workspace is to be on.
+CHECKPOINT_WORKSPACE = ActivityCall("refloop.workspace.checkpoint", CheckpointInput,
+                                    CheckpointResult, CHECKPOINT_CALL, runs_on="workspace")
+RESTORE_WORKSPACE = ActivityCall("refloop.workspace.restore", RestoreInput, RestoreResult,
+                                 CHECKPOINT_CALL, runs_on="workspace")
 # MCP servers start in the task's workspace: on its host.
 MCP_LIST_TOOLS = ActivityCall("refloop.mcp.list_tools", McpListInput, McpToolList, MCP_LIST,
                               runs_on="workspace")
 MCP_CALL_TOOL = ActivityCall("refloop.mcp.call_tool", McpCallInput, ToolResult, MCP_CALL,
                              runs_on="workspace")
-CHECK_HOST = ActivityCall("refloop.hosts.check", HostCheckInput, None, HOST_CHECK, local=True)
+CHECK_HOST: ActivityCall[HostCheckInput, None] = ActivityCall(
+    "refloop.hosts.check", HostCheckInput, None, HOST_CHECK, local=True)
+# The fleet's model-call rate, from the worker running the task: eager model calls or not.
+MODEL_ROUTE = ActivityCall("refloop.fleet.model_route", ModelRouteInput, ModelRoute, HOST_CHECK,
+                           local=True)
 
 # The code-review supervisor's
 LOAD_REVIEW_CONTENT = ActivityCall("refloop.code_review.load_content", review.LoadContentInput,
@@ -123,8 +151,8 @@ VERIFY_AGENT = ActivityCall("refloop.code_review.verify", review.AgentCallInput,
 FORMAT_REVIEW = ActivityCall("refloop.code_review.format_output", review.FormatInput,
                              review.FormatResult, LLM_CALL, runs_on="model")
 # Scheduled (not local) as it always was: its recorded histories replay unchanged.
-RECORD_REVIEW_CONTENT = ActivityCall("refloop.code_review.record_content",
-                                     review.RecordContentInput, None, STORE_WRITE)
+RECORD_REVIEW_CONTENT: ActivityCall[review.RecordContentInput, None] = ActivityCall(
+    "refloop.code_review.record_content", review.RecordContentInput, None, STORE_WRITE)
 
 TOOL_PREFIX = "refloop.tool."
 
@@ -137,12 +165,13 @@ def run_tool(name: str) -> ActivityCall[RunToolInput, ToolResult]:
                         tool_activity_options(name).as_options(), runs_on="workspace")
 
 
-FIXED: tuple[ActivityCall, ...] = (
+FIXED: tuple[ActivityCall[Any, Any], ...] = (
     CLASSIFY_INTENT, MAKE_PLAN, ACT, SUMMARIZE, CHECK_COMPLETENESS, CHECK_CLAIMED_FILES,
     JUDGE_COMPLETENESS, PLAN_SUPPLEMENT, QUALITY_REVIEW, READ_EDIT, JUDGE_EDIT, RECORD_TASK,
     RECORD_QUALITY_REVIEW, DESCRIBE_WORKSPACE, INDEX_WORKSPACE,
     MCP_LIST_TOOLS, MCP_CALL_TOOL, LOAD_REVIEW_CONTENT, REVIEW_AGENT, VERIFY_AGENT,
-    FORMAT_REVIEW, RECORD_REVIEW_CONTENT, CHECK_HOST,
+    FORMAT_REVIEW, RECORD_REVIEW_CONTENT, CHECK_HOST, MODEL_ROUTE, CHECKPOINT_WORKSPACE,
+    RESTORE_WORKSPACE, READ_TOOL_CATALOG, KEEP_RECORDS,
 )
 
 
@@ -151,3 +180,10 @@ def runs_on(name: str) -> RunsOn:
     if name.startswith(TOOL_PREFIX):
         return "workspace"
     return next((call.runs_on for call in FIXED if call.name == name), "shared")
+
+
+def every_call() -> dict[str, ActivityCall[Any, Any]]:
+    """Every activity a workflow calls, by name (a tool's through `run_tool`)."""
+    calls = {call.name: call for call in globals().values() if isinstance(call, ActivityCall)}
+    calls.update({run_tool(name).name: run_tool(name) for name in TOOLS})
+    return calls

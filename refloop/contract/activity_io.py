@@ -4,9 +4,15 @@ every one a pydantic model, new fields optional.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
-from pydantic import BaseModel, Field
+from pydantic import (
+    BaseModel,
+    Field,
+    SerializerFunctionWrapHandler,
+    TypeAdapter,
+    model_serializer,
+)
 
 from refloop.contract.messages import (
     ChatMessage,
@@ -16,6 +22,7 @@ from refloop.contract.messages import (
     TokenUsage,
     ToolCall,
 )
+from refloop.contract.tool_properties import ToolProperties
 
 # ---------------------------------------------------------------- activity I/O
 
@@ -237,6 +244,64 @@ class CompletenessInput(BaseModel):
     # The claimed files found missing, when read on the task's host beforehand (None: the
     # activity reads the workspace itself, as runs recorded before the split do).
     decisive: list[str] | None = None
+    # Earlier calls' records, kept in the blob store (`KeepRecordsResult.ref`), oldest
+    # first; `history` holds the calls since. Empty from runs of earlier code.
+    history_refs: list[str] = Field(default_factory=list)
+
+
+class ReadToolsInput(BaseModel):
+    """Nothing to say yet: the worker's catalogue, whole."""
+
+
+class ToolCatalogSnapshot(BaseModel):
+    """The built-in tools a run uses, with their properties, in the model's order: read once
+    at the run's start and kept in its state, so replay never depends on the code's
+    current catalogue."""
+
+    tools: dict[str, ToolProperties]
+
+    @model_serializer(mode="wrap")
+    def _compact(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Each tool without the properties its kind gives anyway (a catalogue in every
+        task's history: 1.2 KB instead of 4.5); loading derives them again."""
+        data = handler(self)
+        tools = data.get("tools") if isinstance(data, dict) else None
+        if not isinstance(tools, dict):
+            return cast("dict[str, Any]", data)
+        return {**data, "tools": {name: {key: value for key, value in props.items()
+                                         if key == "kind" or value != _kind_default(props)[key]}
+                                  for name, props in tools.items()}}
+
+
+def _kind_default(props: dict[str, Any]) -> dict[str, Any]:
+    defaults: dict[str, Any] = _PROPERTIES.dump_python(ToolProperties(kind=props["kind"]),
+                                                       mode="json")
+    return defaults
+
+
+_PROPERTIES: TypeAdapter[ToolProperties] = TypeAdapter(ToolProperties)
+
+
+class KeepRecordsInput(BaseModel):
+    """Tool-call records a long task no longer carries in its state."""
+
+    records: list[ToolRecord]
+    # The links kept before these records, oldest first: the new blob names them, so a
+    # task's state holds only the newest link (`KeptRecords`). Empty from runs of earlier
+    # code, whose state lists every link itself.
+    earlier: list[str] = Field(default_factory=list)
+
+
+class KeptRecords(BaseModel):
+    """A link of a task's chain of kept tool records, as stored (a blob): its records, and
+    the links before it. A link stored by earlier code is the bare list of records."""
+
+    earlier: list[str] = Field(default_factory=list)
+    records: list[ToolRecord]
+
+
+class KeepRecordsResult(BaseModel):
+    ref: str  # the blob holding them, as JSON
 
 
 class ClaimedFilesInput(BaseModel):

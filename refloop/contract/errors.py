@@ -18,13 +18,24 @@ class LLMError(Exception):
 
 
 class LLMTransportError(LLMError):
-    """Timeouts, connection errors, 408/409/429, 5xx: Temporal retries with backoff."""
+    """Timeouts, connection errors, 401/403/408/409/429, 5xx, a garbled or empty answer:
+    the endpoint may recover, so the call waits it out (`refloop.llm.outage`)."""
 
     retryable = True
 
 
 class LLMClientError(LLMError):
-    """400/401/403/404/422 and other 4xx: retrying cannot help."""
+    """400/404/422 and other 4xx: retrying cannot help."""
+
+
+class ModelUnavailable(LLMError):
+    """The model endpoint stayed down (errors it may recover from) for longer than
+    `REFLOOP_MODEL_OUTAGE_S`: the call gives up, naming the endpoint and its last error."""
+
+
+class ModelRedirected(LLMClientError):
+    """The endpoint answered a redirect. Never followed: the whole prompt would go to
+    whatever the Location names (an open redirect on a bound endpoint, another origin)."""
 
 
 class InvalidModelOutput(LLMError):

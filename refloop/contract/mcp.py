@@ -45,6 +45,9 @@ class McpToolInfo(BaseModel):
     confirm: bool = False
     timeout_s: float = 60.0
     read_only: bool | None = None
+    # What the server's readOnlyHint said: shown, never trusted (only the operator's
+    # `properties` make a tool a read). Optional: histories recorded before it lack it.
+    declared_read_only: bool | None = None
     destructive: bool | None = None
     idempotent: bool | None = None
 
@@ -83,7 +86,8 @@ def mcp_tool_properties(tool: McpToolInfo) -> ToolProperties:
     """The one place an MCP tool's properties are decided: its annotations, under its
     server's configuration.
 
-    Only a tool that says `readOnlyHint: true` (and is not destructive) is a read, like the
+    Only a tool the operator's `properties` call read-only (a server's own readOnlyHint
+    is not trusted: `annotated`), and not destructive, is a read, like the
     read-only built-ins: allowed by task constraints, an empty result is an anomaly, retried
     after a transport failure. Any other tool is a write: it waits for approval under
     `confirm_writes` and `confirm_all`, and runs at most once unless it says

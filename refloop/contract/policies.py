@@ -17,13 +17,14 @@ from refloop.contract.errors import (
     InvalidModelOutput,
     LLMClientError,
     McpConfigError,
+    ModelUnavailable,
     ToolError,
     UnknownToolError,
     non_retryable,
 )
 from refloop.contract.hosts import HostRefused
 
-NON_RETRYABLE_LLM_ERRORS = non_retryable(LLMClientError, InvalidModelOutput)
+NON_RETRYABLE_LLM_ERRORS = non_retryable(LLMClientError, InvalidModelOutput, ModelUnavailable)
 
 
 @dataclass(frozen=True)
@@ -54,17 +55,22 @@ HEARTBEAT = timedelta(seconds=6)
 # How often activities beat: a third of the timeout, so two beats may be lost.
 HEARTBEAT_INTERVAL = HEARTBEAT / 3
 
-# Model calls: transport errors back off exponentially; a dead worker is noticed by
-# the heartbeat timeout; a whole call with its retries is bounded at 15 minutes.
+# Model calls. An outage of the endpoint (errors it may recover from) is waited out
+# inside the attempt: the call waits at its worker's gate and sends its failed request
+# again when a probe gets through (`refloop.llm.outage`), nothing answered is asked twice;
+# after REFLOOP_MODEL_OUTAGE_S (default 6 h) it fails with ModelUnavailable, never retried.
+# Start-to-close covers that wait plus the requests of one attempt (up to 3 structured
+# answers, each re-asked once when cut off, each maybe picking its tool first: 12 requests
+# of REFLOOP_LLM_TIMEOUT_S, 24 min at 120 s); a longer wait goes on in the next attempt,
+# which reads the wait's start from the heartbeat. Retries are for a dead or hung worker.
 LLM_CALL = ActivityOptions(
-    start_to_close=timedelta(minutes=3),
+    start_to_close=timedelta(hours=8),
     heartbeat=HEARTBEAT,
-    schedule_to_close=timedelta(minutes=15),
     retry=RetryPolicy(
         initial_interval=timedelta(seconds=1),
         backoff_coefficient=2.0,
         maximum_interval=timedelta(seconds=30),
-        maximum_attempts=6,
+        maximum_attempts=10,
         non_retryable_error_types=NON_RETRYABLE_LLM_ERRORS,
     ),
 )
@@ -134,12 +140,36 @@ REVIEW_CALL = ActivityOptions(
 
 MAX_REPLANS = 2
 CARRIED_EVENTS = 200  # events a continued run carries over (older ones keep their seq gap)
+# Quality reviews a task's state and result carry: the recent ones (each is in the
+# `quality_reviews` table; the state counts them all)
+REVIEWS_CARRIED = 20
+# Tool violations a task's state and result carry: the recent ones (each is a
+# `tool_violation` event; the state counts them all, the result says how many it left out)
+VIOLATIONS_CARRIED = 20
+# Files the quality-review cap remembers: those of the recent failures not yet capped, and
+# the recently capped ones (a file forgotten is reviewed again when edited again)
+REVIEW_FILES_KEPT = 100
+# Files the step summaries of a long task's kept tool records claim written, which the
+# completeness check verifies exist: the most recently claimed
+KEPT_CLAIMS = 100
 TOOL_RESULT_CHARS = 8_000
 
 # Environment and repo map: a bounded walk of the workspace; a missing one is non-fatal.
 WORKSPACE_CALL = ActivityOptions(
     start_to_close=timedelta(minutes=2),
     retry=RetryPolicy(maximum_attempts=3, non_retryable_error_types=non_retryable(ToolError)),
+)
+
+# Workspace checkpoints: the first of a large tree reads all of it (heartbeating); a retry
+# finds the content it stored already.
+CHECKPOINT_CALL = ActivityOptions(
+    start_to_close=timedelta(minutes=30),
+    heartbeat=HEARTBEAT,
+    # about 25 s of retries: a database restart is outlasted; a longer outage costs that
+    # step's checkpoint only (the next one holds every file again)
+    retry=RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
+                      maximum_interval=timedelta(seconds=10), maximum_attempts=6,
+                      non_retryable_error_types=non_retryable(ToolError)),
 )
 
 # Background semantic indexing: long, heartbeating progress; resumable (content hashes).
@@ -153,3 +183,17 @@ INDEX_CALL = ActivityOptions(
         maximum_attempts=3,
     ),
 )
+
+
+# The tool catalogue read once at a run's start (no I/O: it fails only on a bug).
+TOOL_CATALOG_READ = ActivityOptions(
+    start_to_close=timedelta(seconds=10),
+    retry=RetryPolicy(maximum_attempts=3),
+)
+
+# A store write as a local activity, for a few attempts (about 7 s): past them (a database
+# outage) the write is scheduled with STORE_WRITE and waits on the server, whose retries add
+# no history events; a local activity retrying on adds about 24 events a minute. (Attempts,
+# not a schedule-to-close: the local activity's retries ran on past one.)
+STORE_WRITE_LOCAL = dataclasses.replace(
+    STORE_WRITE, retry=dataclasses.replace(STORE_WRITE.retry, maximum_attempts=4))

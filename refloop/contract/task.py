@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from refloop.contract.activity_io import ModelEndpoint, QualityReview
+from refloop.contract.checkpoints import ForkOrigin
 from refloop.contract.hosts import HOST_ID_PATTERN
 from refloop.contract.messages import IntentResult, Plan, TokenUsage
 
@@ -57,6 +58,9 @@ class TaskInput(BaseModel):
     preset_plan: Plan | None = None
     prior_context: str | None = None
     enable_planning: bool = True
+    # A workspace checkpoint after each call that may change it (stored in the shared store:
+    # a step's files can be put back on any host)
+    checkpoints: bool = True
     allow_network: bool = False
     allow_shell_operators: bool = False
     # auto | confirm_writes (writes and run_cmd wait for a decision) | confirm_all
@@ -80,6 +84,9 @@ class TaskInput(BaseModel):
     # How long a worker of the host may take to pick a workspace call up before the task
     # shows `waiting_for_host` (None: 60 s).
     host_wait_s: float | None = Field(default=None, gt=0)
+    # A fork of another task at one of its steps (`refloop fork`); added later, optional:
+    # None is a task of its own, as before
+    fork: ForkOrigin | None = None
 
 
 class WorkspaceInput(BaseModel):
@@ -142,6 +149,30 @@ class TaskStats(BaseModel):
     usage: TokenUsage = Field(default_factory=TokenUsage)
     usage_by_purpose: dict[str, TokenUsage] = Field(default_factory=dict)
     usage_by_model: dict[str, TokenUsage] = Field(default_factory=dict)  # the cost ledger
+    # Seconds model calls waited out an endpoint outage (`waiting_for_model`); new, so
+    # runs recorded before it read 0.
+    model_wait_s: float = 0.0
+    # Of `usage` (and `usage_by_model`): the cost of calls a rewind took out of the run,
+    # still paid for; new, so runs recorded before it read 0
+    rewound_usage: TokenUsage = Field(default_factory=TokenUsage)
+    rewound_by_model: dict[str, TokenUsage] = Field(default_factory=dict)
+
+
+# The signal a model activity sends its task when its call starts waiting for the
+# endpoint, and when the endpoint answers again.
+MODEL_WAIT_SIGNAL = "model_wait"
+
+
+class ModelWaitReport(BaseModel):
+    """`waiting`: the call waits for `endpoint` since `since` (epoch seconds), its last
+    `error`; else the endpoint answered after `waited_s`, or the call gave up then."""
+
+    waiting: bool
+    endpoint: str
+    error: str | None = None
+    since: float | None = None
+    waited_s: float | None = None
+    gave_up: bool = False  # past REFLOOP_MODEL_OUTAGE_S: the call fails next
 
 
 class TaskResult(BaseModel):
@@ -161,8 +192,15 @@ class TaskResult(BaseModel):
     stats: TaskStats = Field(default_factory=TaskStats)
     quality_reviews: list[QualityReview] = Field(default_factory=list)
     supplements: list[dict[str, Any]] = Field(default_factory=list)  # one per child run
+    # The recent violations (a long task's earlier ones are its `tool_violation` events);
+    # `tool_violations_left_out` says how many more there were (new, so earlier results,
+    # which carried them all, read 0)
     tool_violations: list[dict[str, Any]] = Field(default_factory=list)
+    tool_violations_left_out: int = 0
     allowed_tools_snapshot: list[str] = Field(default_factory=list)
+    # Successful edits of the run and its children, counted in its state (its events may
+    # be trimmed); None from earlier code, whose parent then counts them in `events`
+    edits_ok: int | None = None
 
 
 class TaskProgress(BaseModel):

@@ -64,3 +64,29 @@ def task_keywords(task: str) -> list[str]:
         if lowered not in _STOPWORDS:
             seen.setdefault(lowered, None)
     return list(seen)[:MAX_KEYWORDS]
+
+
+# Characters a terminal acts on rather than shows: C0 controls (ESC starts every escape
+# sequence: colours, screen clears, OSC 52 clipboard writes), DEL, C1 controls (0x9b is a
+# one-byte CSI) and the bidirectional overrides that reorder what a reader sees.
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def escape_controls(text: str, keep: str = "\n\t") -> str:
+    """`text` with every control character except those in `keep` shown as an escape
+    (`\\x1b`, `\\u202e`): what a model, a repository or a tool wrote reaches a terminal, a
+    page or another tool as text, never as an instruction to it."""
+    def escaped(match: re.Match[str]) -> str:
+        char = match.group()
+        if char in keep:
+            return char
+        return f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}"
+
+    return _CONTROLS.sub(escaped, text)
+
+
+def escape_json_controls(text: str) -> str:
+    """JSON text (json.dumps escapes C0 controls itself) with the C1 and bidi controls
+    escaped too: inside strings, the only place they can be, `\\u009b` is valid JSON."""
+    return re.sub("[\x7f-\x9f\u202a-\u202e\u2066-\u2069]",
+                  lambda match: f"\\u{ord(match.group()):04x}", text)

@@ -90,3 +90,15 @@ def list_query(**filters: str | None) -> str:
         quoted = value.replace("\\", "\\\\").replace("'", "\\'")
         clauses.append(f"{names[key]} = '{quoted}'")
     return " AND ".join(clauses)
+
+
+# One name per kind: the `RefloopKind` values (durable in Temporal's visibility store and
+# in saved Web UI filters) are the names the API, console and documents use. Task rows keep
+# their stored `agent` for agent tasks; `kind_name` says it the one way.
+AGENT_TASK, SUPPLEMENT, CODE_REVIEW = "agent_task", "supplement", "code_review"
+STORED_KINDS = {AGENT_TASK: "agent", CODE_REVIEW: "code_review"}
+
+
+def kind_name(stored: str) -> str:
+    """A task row's kind as RefloopKind says it ('agent' -> 'agent_task')."""
+    return AGENT_TASK if stored == "agent" else stored

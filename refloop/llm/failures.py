@@ -1,10 +1,12 @@
-"""How a failed model request is classified: retryable transport errors (with the server's
-retry hints) or non-retryable client errors.
+"""How a failed model request is classified: errors the endpoint may recover from (waited
+out, with the server's retry hints) or errors no wait can fix (the call fails at once).
+Every message names the endpoint; none is a Python exception's name.
 """
 
 from __future__ import annotations
 
 import email.utils
+import json
 import logging
 import re
 import sys
@@ -16,7 +18,6 @@ import openai
 from refloop.contract.errors import LLMClientError, LLMError, LLMTransportError
 
 log = logging.getLogger("refloop.llm")
-RETRYABLE_STATUSES = frozenset({408, 409, 429})
 ERROR_CLASS_RE = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,39}")
 def _body_text(err: openai.APIStatusError) -> str:
     try:
@@ -65,17 +66,26 @@ def error_class(err: openai.APIStatusError) -> str:
     return type(err).__name__
 
 
-def classify(err: Exception) -> LLMError:
-    """Map an openai exception onto our retryable / non-retryable errors."""
+# Statuses a wait may fix besides 5xx. 401/403: the key was refused; keys get rotated, so
+# the task waits (with that said) until workers run with a valid one or the bound passes.
+RECOVERABLE_STATUSES = frozenset({401, 403, 408, 409, 429})
+REFUSED_KEY_STATUSES = frozenset({401, 403})
+
+
+def classify(err: Exception, endpoint: str = "the model endpoint") -> LLMError:
+    """Map an openai exception onto our recoverable (`LLMTransportError`: waited out) and
+    permanent (`LLMClientError`) errors; each message names `endpoint`."""
     if isinstance(err, openai.APITimeoutError):
-        return LLMTransportError("model endpoint timed out (no answer within the client timeout)")
+        return LLMTransportError(f"{endpoint} timed out (no answer within the client timeout)")
     if isinstance(err, openai.APIConnectionError):
-        return LLMTransportError(f"model endpoint unreachable ({type(err).__name__})")
+        return LLMTransportError(f"{endpoint} unreachable ({_connection_failure(err)})")
     if isinstance(err, openai.APIStatusError):
         status = err.status_code
         # The endpoint's own words stay in the worker log: a body can be anything a URL
         # chosen by an API client answers (an internal page), and task errors reach clients.
-        message = f"HTTP {status} from the model endpoint ({error_class(err)})"
+        message = f"HTTP {status} from {endpoint} ({error_class(err)})"
+        if status in REFUSED_KEY_STATUSES:
+            message += ": the endpoint refuses the API key; waiting for a valid one"
         body = _body_text(err)
         log.warning("%s: %s", message, " ".join(body.split())[:2000])
         headers = err.response.headers if err.response is not None else {}
@@ -83,7 +93,7 @@ def classify(err: Exception) -> LLMError:
         if verdict is None:
             # llama-cpp-python answers a request it cannot parse with a 500 "validation
             # error": retrying the same request cannot help.
-            verdict = (status in RETRYABLE_STATUSES or status >= 500) and not (
+            verdict = (status in RECOVERABLE_STATUSES or status >= 500) and not (
                 status >= 500 and "validation error" in body.lower())
         if verdict:
             error: LLMError = LLMTransportError(message, status, retry_after(headers))
@@ -91,8 +101,43 @@ def classify(err: Exception) -> LLMError:
             error = LLMClientError(message, status)
         error.body = body
         return error
+    if isinstance(err, (UnicodeDecodeError, json.JSONDecodeError)):
+        return garbled(err, endpoint)
     log.warning("model call failed: %r", err)
-    return LLMTransportError(f"model call failed ({type(err).__name__})")
+    return LLMTransportError(f"{endpoint}: the call failed ({type(err).__name__})")
+
+
+def garbled(err: UnicodeDecodeError | json.JSONDecodeError, endpoint: str) -> LLMTransportError:
+    """A success status with a body that is not UTF-8 or not JSON: the endpoint's fault,
+    said as such. Where in the body and what byte go in the message; the excerpt itself
+    only in the worker log (a body from a URL an API client chose may be an internal page)."""
+    if isinstance(err, UnicodeDecodeError):
+        data = bytes(err.object)
+        bad = data[err.start:err.start + 1].hex() or "end"
+        what = (f"a body that is not UTF-8 (byte 0x{bad} at offset {err.start} of "
+                f"{len(data)})")
+        excerpt = data[max(err.start - 40, 0):err.start + 40]
+    else:
+        what = (f"a body that is not valid JSON ({err.msg} at offset {err.pos} of "
+                f"{len(err.doc)})" if err.doc.strip() else "an empty body")
+        excerpt = err.doc[max(err.pos - 40, 0):err.pos + 40].encode()
+    message = f"{endpoint} answered HTTP 2xx with {what}"
+    log.warning("%s: %r", message, excerpt)
+    error = LLMTransportError(message, 200)
+    error.body = repr(excerpt)
+    return error
+
+
+def _connection_failure(err: openai.APIConnectionError) -> str:
+    """"connection refused", "connection reset", ...: what the transport said, short."""
+    cause = err.__cause__
+    while cause is not None and cause.__cause__ is not None and not str(cause):
+        cause = cause.__cause__
+    words = " ".join(str(cause).split()).lower() if cause is not None else ""
+    for said in ("refused", "reset", "closed", "name or service not known", "timed out"):
+        if said in words:
+            return f"connection {said}" if said in ("refused", "reset", "closed") else said
+    return "connection failed"
 
 
 def abandoned_by(err: openai.OpenAIError) -> bool:

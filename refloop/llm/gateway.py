@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
 import time
 from typing import Any
 
@@ -19,7 +20,13 @@ import openai
 from pydantic import ValidationError
 
 from refloop.contract.activity_io import LLMUsageRecord, ModelEndpoint
-from refloop.contract.errors import InvalidModelOutput, LLMClientError, LLMError, LLMTransportError
+from refloop.contract.errors import (
+    InvalidModelOutput,
+    LLMClientError,
+    LLMError,
+    LLMTransportError,
+    ModelRedirected,
+)
 from refloop.contract.messages import (
     ChatMessage,
     Purpose,
@@ -35,6 +42,7 @@ from refloop.llm.failures import (
     classify,
 )
 from refloop.llm.ledger import current_ledger, in_flight, settled
+from refloop.llm.outage import EndpointGates, current_watch, endpoint_name, recoverable
 from refloop.llm.stream import (
     Answer,
     EmptyStream,
@@ -60,6 +68,7 @@ from refloop.llm.wire import (
     parse_json_answer,
     to_wire,
 )
+from refloop.runtime.metrics import model_request
 from refloop.runtime.telemetry import tracer
 from refloop.settings import Settings
 
@@ -73,17 +82,34 @@ def cut_at(cut: str | None, cap: int, settings: Settings) -> str:
     return f"at the limit of {cap} tokens"
 
 
+def model_client(base_url: str | None, api_key: str, timeout_s: float) -> openai.AsyncOpenAI:
+    """The client of one endpoint: no retries (Temporal's), and redirects never followed
+    (the openai client's own httpx client follows them, re-sending the whole prompt)."""
+    return openai.AsyncOpenAI(
+        base_url=base_url, api_key=api_key, max_retries=0, timeout=timeout_s,
+        http_client=openai.DefaultAsyncHttpxClient(follow_redirects=False, timeout=timeout_s))
+
+
+def redirect_refused(err: openai.OpenAIError, base_url: str) -> ModelRedirected | None:
+    """A 3xx answer as the non-retryable error naming the endpoint and where it pointed."""
+    if not isinstance(err, openai.APIStatusError) or not 300 <= err.status_code < 400:
+        return None
+    location = err.response.headers.get("location", "(no Location)")
+    return ModelRedirected(
+        f"the model endpoint {endpoint_name(base_url)} answered HTTP {err.status_code} "
+        f"redirecting to "
+        f"{location[:300]}; model requests never follow redirects: configure the final URL",
+        err.status_code)
+
+
 class LLMGateway:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.default_model = settings.refloop_model
         self.base_url = settings.openai_base_url or "scripted"
-        self.client = openai.AsyncOpenAI(
-            base_url=settings.openai_base_url,
-            api_key=settings.openai_api_key or "not-needed",
-            max_retries=0,
-            timeout=settings.refloop_llm_timeout_s,
-        )
+        self.client = model_client(settings.openai_base_url,
+                                   settings.openai_api_key or "not-needed",
+                                   settings.refloop_llm_timeout_s)
         self.max_tokens = parse_max_tokens(settings.refloop_max_tokens)
         self.endpoints = Endpoints(settings.refloop_structured_mode, settings.refloop_tool_mode,
                                    settings.refloop_llm_concurrency,
@@ -91,6 +117,8 @@ class LLMGateway:
                                    stream=settings.refloop_llm_stream)
         self.usage_by_purpose: dict[str, TokenUsage] = {}
         self.endpoint_clients: dict[tuple[str | None, str | None, str], openai.AsyncOpenAI] = {}
+        # Endpoints this worker knows are down, each with its one probe (refloop.llm.outage)
+        self.gates = EndpointGates(settings.refloop_model_probe_s)
 
     def client_for(self, endpoint: ModelEndpoint | None) -> openai.AsyncOpenAI:
         """The default client, or one for a task's model config: its base URL, and the key
@@ -112,9 +140,8 @@ class LLMGateway:
         base_url = endpoint.base_url or self.settings.openai_base_url
         cache_key = (base_url, endpoint.api_key_env, key or "")
         if cache_key not in self.endpoint_clients:
-            self.endpoint_clients[cache_key] = openai.AsyncOpenAI(
-                base_url=base_url, api_key=key or "not-needed", max_retries=0,
-                timeout=self.settings.refloop_llm_timeout_s)
+            self.endpoint_clients[cache_key] = model_client(
+                base_url, key or "not-needed", self.settings.refloop_llm_timeout_s)
         return self.endpoint_clients[cache_key]
 
     def _base_url_of(self, endpoint: ModelEndpoint | None) -> str:
@@ -141,6 +168,8 @@ class LLMGateway:
             await slot.acquire()
         release = slot.release if slot is not None else None
         headers = {PURPOSE_HEADER: purpose.value}
+        started = time.monotonic()
+        answered: TokenUsage | None = None
         try:
             if kwargs.get("stream"):
                 answer = await streamed_request(
@@ -162,8 +191,9 @@ class LLMGateway:
             self._count(purpose, in_flight(cap))
             if ledger is not None:
                 ledger.failed(cap, abandoned=True)
-            raise (classify(err) if isinstance(err, openai.APITimeoutError) else
-                   LLMTransportError("model endpoint timed out (no token within "
+            raise (classify(err, endpoint_name(base_url))
+                   if isinstance(err, openai.APITimeoutError) else
+                   LLMTransportError(f"{endpoint_name(base_url)} timed out (no token within "
                                      f"{self.settings.refloop_llm_timeout_s:g} s)")) from err
         except (StreamStalled, StreamInterrupted, EmptyStream) as err:
             # Hung up or ended by the server: nothing more is generated; what came counts.
@@ -174,7 +204,7 @@ class LLMGateway:
             if ledger is not None:
                 ledger.failed(cap, abandoned=False, received=received)
             if not isinstance(err, EmptyStream):
-                raise LLMTransportError(str(err)) from err
+                raise LLMTransportError(f"{endpoint_name(base_url)}: {err}") from err
             empty = err
         except openai.OpenAIError as err:
             abandoned = abandoned_by(err)
@@ -182,11 +212,19 @@ class LLMGateway:
                         else in_flight(cap).add(settled(cap, failed=True)))
             if ledger is not None:
                 ledger.failed(cap, abandoned)
-            raise classify(err) from err
+            raise (redirect_refused(err, base_url)
+                   or classify(err, endpoint_name(base_url))) from err
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            # An answer that is not UTF-8 or not JSON: the endpoint's fault, said so.
+            self._count(purpose, in_flight(cap).add(settled(cap, failed=True)))
+            if ledger is not None:
+                ledger.failed(cap, abandoned=False)
+            raise classify(err, endpoint_name(base_url)) from err
         except asyncio.CancelledError:  # the attempt was cancelled mid-request
             self._count(purpose, in_flight(cap))
             raise
         else:
+            answered = answer.usage
             self._count(purpose, answer.usage)
             if ledger is not None:
                 ledger.answered(answer.usage, cap)
@@ -194,10 +232,17 @@ class LLMGateway:
         finally:
             if release is not None:
                 release()
+            failure = sys.exc_info()[1]
+            outcome = "ok" if answered is not None else \
+                type(failure).__name__ if failure is not None else "empty_stream"
+            model_request(endpoint_name(base_url), purpose.value, outcome,
+                          time.monotonic() - started,
+                          answered.prompt_tokens if answered else 0,
+                          answered.completion_tokens if answered else 0)
         # The stream ended before its first chunk: the endpoint cannot stream this request.
         if not self.endpoints.drop(base_url, model, stream_feature(kwargs["extra_body"]),
                                    str(empty)):
-            raise LLMTransportError(str(empty)) from empty
+            raise LLMTransportError(f"{endpoint_name(base_url)}: {empty}") from empty
         if self.endpoints.state(base_url, model).picks_tool():
             raise PickTheToolFirst from empty
         unstreamed = {k: v for k, v in kwargs.items() if k not in ("stream", "stream_options")}
@@ -337,6 +382,38 @@ class LLMGateway:
 
     async def _traced(self, purpose: Purpose, model: str, kwargs: dict[str, Any],
                       client: openai.AsyncOpenAI, base_url: str) -> ChatOutcome:
+        """One request, waited through an outage of its endpoint when the calling activity
+        watches for one (`refloop.llm.outage`): a recoverable failure is tried again, this
+        request alone, once the gate lets it, so nothing answered before is asked again."""
+        watch = current_watch.get()
+        if watch is None:
+            return await self._traced_once(purpose, model, kwargs, client, base_url)
+        name = endpoint_name(base_url)
+        bound_s = self.settings.refloop_model_outage_s
+
+        async def wait(error: str) -> None:
+            await watch.waiting(name, error, bound_s)
+
+        while True:
+            turn = await self.gates.turn(base_url, wait)
+            try:
+                outcome = await self._traced_once(purpose, model, kwargs, client, base_url)
+            except LLMError as err:
+                if not recoverable(err):
+                    self.gates.answered(base_url)  # it answered: a refusal of this request
+                    raise
+                self.gates.failed(base_url, turn, err)
+                await watch.waiting(name, str(err), bound_s)
+                continue
+            except BaseException:
+                self.gates.abandoned(base_url, turn)
+                raise
+            self.gates.answered(base_url)
+            await watch.back()
+            return outcome
+
+    async def _traced_once(self, purpose: Purpose, model: str, kwargs: dict[str, Any],
+                           client: openai.AsyncOpenAI, base_url: str) -> ChatOutcome:
         started = time.monotonic()
         with tracer.start_as_current_span(f"chat {model}") as span:
             span.set_attributes({"gen_ai.operation.name": "chat", "gen_ai.system": "openai",
@@ -351,7 +428,7 @@ class LLMGateway:
                 "refloop.cut": answer.cut or "",
             })
         if answer.finish_reason is None and answer.content is None and not answer.calls:
-            raise LLMTransportError("model endpoint answered with no choices")
+            raise LLMTransportError(f"{endpoint_name(base_url)} answered with no choices")
         content = answer.content
         abnormal = detect_abnormal_output(content or "")
         if abnormal:

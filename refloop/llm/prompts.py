@@ -75,7 +75,8 @@ COMPLETENESS_SYSTEM = (
 
 SUPPLEMENT_PLAN_SYSTEM = PLAN_SYSTEM + (
     " This is a supplement plan: cover only the missing operations listed under "
-    "【需要补充的操作】 and never repeat a completed step."
+    "'Missing actions to supplement:' (in older runs: 【需要补充的操作】) and never repeat "
+    "a completed step."
 )
 
 

@@ -64,6 +64,10 @@ class ScriptState:
         # test kills a worker while the call it waits on is here.
         self.arrived: Counter[tuple[str, str | None]] = Counter()
         self.default = "default"
+        # An endpoint-wide fault (an outage on demand, `POST /_admin/fault`): every chat
+        # request gets it, no scenario entry is used; `faulted` keeps when each came.
+        self.fault: dict[str, Any] | None = None
+        self.faulted: list[float] = []
 
     def load(self, scenario: Scenario, default: bool = False) -> None:
         with self.lock:
@@ -136,6 +140,12 @@ def build_app(state: ScriptState) -> FastAPI:
             "purpose": purpose_name, "model": model, "time": time.time(), "raw": raw,
             "authorization": request.headers.get("authorization"),
         }
+        with state.lock:
+            fault = state.fault
+            if fault is not None:
+                state.faulted.append(time.time())
+        if fault is not None:
+            return fault_response(fault, bool(body.get("stream")))
         response, delay_s = _answer(state, body, purpose_name, model, entry_log)
         if delay_s:
             await asyncio.sleep(delay_s)
@@ -153,6 +163,17 @@ def build_app(state: ScriptState) -> FastAPI:
             return _error(422, str(err), "invalid_scenario")
         return JSONResponse({"loaded": name})
 
+    @app.post("/_admin/fault")
+    async def set_fault(request: Request) -> JSONResponse:
+        """`{"status": 500}`, `{"status": 429, "retry_after": 2}`, `{"garbage": true}`: every
+        chat request answers so from now on; `{}`: normal answers again."""
+        fault = await request.json()
+        if not isinstance(fault, dict) or not set(fault) <= FAULT_KEYS:
+            return _error(422, f"a fault takes {sorted(FAULT_KEYS)}", "invalid_fault")
+        with state.lock:
+            state.fault = fault or None
+        return JSONResponse({"fault": fault})
+
     @app.get("/_admin/requests")
     async def requests(model: str | None = None, purpose: str | None = None) -> JSONResponse:
         return JSONResponse(state.requests(model, purpose))
@@ -165,6 +186,28 @@ def build_app(state: ScriptState) -> FastAPI:
         return JSONResponse({"reset": True})
 
     return app
+
+
+FAULT_KEYS = frozenset({"status", "retry_after", "garbage"})
+# A body cut short in a multi-byte sequence: not UTF-8, not JSON (a proxy's truncation).
+GARBAGE = b'{"id": "chatcmpl-scripted", "choices": [{"message": {"content": "\xff\xfe'
+
+
+def fault_response(fault: dict[str, Any], stream: bool) -> Response:
+    """The answer of an endpoint-wide fault: an error status (with `Retry-After`), or a
+    200 whose body is garbage (for a stream, one event of it)."""
+    headers = {"X-Refloop-Scripted": "true"}
+    if fault.get("garbage"):
+        if stream:
+            return Response(b"data: " + GARBAGE + b"\n\n", media_type="text/event-stream",
+                            headers=headers)
+        return Response(GARBAGE, media_type="application/json", headers=headers)
+    if fault.get("retry_after") is not None:
+        headers["Retry-After"] = str(fault["retry_after"])
+    status = int(fault.get("status", 500))
+    return JSONResponse({"error": {"message": f"scripted fault: HTTP {status}",
+                                   "type": "scripted_fault", "code": "scripted_fault"}},
+                        status_code=status, headers=headers)
 
 
 def _answer(state: ScriptState, body: dict[str, Any], purpose_name: str | None,
@@ -349,6 +392,17 @@ class ScriptedLLMServer(ThreadedServer):
 
     def requests(self, model: str | None = None, purpose: str | None = None) -> list[dict]:
         return self.state.requests(model, purpose)
+
+    def set_fault(self, **fault: Any) -> None:
+        """An endpoint-wide fault from now on (`status`, `retry_after`, `garbage`); none
+        given: answer normally again."""
+        with self.state.lock:
+            self.state.fault = fault or None
+
+    def faulted_since(self, since: float) -> int:
+        """Chat requests answered with the fault since `since` (epoch seconds)."""
+        with self.state.lock:
+            return sum(1 for at in self.state.faulted if at >= since)
 
     def arrived(self, model: str, purpose: str) -> int:
         """Requests for `model` and `purpose` received so far, answered or still waiting."""

@@ -50,6 +50,8 @@ class McpServerConfig(BaseModel):
     headers: dict[str, str] = Field(default_factory=dict)
     tools: list[str] | None = None  # allow list; None: every tool the server lists
     confirm: list[str] = Field(default_factory=list)  # need a human's approval
+    # destructive (or unannotated) tools that may run without a yes in `auto` mode
+    unattended: list[str] = Field(default_factory=list)
     timeout_s: float = Field(default=60.0, gt=0, le=3600)
     network: bool = False  # a stdio server may reach the network (its sandbox)
     # tool -> properties that replace the server's annotations (readOnlyHint...)

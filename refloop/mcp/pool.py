@@ -66,6 +66,7 @@ class LaunchSpec:
     argv: list[str]
     env: dict[str, str]
     sandboxed: bool = False
+    group: Any = None  # the server's cgroup (tools.cgroups.CommandGroup): closed with it
 
 
 @functools.cache
@@ -82,7 +83,9 @@ def launch_spec(server: str, config: McpServerConfig, workspace: Path,
     (workspace bound read-write, the server's install read-only, the network only when its
     config says `"network": true`). `REFLOOP_SANDBOX=none` runs it unconfined.
 
-    The sandbox's memory, file-size and process limits apply; its CPU-seconds cap, meant
+    The sandbox's memory, file-size and process limits apply, and where the worker may make
+    cgroups the server is one accounted unit as a command is (its group joined by a shell
+    before bubblewrap: the MCP client passes no descriptor); its CPU-seconds cap, meant
     for one command (REFLOOP_CMD_TIMEOUT_S), would end a long-lived server, so a server
     gets SERVER_CPU_S instead.
 
@@ -101,9 +104,15 @@ def launch_spec(server: str, config: McpServerConfig, workspace: Path,
         "refloop_sandbox_ro_paths": ",".join(dict.fromkeys(readable)),
         "refloop_cmd_timeout_s": float(SERVER_CPU_S)})
     wrapped = sandboxed_command(argv, workspace=workspace, allow_network=config.network,
-                                env=env, settings=confined)
-    return LaunchSpec(with_fds_from_files(wrapped, _private_dir()), dict(wrapped.env),
-                      wrapped.sandboxed)
+                                env=env, settings=confined, passes_fds=False)
+    group, wrapped.group = wrapped.group, None  # lives as long as the server, not the spec
+    try:
+        return LaunchSpec(with_fds_from_files(wrapped, _private_dir()), dict(wrapped.env),
+                          wrapped.sandboxed, group)
+    except BaseException:
+        if group is not None:
+            group.close()
+        raise
 
 
 def script_dirs(args: list[str], workspace: Path) -> list[str]:
@@ -156,6 +165,7 @@ class Connection:
     started_at: float = 0.0
     last_used: float = 0.0
     busy: int = 0  # calls in flight: never evicted while > 0
+    group: Any = None  # a stdio server's cgroup: what is left in it is killed at close
 
     def alive(self) -> bool:
         """Not known to be dead: a stdio server that exited closes its session's dispatcher."""
@@ -320,6 +330,7 @@ class McpPool:
         from mcp import StdioServerParameters, stdio_client
 
         spec = launch_spec(server, config, workspace, self.settings)
+        connection.group = spec.group
         params = StdioServerParameters(command=spec.argv[0], args=spec.argv[1:],
                                        env=spec.env, cwd=str(workspace))
         # Closed with the connection (_close_errlog), not here: the server writes to it.
@@ -332,6 +343,7 @@ class McpPool:
         owner = connection.owner
         if owner is None or owner.done():
             _close_errlog(connection)
+            _close_group(connection)
             return
         try:
             await asyncio.wait_for(asyncio.shield(owner), grace_s)
@@ -342,6 +354,7 @@ class McpPool:
         except BaseException:  # noqa: BLE001 - the owner logged it
             pass
         _close_errlog(connection)
+        _close_group(connection)
 
     async def close(self) -> None:
         """Stop every server (worker shutdown)."""
@@ -367,6 +380,12 @@ def stderr_tail(connection: Connection) -> str:
         handle.seek(max(0, size - 4 * STDERR_TAIL_CHARS))
         return handle.read()[-STDERR_TAIL_CHARS:].strip()
     return ""
+
+
+def _close_group(connection: Connection) -> None:
+    if connection.group is not None:
+        connection.group.close()
+        connection.group = None
 
 
 def _close_errlog(connection: Connection) -> None:

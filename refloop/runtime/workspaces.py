@@ -10,6 +10,7 @@ still refuses `/` and system directories.
 from __future__ import annotations
 
 import os
+import posixpath
 import re
 import uuid
 from pathlib import Path
@@ -129,6 +130,22 @@ def check_user_workspace(raw: str | Path) -> Path:
         raise WorkspaceError(reason)
     if not _is_dir(path):
         raise WorkspaceError(f"not a directory: {quote(path)}")
+    return path
+
+
+def host_workspace(raw: str, host: str) -> str:
+    """A workspace on another host's disk, as a client names it: absolute and normalised,
+    lexically (this machine need not see it, and its links say nothing about that disk;
+    the host resolves the path itself and refuses one outside its roots), never a system
+    directory."""
+    if "\x00" in raw:
+        raise WorkspaceError("workspace contains a NUL byte")
+    if not posixpath.isabs(raw):
+        raise WorkspaceError(f"workspace {quote(raw)}: name an absolute path on host {host!r}")
+    path = "/" + posixpath.normpath(raw).lstrip("/")
+    reason = system_refusal(Path(path))
+    if reason:
+        raise WorkspaceError(reason)
     return path
 
 

@@ -134,8 +134,9 @@ def scan_slots(limit: int, pending: Pending, indexed: int, scanned: int) -> int:
     return min(slots, scanned)
 
 
-def pending_note(pending: Pending, read: int) -> str:
-    """What a partial answer does not cover, for the model to read."""
+def pending_note(pending: Pending, read: int, running: bool = True) -> str:
+    """What a partial answer does not cover, for the model to read; `running`: whether a
+    pass is storing files now (else the last one stopped, killed, before it finished)."""
     stored = pending.total - len(pending.files)
     names = ", ".join(pending.files[:NOTE_PATHS])
     more = f" and {len(pending.files) - NOTE_PATHS} more" if len(pending.files) > NOTE_PATHS \
@@ -143,6 +144,7 @@ def pending_note(pending: Pending, read: int) -> str:
     scanned = ("all of them were scanned for the query's words" if read >= len(pending.files)
                else f"{read} of them were scanned for the query's words before the time "
                     "budget ran out")
-    return (f"partial: the index holds {stored} of {pending.total} files so far (indexing "
-            f"runs in the background); not yet indexed: {names}{more}; {scanned} (those "
-            "hits are marked unindexed)")
+    state = ("indexing runs in the background" if running else
+             "the last indexing pass stopped before it finished; the next one resumes it")
+    return (f"partial: the index holds {stored} of {pending.total} files so far ({state}); "
+            f"not yet indexed: {names}{more}; {scanned} (those hits are marked unindexed)")

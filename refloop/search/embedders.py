@@ -6,6 +6,13 @@
   under a second: no PyTorch import.
 - "minilm": the PyTorch build through sentence-transformers (several seconds to import).
 
+- "api:NAME": model NAME behind the user's own OpenAI-compatible `/v1/embeddings` endpoint
+  (REFLOOP_EMBEDDINGS_URL: OpenAI's, Ollama's, llama.cpp's, a TEI server), used instead of
+  the packaged model. The chunks are the same (cut by the packaged tokenizer's counts), the
+  index is its own (one table per model, its vectors' width as the server returns them);
+  requests go REMOTE_BATCH texts at a time, at most REFLOOP_EMBEDDINGS_CONCURRENCY at
+  once, each retried a bounded number of times on a transient failure.
+
 One instance per process and model, loaded once (`embedder()`), used serially. Texts
 longer than the model's window are cut by the tokenizer; the chunker keeps them within it.
 """
@@ -15,6 +22,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -50,12 +58,25 @@ SLOWER_FUSIONS = ["SkipLayerNormFusion"]
 TORCH_BATCH = 8
 
 
+API_PREFIX = "api:"  # "api:NAME": model NAME of REFLOOP_EMBEDDINGS_URL
+REMOTE_BATCH = 32  # texts per request to an embeddings endpoint
+REMOTE_CONCURRENCY = 4  # requests in flight at once (REFLOOP_EMBEDDINGS_CONCURRENCY)
+REMOTE_ATTEMPTS = 4  # tries per request on a transient failure (connection, 408/429/5xx)
+REMOTE_BACKOFF_S = 0.5  # before the second try; doubled for each next one
+REMOTE_TIMEOUT_S = 60.0
+
+
+class EmbeddingsUnavailable(RuntimeError):
+    """The embeddings endpoint refused or kept failing; the message says how."""
+
+
 @dataclass
 class Embedder:
     name: str
     count_tokens: Callable[[list[str]], list[int]]  # without [CLS]/[SEP]
     _encode: Callable[[list[str], int], np.ndarray]
     _lock: threading.Lock
+    dimensions: int = DIMENSIONS
 
     def embed(self, texts: list[str], threads: int = 1) -> list[list[float]]:
         """Unit-length vectors (cosine = dot product), in the order of `texts`, embedded
@@ -174,17 +195,79 @@ def _torch() -> Embedder:
     return Embedder("minilm", _counter(_tokenizer()), encode, threading.Lock())
 
 
+def endpoint_base(url: str) -> str:
+    """The OpenAI client's base URL for an endpoint given as the base (`.../v1`) or as the
+    embeddings route itself (`.../v1/embeddings`)."""
+    url = url.strip().rstrip("/")
+    return url.removesuffix("/embeddings")
+
+
+def _remote(name: str) -> Embedder:
+    import numpy as np
+    import openai
+
+    url = os.environ.get("REFLOOP_EMBEDDINGS_URL", "").strip()
+    if not url:
+        raise EmbeddingsUnavailable(f"model {name!r} needs REFLOOP_EMBEDDINGS_URL")
+    model = name.removeprefix(API_PREFIX)
+    concurrency = max(1, int(os.environ.get("REFLOOP_EMBEDDINGS_CONCURRENCY")
+                             or REMOTE_CONCURRENCY))
+    # Retries are ours, bounded and only for transient failures: a pass must not lose a
+    # batch to one dropped connection, nor hammer a server that refuses the request.
+    client = openai.OpenAI(base_url=endpoint_base(url), max_retries=0,
+                           timeout=REMOTE_TIMEOUT_S,
+                           api_key=os.environ.get("REFLOOP_EMBEDDINGS_API_KEY") or "none")
+    transient = (openai.APIConnectionError, openai.APITimeoutError, openai.RateLimitError,
+                 openai.InternalServerError)
+
+    def request(texts: list[str]) -> np.ndarray:
+        for attempt in range(REMOTE_ATTEMPTS):
+            try:
+                answer = client.embeddings.create(model=model, input=texts)
+                break
+            except transient as err:
+                if attempt == REMOTE_ATTEMPTS - 1:
+                    raise EmbeddingsUnavailable(
+                        f"embeddings endpoint failed {REMOTE_ATTEMPTS} times: {err}") from err
+                time.sleep(REMOTE_BACKOFF_S * 2 ** attempt)
+            except openai.APIStatusError as err:  # 4xx: asking again would not help
+                raise EmbeddingsUnavailable(
+                    f"embeddings endpoint refused the request ({err.status_code}): "
+                    f"{err.message}") from err
+        rows = sorted(answer.data, key=lambda item: item.index)
+        if len(rows) != len(texts):
+            raise EmbeddingsUnavailable(
+                f"embeddings endpoint returned {len(rows)} vectors for {len(texts)} texts")
+        vectors = np.array([row.embedding for row in rows], dtype=np.float32)
+        norms = np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+        return vectors / norms  # unit length, whatever the server returns
+
+    def encode(texts: list[str], threads: int) -> np.ndarray:
+        parts = [texts[first : first + REMOTE_BATCH]
+                 for first in range(0, len(texts), REMOTE_BATCH)]
+        if len(parts) == 1:
+            return request(parts[0])
+        with ThreadPoolExecutor(min(concurrency, len(parts))) as pool:
+            return np.concatenate(list(pool.map(request, parts)))
+
+    width = int(request(["dimension probe"]).shape[1])
+    return Embedder(name, _counter(_tokenizer()), encode, threading.Lock(), width)
+
+
 _LOADING = threading.Lock()
 
 
 @functools.cache
 def _load(name: str) -> Embedder:
+    if name.startswith(API_PREFIX):
+        return _remote(name)
     return {"minilm-int8": _onnx, "minilm": _torch}[name]()
 
 
 def embedder(name: str = DEFAULT_MODEL) -> Embedder:
     """The process's instance of model `name`, loaded on first use."""
-    if name not in MODELS:
-        raise ValueError(f"unknown embedding model {name!r}; one of {', '.join(MODELS)}")
+    if name not in MODELS and not (name.startswith(API_PREFIX) and len(name) > len(API_PREFIX)):
+        raise ValueError(f"unknown embedding model {name!r}; one of {', '.join(MODELS)} "
+                         f"or {API_PREFIX}NAME (with REFLOOP_EMBEDDINGS_URL)")
     with _LOADING:  # a warm-up thread and a first query must not load it twice
         return _load(name)

@@ -35,11 +35,14 @@ from refloop.search.coverage import (
     scan_slots,
     write_pending,
 )
+from refloop.search.excerpt import excerpt
 from refloop.search.fusion import (
     CANDIDATES,
     RRF_TEXT_WEIGHTS,
+    SHAPE_TEXT_WEIGHTS,
     fuse_by_definition,
     fuse_scores,
+    fuse_shapes,
     merge_by_definition,
     text_weight,
 )
@@ -61,6 +64,7 @@ from refloop.search.passes import (
 
 # Importable from here as before (the worker, the tests).
 from refloop.search.runtime import (
+    API_PREFIX,
     DEFAULT_MODEL,
     SemanticUnavailable,
     embed,
@@ -74,7 +78,10 @@ if TYPE_CHECKING:  # imported where used: a warm-up started first thing need not
 
 DIMENSIONS = 384
 COLUMNS = ["path", "start_line", "end_line", "symbol", "part", "text"]
-HIT_TEXT_LINES = 60  # the most of a definition a hit shows the model
+# What the hits of one answer may show the model, all together (the tool passes its own
+# budget): each hit gets its share, its definition line first (`refloop.search.excerpt`).
+HITS_CHARS = 7_000
+HIT_HEADER_CHARS = 80  # a hit's "path:start-end (score ...)" line in the tool's output
 
 Progress = Callable[[dict], None]
 
@@ -130,11 +137,20 @@ class CodeIndex:
             pa.field("text", pa.string()),
             pa.field("lexical", pa.string()),
             pa.field("file_hash", pa.string()),
-            pa.field("vector", pa.list_(pa.float32(), DIMENSIONS)),
+            pa.field("vector", pa.list_(pa.float32(), self._dimensions())),
         ])
         table = db.create_table(self.table_name, schema=schema, exist_ok=True)
         with _OPEN_LOCK:
             return _OPEN_TABLES.setdefault(key, table)
+
+    def _dimensions(self) -> int:
+        """The vectors' width: the packaged models' is known; an endpoint's model says its
+        own (its first answer)."""
+        if not self.model.startswith(API_PREFIX):
+            return DIMENSIONS
+        from refloop.search.embedders import embedder
+
+        return embedder(self.model).dimensions
 
     def _drop_older_schemas(self, db) -> None:
         """An index of this workspace built by an older chunker is never read again: it goes
@@ -228,7 +244,7 @@ class CodeIndex:
         table = self._table(create=False)
         return table.count_rows() if table is not None else 0
 
-    def answer(self, query: str, limit: int = 5) -> SearchAnswer:
+    def answer(self, query: str, limit: int = 5, chars: int = HITS_CHARS) -> SearchAnswer:
         """`search`, and while a pass has files left to store (or none has stored any),
         those files scanned for the query's words: their hits (`unindexed`) take a share
         of the `limit` in proportion to the files not indexed, and a note says what the
@@ -241,25 +257,44 @@ class CodeIndex:
             files = [relative for relative, _ in sources(self.workspace)]
             pending = Pending(tuple(files), len(files))
         if pending is None or not pending.files:
-            return SearchAnswer(hits=self.search(query, limit))
+            return SearchAnswer(hits=self.search(query, limit, chars=chars))
         # no table yet: the words alone, without waiting for LanceDB to import
-        indexed = self.search(query, limit) if stored else []
+        indexed = self.search(query, limit, chars=chars) if stored else []
         scanned, read = scan_files(self.workspace, pending.files, query, limit)
         slots = scan_slots(limit, pending, len(indexed), len(scanned))
         hits = indexed[: limit - slots] + [
             SemanticHit(path=hit.path, start_line=hit.start_line, end_line=hit.end_line,
                         text=hit.text, score=hit.score, unindexed=True)
             for hit in scanned[:slots]]
-        return SearchAnswer(hits=hits, partial=True, note=pending_note(pending, read))
+        # a list on disk: a pass wrote it, and it is still running or was killed
+        running = self._pass_running() if self.pending_path.exists() else True
+        return SearchAnswer(hits=hits, partial=True, note=pending_note(pending, read, running))
+
+    def _pass_running(self) -> bool:
+        """Whether a pass holds the writer lock now (a killed one left its pending list
+        behind but no lock: the kernel drops a dead process's flock)."""
+        try:
+            handle = open(self.index_dir / f"{self.table_name}.lock", "rb")  # noqa: SIM115
+        except OSError:
+            return False
+        with handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(handle, fcntl.LOCK_UN)
+            return False
 
     def _indexed_before(self) -> bool:
         """A finished pass left a manifest (the workspace may simply hold no code)."""
         return manifest_path(self.index_dir, self.workspace, self.model).exists()
 
-    def search(self, query: str, limit: int = 5, mode: str = "hybrid") -> list[SemanticHit]:
+    def search(self, query: str, limit: int = 5, mode: str = "hybrid",
+               chars: int = HITS_CHARS) -> list[SemanticHit]:
         """The best definitions (or text windows) for `query`, one hit each with its whole
-        line range, among what is indexed so far and still in the workspace. `mode`
-        "vector" or "text" uses one side only (for evaluation)."""
+        line range, among what is indexed so far and still in the workspace, each showing
+        its share of `chars`. `mode` "vector" or "text" uses one side only (for
+        evaluation)."""
         from refloop.contract.task import SemanticHit
 
         table = self._table(create=False)
@@ -269,16 +304,18 @@ class CodeIndex:
         inside: dict[str, bool] = {}  # a file is checked once, and only if it ranks
         present = (row for row in merge_by_definition(rows, len(rows))
                    if inside.setdefault(row["path"], self._inside(row["path"])))
+        budget = max(chars // limit - HIT_HEADER_CHARS, 200)
         hits = []
         for row in itertools.islice(present, limit):
             hits.append(SemanticHit(
                 path=row["path"], start_line=row["start_line"], end_line=row["end_line"],
-                text=self._hit_text(row), score=round(float(row["_score"]), 4)))
+                text=self._hit_text(row, budget), score=round(float(row["_score"]), 4)))
         return hits
 
     def _ranked_chunks(self, table, query: str, mode: str = "hybrid") -> list[dict]:
         """Chunks ranked for `query`: "hybrid" fuses the vector list and LanceDB's full-text
-        list per definition by score (`fuse_scores`); "rrf" fuses them per definition by
+        list per definition by the shape of their scores (`fuse_shapes`); "score" by
+        score (`fuse_scores`, the fusion before it); "rrf" fuses them per definition by
         weighted reciprocal rank; "lance-rrf" lets LanceDB's hybrid query and RRF reranker
         fuse per chunk; "vector" and "text" use one side. Without a text index (or words
         in the query) every mode falls back to vectors."""
@@ -295,8 +332,9 @@ class CodeIndex:
                     .distance_type("cosine").rerank(RRFReranker()).select(COLUMNS)
                     .limit(CANDIDATES).to_list())
             return [{**row, "_score": row["_relevance_score"]} for row in rows]
-        weight = text_weight(query, RRF_TEXT_WEIGHTS if mode == "rrf" else None)
-        if not weight:  # prose: the words would not move the ranking
+        weights = {"rrf": RRF_TEXT_WEIGHTS, "score": None}.get(mode, SHAPE_TEXT_WEIGHTS)
+        weight = text_weight(query, weights)
+        if not weight:  # prose in the "score" mode: the words would not move the ranking
             return self._vector_side(table, query)
         # The full-text query runs while the query is embedded and the vectors searched
         # (both release the GIL): the hybrid costs little more than the vectors alone.
@@ -305,7 +343,9 @@ class CodeIndex:
         text_rows = text_future.result()
         if mode == "rrf":
             return fuse_by_definition([vector_rows, text_rows], [1.0, weight])
-        return fuse_scores(vector_rows, text_rows, weight)
+        if mode == "score":
+            return fuse_scores(vector_rows, text_rows, weight)
+        return fuse_shapes(vector_rows, text_rows, weight)
 
     def _vector_side(self, table, query: str) -> list[dict]:
         rows = (table.search(embed([query], self.model)[0]).distance_type("cosine")
@@ -331,17 +371,18 @@ class CodeIndex:
             _TEXT_INDEXED.add(id(table))
         return found
 
-    def _hit_text(self, row: dict) -> str:
-        """What the model reads: the definition from the file as it is now (up to
-        HIT_TEXT_LINES lines, then the matching chunk), else the stored chunk."""
-        symbol = f"{row['symbol']}  " if row["symbol"] else ""
+    def _hit_text(self, row: dict, budget: int) -> str:
+        """What the model reads: the definition from the file as it is now, numbered, its
+        definition line (and its classes' for a method) first, within `budget`
+        characters; the stored chunk if the file no longer has those lines."""
         text = read_source(self.workspace / row["path"])
-        if text is not None:
-            lines = text.splitlines()[row["start_line"] - 1 : row["end_line"]]
-            if 0 < len(lines) <= HIT_TEXT_LINES:
-                return "\n".join(lines)
+        lines = text.splitlines() if text is not None else []
+        if 0 < row["start_line"] <= row["end_line"] <= len(lines):
+            return excerpt(lines, row["start_line"], row["end_line"], row["symbol"],
+                           row["text"], budget)
+        symbol = f"{row['symbol']}  " if row["symbol"] else ""
         return f"{symbol}({row['part']} of lines {row['start_line']}-{row['end_line']})\n" \
-               f"{row['text']}"
+               f"{row['text'][:budget]}"
 
     def _inside(self, relative: str) -> bool:
         path = (self.workspace / relative).resolve()

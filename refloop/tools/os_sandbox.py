@@ -5,17 +5,28 @@ with. Under bubblewrap the command sees, read-only, the system directories (/usr
 /lib*, /bin, /sbin) and, read-write, the task's workspace; a private /tmp, a fresh /proc and
 /dev, and nothing else of the host: not the data dir, not /root, not other workspaces, not
 the worker's processes. It gets no network unless the task allows it, a new session, and
-dies with its parent. Its environment is an allowlist, never the worker's.
+dies with the worker, however the worker dies (`--die-with-parent`; on a root worker's
+path, where that does not hold, `refloop.tools.lifeline`). Its environment is an
+allowlist, never the worker's.
 
-It never holds a privilege of the host, even when the worker is root: it runs as `nobody`
-in its own user namespace with every capability dropped and no further user namespace;
-/proc/sys is read-only; files and directories of /etc that only root may read are hidden;
-a seccomp filter (`refloop.tools.seccomp`) refuses tracing, mounting, keyrings, BPF,
-namespaces, kernel modules and set-id bits. The workspace is bound from the descriptor the
-tool call pinned (`sandbox.pin_workspace`), never by a path that could have been swapped.
+It never holds a privilege or the identity of the host's root, even when the worker is root:
+it runs as `nobody` in a user namespace mapped to an unprivileged host uid
+(`refloop.tools.identity`; a root worker makes one per identity, which bubblewrap joins),
+with every capability dropped and no further user namespace;
+/proc/sys is read-only; a few credential files of /etc are hidden; a seccomp filter
+(`refloop.tools.seccomp`) refuses tracing, mounting, keyrings, BPF, namespaces, kernel
+modules and set-id bits. The workspace is bound from the descriptor the tool call pinned
+(`sandbox.pin_workspace`), never by a path that could have been swapped.
 
-Limits (CPU, memory, file size, processes) are set by the sandbox's own shell (`ulimit`)
-before the command starts: no extra program to execute per command.
+A command is one accounted unit: where the worker may make cgroups, all its processes and
+every byte they hold in memory, tmpfs included, count against one memory and one process
+limit (`refloop.tools.cgroups`), joined before the command starts (bubblewrap waits for
+its options, which the spawner hands it in `SandboxedCommand.admit`). Its /tmp and
+/dev/shm are tmpfs mounts of at most half the memory limit each, and /dev itself is
+read-only, so a worker without cgroups still bounds what a command can park in memory
+files. Per-process limits (CPU,
+memory, file size, processes) are set by the sandbox's own shell (`ulimit`) before the
+command starts.
 
 `REFLOOP_SANDBOX=none` runs commands unconfined; it is never chosen silently: when bubblewrap
 is missing or broken, and the setting is not `none`, `sandbox_mode` raises.
@@ -28,15 +39,21 @@ import functools
 import os
 import shlex
 import shutil
+import signal
 import stat
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from refloop.settings import Settings
+from refloop.tools.cgroups import CommandGroup, Gate, accounting
+from refloop.tools.identity import Identity, command_identity, hand_over, reachable, user_namespace
+from refloop.tools.lifeline import guard
+from refloop.tools.sandbox import RESERVED
 
 SandboxMode = Literal["bwrap", "none"]
 
@@ -63,8 +80,10 @@ class SandboxUnavailableError(RuntimeError):
 SANDBOX_ID = "65534"
 # Never walked for root-only entries: a tree this large would cost seconds at start.
 UNSCANNED_DIRS = ("/usr",)
+# How old the system directories' and credential masks' options may be (`_system_options`).
+RECHECK_S = 5
 # bubblewrap options that take a descriptor number.
-FD_OPTIONS = frozenset({"--seccomp", "--bind-fd", "--ro-bind-fd"})
+FD_OPTIONS = frozenset({"--seccomp", "--bind-fd", "--ro-bind-fd", "--ro-bind-data"})
 
 
 @dataclass
@@ -74,16 +93,74 @@ class SandboxedCommand:
 
     argv: list[str]
     env: dict[str, str]
-    preexec_fn: Callable[[], None] | None = None  # kept for callers; always None now
     sandboxed: bool = True
     limits: dict[str, int] = field(default_factory=dict)
     pass_fds: tuple[int, ...] = ()
+    group: CommandGroup | None = None  # the command's cgroup, when the worker may make one
+    identity: Identity | None = None  # the host uid a root worker starts bubblewrap as
+    preexec_fn: Callable[[], None] | None = None  # kept for callers; always None (vfork)
+    # With a group: bubblewrap waits for its options until `admit` joined it to the group.
+    gate: Gate | None = None
 
-    def close(self) -> None:
+    def profile(self) -> list[str]:
+        """The argv with bubblewrap's options in line, wherever they travel (a gated
+        command reads them from a pipe): what the sandbox is, for tests and diagnostics."""
+        if self.gate is None:
+            return list(self.argv)
+        at = self.argv.index("--args")
+        return [*self.argv[:at], *self.gate.options, *self.argv[at + 2:]]
+
+    def oom_killed(self) -> bool:
+        return self.group is not None and self.group.oom_killed()
+
+    async def admit(self, pid: int) -> bool:
+        """Once spawned (`pid`: bubblewrap's): the command joins its group, then runs.
+        False: bubblewrap ended first (its output says why). Every spawner of a command
+        with a gate calls this (or `admit_blocking`), else the command never runs. Never
+        waits: bubblewrap is blocked reading its options."""
+        return self.admit_blocking(pid)
+
+    def admit_blocking(self, pid: int, timeout_s: float = 0) -> bool:
+        """`admit` for a synchronous caller (`timeout_s`: kept for callers; nothing is
+        waited for)."""
+        self._close_passed()
+        if self.gate is None or self.group is None:
+            return True
+        return self.gate.admit(self.group, pid)
+
+    def run(self, *, timeout_s: float, cwd: str = "/") -> subprocess.CompletedProcess[bytes]:
+        """Runs the command to its end, output captured (spawn, `admit`, wait), then
+        `close`s it. Raises OSError or subprocess.TimeoutExpired (the command killed)."""
+        try:
+            with subprocess.Popen(self.argv, cwd=cwd, env=self.env, pass_fds=self.pass_fds,
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, start_new_session=True) as process:
+                try:
+                    self.admit_blocking(process.pid, timeout_s)
+                    out, errors = process.communicate(timeout=timeout_s)
+                finally:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(process.pid, signal.SIGKILL)
+            return subprocess.CompletedProcess(self.argv, process.returncode, out, errors)
+        finally:
+            self.close()
+
+    def _close_passed(self) -> None:
         for fd in self.pass_fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self.pass_fds = ()
+
+    def close(self) -> None:
+        """Closes the descriptors; once the command is over, also kills what is left of it
+        and removes its group."""
+        self._close_passed()
+        if self.gate is not None:
+            self.gate.close()
+            self.gate = None
+        if self.group is not None:
+            self.group.close()
+            self.group = None
 
 
 def sandbox_mode(settings: Settings) -> SandboxMode:
@@ -95,7 +172,7 @@ def sandbox_mode(settings: Settings) -> SandboxMode:
         raise SandboxUnavailableError(
             f"REFLOOP_SANDBOX={wanted!r} is not supported (use bwrap, or none to run "
             "commands unconfined)")
-    problem = _bwrap_problem(shutil.which("bwrap") or "")
+    problem = _bwrap_problem(_bwrap())
     if problem:
         raise SandboxUnavailableError(
             f"the command sandbox (bubblewrap) cannot run: {problem}. Install it "
@@ -104,20 +181,41 @@ def sandbox_mode(settings: Settings) -> SandboxMode:
     return "bwrap"
 
 
+def _bwrap() -> str:
+    """bubblewrap's path on this PATH ('' when missing): looked up once per PATH."""
+    return _which("bwrap", os.environ.get("PATH", os.defpath), shutil.which)
+
+
+@functools.lru_cache(maxsize=8)
+def _which(program: str, path: str, which: Callable[[str], str | None]) -> str:
+    return which(program) or ""  # `path`: the key (which reads the same PATH)
+
+
+@functools.lru_cache(maxsize=32)
+def _resolved(paths: tuple[Path, ...]) -> tuple[Path, ...]:
+    """refloop's own directories, resolved once per worker (settings do not change)."""
+    return tuple(Path(p).resolve() for p in paths)
+
+
 @functools.cache
 def _bwrap_problem(bwrap: str) -> str:
     """Empty when the real profile runs `true`; else what went wrong (probed once)."""
     if not bwrap:
         return "`bwrap` is not on PATH"
     with tempfile.TemporaryDirectory(prefix="refloop-probe-") as probe:
-        command = _bwrap_command(bwrap, Path(probe), ["true"], allow_network=False)
+        os.chmod(probe, 0o755)  # a root worker probes as its commands' unprivileged uid
+        # As a root worker's commands start it: as an unprivileged uid (65534 here).
+        identity = command_identity(os.stat(probe), 65534, 65534)
+        userns = _userns_copy(identity)
+        command = _bwrap_command(bwrap, Path(probe), ["true"], allow_network=False,
+                                 userns_fd=userns)
+        if identity is not None and userns is None:
+            command.argv = [*identity.setpriv_prefix(), *command.argv]
+        command.env = dict(BASE_ENV)
         try:
-            done = subprocess.run(command.argv, capture_output=True, timeout=10,
-                                  env=dict(BASE_ENV), check=False, pass_fds=command.pass_fds)
+            done = command.run(timeout_s=10)
         except (OSError, subprocess.TimeoutExpired) as err:
             return str(err)
-        finally:
-            command.close()
     if done.returncode != 0:
         return done.stderr.decode(errors="replace").strip() or f"exit code {done.returncode}"
     return ""
@@ -126,8 +224,9 @@ def _bwrap_problem(bwrap: str) -> str:
 @functools.cache
 def root_only_entries() -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(files, directories) under the bound system directories that are not world-readable
-    but that this worker can read: the command's uid maps to the worker's, so a root
-    worker's commands would read them (for an ordinary user there are usually none, and
+    but that this worker can read: only for a root worker whose commands cannot run as an
+    unprivileged uid (`identity.reachable`), whose uid then maps to root's and would read
+    them (for an ordinary user there are usually none, and
     nothing to mount). Walked once per process; /usr is left out (large, and
     world-readable)."""
     files: list[str] = []
@@ -158,62 +257,133 @@ def _walk(top: str):  # noqa: ANN202 - os.fwalk's tuples
         yield from os.fwalk(top)
 
 
-def _masks() -> list[str]:
+def _masks(root_only: bool, reader: Identity | None = None) -> list[str]:
+    """Hides the credential files, and with `root_only` what only root may read. With a
+    `reader` (the unprivileged host identity bubblewrap starts as), only what that
+    identity could read at all: the rest is closed to it by construction, and each mount
+    costs about 0.3 ms of CPU."""
     argv = []
-    files, dirs = root_only_entries()
+    files, dirs = root_only_entries() if root_only else ((), ())
     for path in (*MASKED_FILES, *files):
-        if os.path.isfile(path):
+        if os.path.isfile(path) and (reader is None or _may_read(path, reader)):
             argv += ["--ro-bind", "/dev/null", path]
     for path in (*MASKED_DIRS, *dirs):
-        if os.path.isdir(path):
+        if os.path.isdir(path) and (reader is None or _may_read(path, reader)):
             argv += ["--tmpfs", path]
     return argv
 
 
+def _may_read(path: str, reader: Identity) -> bool:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return True  # unknown: hidden all the same
+    if info.st_uid == reader.uid:
+        return bool(info.st_mode & stat.S_IRUSR)
+    if info.st_gid == reader.gid:
+        return bool(info.st_mode & stat.S_IRGRP)
+    return bool(info.st_mode & stat.S_IROTH)
+
+
+def _userns_copy(identity: Identity | None) -> int | None:
+    """A descriptor of `identity`'s user namespace for one command (closed with it)."""
+    held = user_namespace(identity) if identity is not None else None
+    return os.dup(held) if held is not None else None
+
+
 def _bwrap_command(bwrap: str, workspace: Path, argv: list[str], allow_network: bool,
                    extra_ro: tuple[str, ...] = (), hidden: tuple[Path, ...] = (),
-                   workspace_fd: int | None = None) -> SandboxedCommand:
+                   workspace_fd: int | None = None, tmpfs_bytes: int = 512 * MIB,
+                   mask_root_only: bool = False, overlays: Mapping[Path, bytes] | None = None,
+                   userns_fd: int | None = None, gated: bool = False,
+                   reader: Identity | None = None) -> SandboxedCommand:
     """bubblewrap's argv around `argv`. With `workspace_fd` the workspace is bound from that
-    descriptor (bubblewrap closes it); else by its path."""
+    descriptor (bubblewrap closes it); else by its path. With `userns_fd` (owned by the
+    result from now on) bubblewrap joins that user namespace (`identity.user_namespace`)
+    instead of making one; `gated`: its options wait in a `Gate` until the worker admits
+    it."""
     from refloop.tools.seccomp import native_filter
 
-    prefix = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns",
-              "--uid", SANDBOX_ID, "--gid", SANDBOX_ID, "--cap-drop", "ALL"]
-    if allow_network:
-        prefix.append("--share-net")
+    fds: list[int] = []
+    if userns_fd is None:
+        prefix = ["--unshare-all", "--unshare-user", "--disable-userns"]
+        if allow_network:
+            prefix.append("--share-net")
+    else:  # no user namespace below it (bubblewrap checks), nor any id but the sandbox's
+        fds.append(userns_fd)
+        prefix = ["--userns", str(userns_fd), "--assert-userns-disabled",
+                  "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
+        if not allow_network:
+            prefix.append("--unshare-net")
+    prefix += ["--uid", SANDBOX_ID, "--gid", SANDBOX_ID, "--cap-drop", "ALL"]
     # The environment is the spawner's `env=` (the minimal one below), never `--setenv`:
     # every local user can read a process's command line in /proc. No reaper process
     # (`--as-pid-1`): the command is the namespace's init, and every process it leaves
     # dies with it; one fewer process to start saves about a third of the cost.
     prefix += ["--new-session", "--die-with-parent", "--as-pid-1"]
-    for path in SYSTEM_DIRS:
-        if os.path.islink(path):
-            prefix += ["--symlink", os.readlink(path), path]
-        elif os.path.isdir(path):
-            prefix += ["--ro-bind", path, path]
-    prefix += _masks()
+    prefix += _system_options(mask_root_only, reader, int(time.monotonic() // RECHECK_S))
+    # /dev is a tmpfs the command could fill: read-only, after its own sized /dev/shm.
+    size = str(tmpfs_bytes)
     prefix += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys", "--dev", "/dev",
-               "--tmpfs", "/tmp"]
+               "--size", size, "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
+               "--size", size, "--tmpfs", "/tmp"]
     for path in extra_ro:  # after /tmp: a path under it stays visible
         if os.path.exists(path):
             prefix += ["--ro-bind", path, path]
     ws = str(workspace)
-    fds: list[int] = []
     if workspace_fd is not None:
         fds.append(workspace_fd)
         prefix += ["--bind-fd", str(workspace_fd), ws]
     else:
         prefix += ["--bind", ws, ws]
-    for path in hidden:  # refloop's own state, should it sit inside the workspace
-        covered = any(other in path.parents for other in hidden)
-        if path != workspace and workspace in path.parents and path.is_dir() and not covered:
+    for path in _inside(hidden, workspace):  # refloop's own state in the workspace
+        if path.is_dir():  # looked at for each command: it may have been made since
             prefix += ["--tmpfs", str(path)]
+    for path, data in (overlays or {}).items():  # files of the workspace the command sees
+        fds.append(_memfd("refloop-overlay", data))  # replaced (safe_git: the repo config)
+        prefix += ["--ro-bind-data", str(fds[-1]), str(path)]
     program = native_filter()
     if program is not None:
         fds.append(_memfd("refloop-seccomp", program))
         prefix += ["--seccomp", str(fds[-1])]
-    prefix += ["--chdir", ws, "--"]
-    return SandboxedCommand(argv=[*prefix, *argv], env={}, pass_fds=tuple(fds))
+    prefix += ["--chdir", ws]
+    if not gated:
+        return SandboxedCommand(argv=[bwrap, *prefix, "--", *argv], env={},
+                                pass_fds=tuple(fds))
+    try:
+        gate = Gate(prefix)  # the options travel through a pipe written at `admit`
+    except OSError:
+        for fd in fds:
+            os.close(fd)
+        raise
+    return SandboxedCommand(argv=[bwrap, *gate.argv(), "--", *argv], env={},
+                            pass_fds=(*fds, gate.read_end), gate=gate)
+
+
+@functools.lru_cache(maxsize=16)
+def _system_options(mask_root_only: bool, reader: Identity | None, _period: int
+                    ) -> tuple[str, ...]:
+    """The read-only system directories and the credential masks: what they are is looked
+    at again every RECHECK_S seconds (`_period`), not for each command (about 60 us)."""
+    options: list[str] = []
+    for path in SYSTEM_DIRS:
+        if os.path.islink(path):
+            options += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            options += ["--ro-bind", path, path]
+    return (*options, *_masks(mask_root_only, reader))
+
+
+@functools.lru_cache(maxsize=64)
+def _inside(hidden: tuple[Path, ...], workspace: Path) -> tuple[Path, ...]:
+    """Those of `hidden` strictly inside `workspace` and not inside another of them."""
+    return tuple(path for path in hidden if _below(path, workspace)
+                 and not any(_below(path, other) for other in hidden))
+
+
+def _below(path: Path, folder: Path) -> bool:
+    """Whether `path` is strictly inside `folder` (both absolute and normalised)."""
+    return str(path).startswith(str(folder).rstrip("/") + "/")
 
 
 def _memfd(name: str, data: bytes) -> int:
@@ -255,10 +425,19 @@ def limited(argv: list[str], limits: Mapping[str, int]) -> list[str]:
 
 def sandboxed_command(argv: list[str], *, workspace: Path, allow_network: bool,
                       env: Mapping[str, str], settings: Settings,
-                      workspace_fd: int | None = None) -> SandboxedCommand:
+                      workspace_fd: int | None = None, accounted: bool = True,
+                      overlays: Mapping[Path, bytes] | None = None,
+                      hand_over_workspace: bool = True, passes_fds: bool = True
+                      ) -> SandboxedCommand:
     """How to start `argv` confined to `workspace` (or unconfined, when chosen). Start it
-    with `pass_fds`, then `close()` it; `workspace_fd` (a pinned directory descriptor, owned
-    by the result from now on) binds the workspace instead of its path."""
+    with `pass_fds`, call `admit` with its pid, then `close()` it once it ended;
+    `workspace_fd` (a pinned directory descriptor, owned by the result from now on) binds
+    the workspace instead of its path. `accounted`: one cgroup for the command (a
+    long-lived server goes without). `overlays`: workspace files the command sees with
+    other, read-only content. `hand_over_workspace`: False for a command that only reads
+    (its root-owned files stay root's). `passes_fds`: False for a spawner that cannot pass
+    descriptors nor call `admit` (the MCP client): programs then take the identity and
+    join the group (`setpriv`, `CommandGroup.launcher`), at a higher cost."""
     full_env = {**BASE_ENV, **env}
     limits = resource_limits(settings)
     if sandbox_mode(settings) == "none":
@@ -266,21 +445,77 @@ def sandboxed_command(argv: list[str], *, workspace: Path, allow_network: bool,
             os.close(workspace_fd)
         return SandboxedCommand(argv=limited(argv, limits), env=full_env, sandboxed=False,
                                 limits=limits)
-    hidden = tuple(Path(p).resolve() for p in (settings.refloop_data_dir, settings.index_dir,
-                                                settings.journal_dir))
-    command = _bwrap_command(shutil.which("bwrap") or "bwrap", Path(workspace),
+    hidden = _resolved((settings.refloop_data_dir, settings.index_dir, settings.journal_dir))
+    group = userns = None
+    gated = False
+    try:
+        identity = _identity_for(Path(workspace), workspace_fd, settings,
+                                 hidden if hand_over_workspace else None)
+        if accounted and accounting().kind != "none":
+            group = CommandGroup.create(accounting(), limits["address_space"],
+                                        limits["processes"])
+        if passes_fds:
+            userns = _userns_copy(identity)
+            gated = group is not None
+        if userns is not None and not guard(userns):  # never a command that could outlive
+            raise OSError("cannot start the reaper of this worker's commands")
+    except OSError:
+        for fd in (workspace_fd, userns):
+            if fd is not None:
+                os.close(fd)
+        if group is not None:
+            group.close()
+        raise
+    command = _bwrap_command(_bwrap() or "bwrap", Path(workspace),
                              limited(argv, limits), allow_network,
-                             tuple(settings.sandbox_ro_paths), hidden, workspace_fd)
-    command.env, command.limits = full_env, limits
+                             tuple(settings.sandbox_ro_paths), hidden, workspace_fd,
+                             tmpfs_bytes=limits["address_space"] // 2,
+                             mask_root_only=identity is None and os.geteuid() == 0,
+                             overlays=overlays, userns_fd=userns, gated=gated,
+                             reader=identity)
+    command.env, command.limits, command.identity = full_env, limits, identity
+    command.group = group
+    if identity is not None and userns is None:  # run by a root shell or not at all
+        command.argv = [*identity.setpriv_prefix(), *command.argv]
+    if group is not None and not gated:
+        command.argv = [*group.launcher(), *command.argv]
     return command
+
+
+def _identity_for(workspace: Path, workspace_fd: int | None, settings: Settings,
+                  hidden: tuple[Path, ...] | None) -> Identity | None:
+    """A root worker's commands run as an unprivileged host uid; root's entries of a
+    workspace it made are handed to that uid first (refloop's own state stays root's),
+    unless `hidden` is None (a command that only reads)."""
+    info = os.fstat(workspace_fd) if workspace_fd is not None else os.stat(workspace)
+    identity = command_identity(info, settings.refloop_cmd_uid, settings.refloop_cmd_gid)
+    if identity is not None and not reachable(workspace, identity,
+                                              tuple(settings.sandbox_ro_paths)):
+        return None  # bubblewrap, as that uid, could not reach it (see `reachable`)
+    if identity is not None and info.st_uid == 0 and hidden is not None:
+        kept = set(RESERVED)  # refloop's own state, should it sit inside the workspace
+        for path in hidden:
+            if workspace in path.parents:
+                kept.add(path.relative_to(workspace).parts[0])
+        fd = workspace_fd if workspace_fd is not None else os.open(
+            workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            hand_over(fd, identity, frozenset(kept))
+        finally:
+            if fd != workspace_fd:
+                os.close(fd)
+    return identity
 
 
 def with_fds_from_files(command: SandboxedCommand, directory: Path) -> list[str]:
     """The argv of `command` for a spawner that cannot pass descriptors (the MCP client):
     each descriptor's content goes to a private file that a shell reopens, as 3, 4...
     (sh takes one digit), before it execs bubblewrap. Directory descriptors are not
-    supported here: bind the workspace by path."""
+    supported here: bind the workspace by path. A root worker's server starts bubblewrap
+    as the command identity, which may not traverse the workspace's parents: the shell,
+    still root, opens the workspace for it."""
     redirects, argv = [], list(command.argv)
+    number = 2
     for number, fd in enumerate(command.pass_fds, start=3):
         path = directory / f"fd-{os.getpid()}-{number}"
         with open(path, "wb") as handle:
@@ -291,6 +526,11 @@ def with_fds_from_files(command: SandboxedCommand, directory: Path) -> list[str]
         argv = [str(number) if arg == str(fd) and prev in FD_OPTIONS else arg
                 for prev, arg in zip(["", *argv[:-1]], argv, strict=True)]
     command.close()
+    if command.identity is not None:  # bubblewrap (as that uid) gets the workspace opened
+        bind = argv.index("--bind")
+        number, workspace = number + 1, argv[bind + 1]
+        redirects.append(f"{number}<{shlex.quote(workspace)}")
+        argv[bind:bind + 2] = ["--bind-fd", str(number)]
     if not redirects:
         return argv
     return ["/bin/sh", "-c", f'exec "$@" {" ".join(redirects)}', "sh", *argv]

@@ -46,7 +46,7 @@ async def arguments_or_refusal(arguments: dict[str, Any], get: Get
         return ToolResult(ok=False, error=str(err))
 
 
-async def output_for_model(output: str, windowed: bool, keywords: list[str],
+async def output_for_model(output: str, windowed: bool | None, keywords: list[str],
                            threshold: int, put: Put) -> str:
     """What goes back in the result: windowed if the tool's output is (`windowed`), and a
     blob marker instead of a string over `threshold` bytes."""

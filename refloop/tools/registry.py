@@ -68,7 +68,7 @@ def serialisable(result: ToolResult) -> ToolResult:
     takes: every string of the result is shown escaped instead (a task never fails on it)."""
     def clean(value: Any) -> Any:
         if isinstance(value, str):
-            return shown(value)
+            return shown(value, keep="\n\t")
         if isinstance(value, dict):
             return {clean(k): clean(v) for k, v in value.items()}
         if isinstance(value, list | tuple):

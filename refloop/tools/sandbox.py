@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from refloop.contract.errors import ToolError
+from refloop.contract.text import escape_controls
 from refloop.tools.pinning import (  # noqa: F401  (re-exported: the file tools' one import)
     _through_link,
     current_pin,
@@ -189,6 +190,7 @@ def _open_parent(path: Path, create: bool) -> int:
         for part in parts:
             with contextlib.suppress(FileExistsError):
                 os.mkdir(part, 0o755, dir_fd=fd)
+                take_directory_owner(fd, part)
             nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
                           dir_fd=fd)
             os.close(fd)
@@ -228,6 +230,7 @@ def write_bytes(path: Path, data: bytes, raw: str | None = None,
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                      mode, dir_fd=parent)
         try:
+            take_directory_owner(parent, temp)
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)
             os.rename(temp, path.name, src_dir_fd=parent, dst_dir_fd=parent)
@@ -239,6 +242,15 @@ def write_bytes(path: Path, data: bytes, raw: str | None = None,
         raise _path_error(err, raw, path) from None
     finally:
         os.close(parent)
+
+
+def take_directory_owner(parent: int, name: str) -> None:
+    """A root worker's new entry belongs to whoever owns its directory: in a workspace
+    handed to the commands' uid (`refloop.tools.identity`), they can still change it."""
+    if os.geteuid() == 0:
+        owner = os.fstat(parent)
+        if owner.st_uid != 0:
+            os.chown(name, owner.st_uid, owner.st_gid, dir_fd=parent, follow_symlinks=False)
 
 
 def write_text(path: Path, text: str, raw: str | None = None, limit: int | None = None) -> None:
@@ -301,16 +313,18 @@ def walk_files(start: Path) -> Iterator[Path]:
         os.close(fd)
 
 
-def shown(name: str) -> str:
-    """A name as text that always serialises: bytes that are not UTF-8 (a file name the OS
-    gave as lone surrogates) shown escaped, `\\xff`."""
+def shown(name: str, keep: str = "") -> str:
+    """A name as text that always serialises and says what it is: bytes that are not UTF-8
+    (a file name the OS gave as lone surrogates) shown escaped, `\\xff`, and so are control
+    characters (a newline in a name would forge a line of a listing; ESC would reach a
+    terminal). `keep`: controls left as they are (a command's output keeps its newlines)."""
     try:
         name.encode("utf-8")
     except UnicodeEncodeError:
-        return "".join(f"\\x{ord(c) - 0xDC00:02x}" if 0xDC80 <= ord(c) <= 0xDCFF
+        name = "".join(f"\\x{ord(c) - 0xDC00:02x}" if 0xDC80 <= ord(c) <= 0xDCFF
                        else f"\\u{ord(c):04x}" if 0xD800 <= ord(c) <= 0xDFFF else c
                        for c in name)
-    return name
+    return escape_controls(name, keep)
 
 
 def line_count(text: str) -> int:

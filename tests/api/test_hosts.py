@@ -1,5 +1,6 @@
-"""GET /hosts and the host of a session's workspace: the one live host holding it, or a
-422 naming the candidates; a named host must be known and hold it."""
+"""GET /hosts and the host of a session's workspace: the one host holding it, live or not,
+or a 422 naming the candidates; a named host must be known and hold it. Once the fleet has
+hosts, no session goes without one."""
 
 from __future__ import annotations
 
@@ -58,6 +59,45 @@ async def test_a_workspace_gets_the_one_live_host_holding_it(api, registered, tm
     assert response.json()["host"] == a
 
 
+async def test_a_workspace_held_only_by_a_dead_host_is_placed_on_it(api, registered,
+                                                                    tmp_path):
+    """Host c is down; a session for a workspace under c's roots was answered 201 with
+    `"host": null`, and its task's workspace activities ran on host b's worker. Now it is
+    c's: its task waits for c (`waiting_for_host`) and never runs on another host."""
+    (tmp_path / "c" / "ws").mkdir(parents=True)
+    (tmp_path / "b").mkdir()
+    registered("b", [str(tmp_path / "b")])
+    down = registered("c", [str(tmp_path / "c")], beat_s=0.05)
+    await asyncio.sleep(0.3)  # three beats missed: c is not live
+    assert not next(h for h in (await api.get("/hosts")).json() if h["host_id"] == down)["live"]
+    response = await start(api, tmp_path / "c" / "ws")
+    assert response.status_code == 201, response.text
+    assert response.json()["host"] == down
+
+
+async def test_once_the_fleet_has_hosts_no_session_goes_without_one(api, registered,
+                                                                    tmp_path):
+    """A workspace inside the API's own roots but no host's was placed with no host, to run
+    on whichever worker; with hosts registered it is a 422 naming them. So is a session with
+    no workspace while this machine is not one of the hosts (its fresh directory would be
+    on no host's disk)."""
+    (tmp_path / "mine").mkdir()  # inside the API's roots (tmp_path)
+    other = registered("other", [str(tmp_path / "elsewhere")])
+    unheld = await start(api, tmp_path / "mine")
+    assert unheld.status_code == 422 and "no host holds" in unheld.text
+    assert other in unheld.text
+    fresh = await api.post("/agent/interactive/start", json={})
+    assert fresh.status_code == 422 and "name a workspace" in fresh.text, fresh.text
+
+
+async def test_with_no_host_registered_sessions_stay_on_this_machine(api, tmp_path):
+    (tmp_path / "mine").mkdir()
+    response = await start(api, tmp_path / "mine")
+    assert response.status_code == 201 and response.json()["host"] is None
+    fresh = await api.post("/agent/interactive/start", json={})
+    assert fresh.status_code == 201 and fresh.json()["host"] is None
+
+
 async def test_no_host_or_several_is_a_422_naming_the_candidates(api, registered, tmp_path):
     shared = tmp_path / "shared"
     (shared / "ws").mkdir(parents=True)
@@ -67,10 +107,18 @@ async def test_no_host_or_several_is_a_422_naming_the_candidates(api, registered
     assert ambiguous.status_code == 422
     assert first in ambiguous.text and second in ambiguous.text and "several" in ambiguous.text
     nowhere = await start(api, tmp_path / "nowhere")
-    assert nowhere.status_code == 422 and "no live host holds" in nowhere.text
+    assert nowhere.status_code == 422 and "no host holds" in nowhere.text
     assert first in nowhere.text  # the candidates are named
     chosen = await start(api, shared / "ws", host=second)  # a named host wins
     assert chosen.status_code == 201 and chosen.json()["host"] == second
+
+
+async def test_a_home_of_a_user_this_machine_lacks_is_a_422_not_a_500(api, registered,
+                                                                       tmp_path):
+    registered("a", [str(tmp_path)])
+    response = await api.post("/agent/interactive/start",
+                              json={"workspace": "~no-such-user-here/ws"})
+    assert response.status_code == 422 and "no such user's home" in response.text
 
 
 async def test_a_named_host_must_be_known_and_hold_the_workspace(api, registered, tmp_path):
@@ -157,7 +205,7 @@ async def test_a_file_review_gets_the_host_holding_its_directory(api, registered
         "unknown host 'no-such-host'": await start_review(api, tmp_path / "a" / "repo",
                                                           host="no-such-host"),
         "does not hold": await start_review(api, tmp_path / "shared", host=a),
-        "several live hosts": await start_review(api, tmp_path / "shared"),
+        "several hosts": await start_review(api, tmp_path / "shared"),
         "name an absolute path": await start_review(api, "repo", host=first),
     }
     for expected, response in refusals.items():
@@ -209,17 +257,28 @@ async def test_moving_a_waiting_task_to_another_host(api, registered, scripted_l
     for hostile in ({"host": "../x"}, {"host": new, "extra": 1}, {"host": 7}):
         assert (await api.post(f"/tasks/{task_id}/move", json=hostile)).status_code == 422
     assert (await move(new, "task-nosuch")).status_code == 404
-    moved = await move(new)
+    # Moving needed the same absolute path on the new host: the copy's path is named now,
+    # checked against the new host's roots only (the API need not see it).
+    copy = tmp_path / "w" / "copy-on-new"
+    for workspace, expected in ((str(tmp_path / "other" / "ws"), "does not hold"),
+                                ("copy-on-new", "name an absolute path"),
+                                ("/proc/1", "system directory")):
+        refused = await api.post(f"/tasks/{task_id}/move",
+                                 json={"host": new, "workspace": workspace})
+        assert refused.status_code == 422 and expected in refused.text, refused.text
+    moved = await api.post(f"/tasks/{task_id}/move", json={"host": new, "workspace": str(copy)})
     assert moved.status_code == 200, moved.text
-    assert moved.json() == {"task_id": task_id, "host": new, "moved_from": old}
+    assert moved.json() == {"task_id": task_id, "host": new, "moved_from": old,
+                            "workspace": str(copy)}
     again = await move(new)
     assert again.status_code == 409 and "already on host" in again.text
     sessions = store_for(api.app.state.settings.effective_database_url)
     from refloop.store.db import SessionRecord
-    assert sessions.get(SessionRecord, session["session_id"]).host == new
+    moved_session = sessions.get(SessionRecord, session["session_id"])
+    assert moved_session.host == new and moved_session.workspace == str(copy)
     assert (await api.post(f"/tasks/{task_id}/cancel")).status_code == 202
     await wait_until(lambda: _is(status(), "cancelled"), "cancelled", 30)
     events = (await api.get(f"/tasks/{task_id}/events")).text
-    assert "event: moved_to_host" in events
+    assert "event: moved_to_host" in events and str(copy) in events
     ended = await move(new)
     assert ended.status_code == 409 and "already ended" in ended.text

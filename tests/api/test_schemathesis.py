@@ -14,9 +14,9 @@ Exclusions, each with its reason (EXCLUDED and CONFIG below):
 - positive_data_acceptance on the two routes that take a directory (session start,
   code-review start): a schema-valid string is still refused (422) unless it names an
   existing directory inside REFLOOP_WORKSPACE_ROOTS, which no schema can express.
-- positive_data_acceptance on model-config create and update: an `api_key_env` is refused
-  (422) unless REFLOOP_MODEL_KEY_ENVS binds that variable to the config's base URL, an
-  operator's setting no schema can express.
+Model configs are checked in full: the document says which `api_key_env` names
+REFLOOP_MODEL_KEY_ENVS binds and to which base URLs (none bound: null only), so a
+schema-valid config is accepted whatever the operator configured (test_bound_model_keys).
 """
 
 from __future__ import annotations
@@ -46,21 +46,19 @@ ALL_CHECKS = CHECKS.get_all()
 EXCLUDED = {  # (method, path): check names, reasons in the module docstring
     ("POST", "/agent/interactive/start"): {"positive_data_acceptance"},
     ("POST", "/code-reviews"): {"positive_data_acceptance"},
-    ("POST", "/model-configs"): {"positive_data_acceptance"},
-    ("PATCH", "/model-configs/{key}"): {"positive_data_acceptance"},
 }
 COUNTS: dict[str, dict[str, int]] = {}
 
 
 def build_app(client, tmp_path_factory, scripted_llm, database_url: str | None,
-              token: str | None = None):
+              token: str | None = None, key_envs: str | None = None):
     data = tmp_path_factory.mktemp("schemathesis")
     settings = Settings(
         openai_base_url=scripted_llm.base_url, openai_api_key="test",
         database_url=database_url, refloop_data_dir=data / "data",
         refloop_workspace_roots=str(data), refloop_semantic_index=False,
         refloop_task_queue=f"st-{uuid.uuid4().hex[:8]}",  # no worker: tasks stay queued
-        refloop_api_token=token,
+        refloop_api_token=token, refloop_model_key_envs=key_envs,
     )
     return create_app(settings, client=client)
 
@@ -73,6 +71,14 @@ def sqlite_app(client, tmp_path_factory, scripted_llm):
 @pytest.fixture
 def postgres_app(client, tmp_path_factory, scripted_llm):
     return build_app(client, tmp_path_factory, scripted_llm, TEST_DATABASE_URL)
+
+
+KEY_ENVS = "MODELS_KEY=https://models.example/v1,OWN_KEY"
+
+
+@pytest.fixture
+def bound_keys_app(client, tmp_path_factory, scripted_llm):
+    return build_app(client, tmp_path_factory, scripted_llm, None, key_envs=KEY_ENVS)
 
 
 @pytest.fixture
@@ -145,6 +151,19 @@ SECURED_CONFIG = SchemathesisConfig.from_dict({
 SECURED_SCHEMA = schemathesis.openapi.from_dict(
     create_app(Settings(refloop_data_dir=Path("/nonexistent"), refloop_api_token=TOKEN),
                client=None).openapi(), config=SECURED_CONFIG)
+
+
+# An operator who bound model keys: their names and URLs are in the document.
+BOUND_SCHEMA = schemathesis.openapi.from_dict(
+    create_app(Settings(refloop_data_dir=Path("/nonexistent"), refloop_model_key_envs=KEY_ENVS,
+                        openai_base_url=None), client=None).openapi(),
+    config=CONFIG).include(path_regex="^/model-configs")
+
+
+@BOUND_SCHEMA.parametrize()
+@SETTINGS
+def test_bound_model_keys(case, bound_keys_app):
+    run_case(case, bound_keys_app, "sqlite-bound-keys")
 
 
 @SCHEMA.parametrize()

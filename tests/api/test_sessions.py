@@ -106,9 +106,34 @@ async def test_slow_clients_are_cut_off(api_settings, tmp_path):
 
         slow = [b"", b"GET /prompts HTTP/1.1\r\nHost: localhost\r\n",
                 b"POST /prompts HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\n{",
-                b"GET /prompts HTTP/1.1\r\nHost: localhost\r\n\r\n"]  # then idle
+                b"GET /prompts HTTP/1.1\r\nHost: localhost\r\n\r\n",  # then idle
+                # answered 413 at its 10,001st member, then the rest of the body never comes
+                b"POST /prompts HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json"
+                b"\r\nContent-Length: 900000\r\n\r\n[" + b"0," * 20_000]
         waits = await asyncio.gather(*(asyncio.to_thread(probe, p) for p in slow * 25))
         assert max(waits) < 3, waits
+
+        def trickle_after_answer() -> tuple[bytes, float]:
+            """A body answered 413 early, whose rest then comes a byte at a time: the
+            answer arrives, and the connection is still cut at the body's deadline."""
+            with socket.create_connection(("127.0.0.1", port)) as sock:
+                sock.sendall(slow[-1])
+                sock.settimeout(0.2)
+                start, answer = time.monotonic(), b""
+                while time.monotonic() - start < 10:
+                    try:
+                        sock.sendall(b"0")
+                        if not (data := sock.recv(4096)):
+                            break
+                        answer += data
+                    except TimeoutError:
+                        continue
+                    except OSError:  # reset: the server closed while bytes came
+                        break
+                return answer, time.monotonic() - start
+
+        answer, took = await asyncio.to_thread(trickle_after_answer)
+        assert answer.startswith(b"HTTP/1.1 413") and took < 3, (answer[:100], took)
     finally:
         server.should_exit = True
         await serving

@@ -21,6 +21,7 @@ from refloop.activities.store_activities import StoreActivities
 from refloop.api.main import create_app
 from refloop.api.reconcile import refresh
 from refloop.api.sse import event_stream
+from refloop.api.task_view import TEMPORAL_ANSWER_S, public
 from refloop.contract.task import RecordTaskInput
 from refloop.runtime.net import free_port
 from refloop.store.db import Store, TaskRecord, utcnow
@@ -30,38 +31,81 @@ from tests.llm_fixtures import unique_scenario
 from tests.workflow.helpers import CODING, SUMMARY, call, final, plan_of
 
 
+async def status_told(api, task_id: str, status: str, within_s: float = 15) -> None:
+    """The task is `status` in GET /tasks/{id} and its live progress, then in a listing
+    by status (the search attribute reaches visibility shortly after)."""
+    state = {}
+    for _ in range(int(within_s / 0.05)):
+        state = (await api.get(f"/tasks/{task_id}")).json()
+        if state["status"] == status:
+            break
+        await asyncio.sleep(0.05)
+    assert state["status"] == status, state
+    assert state["progress"]["status"] == status
+    listed: list = []
+    for _ in range(100):
+        listed = (await api.get("/tasks", params={"status": status})).json()
+        if any(t["task_id"] == task_id for t in listed):
+            break
+        await asyncio.sleep(0.1)
+    assert [t["status"] for t in listed if t["task_id"] == task_id] == [status]
+
+
 async def test_a_wait_for_approval_is_its_own_status(api, scripted_llm, workspace):
     session = await new_session(api, workspace, model=writing_scenario(scripted_llm),
                                 approval_mode="confirm_writes")
     task_id = (await api.post("/agent/interactive/task", json={
         "session_id": session, "task": "write"})).json()["task_id"]
-    state = {}
-    for _ in range(300):
-        state = (await api.get(f"/tasks/{task_id}")).json()
-        if state["status"] == "waiting_approval":
+    await status_told(api, task_id, "waiting_approval")
+    # The row says so too: a read that falls back on the database (Temporal slow or
+    # restarting) tells the wait, not `running`.
+    store = api.app.state.store
+    for _ in range(100):
+        if store.get_task(task_id).status == "waiting_approval":
             break
         await asyncio.sleep(0.05)
-    assert state["status"] == "waiting_approval", state
-    assert state["progress"]["status"] == "waiting_approval"
-    listed: list = []
-    for _ in range(100):  # the search attribute reaches visibility shortly after
-        listed = (await api.get("/tasks", params={"status": "waiting_approval"})).json()
-        if any(t["task_id"] == task_id for t in listed):
-            break
-        await asyncio.sleep(0.1)
-    assert [t["status"] for t in listed if t["task_id"] == task_id] == ["waiting_approval"]
+    row = store.get_task(task_id)
+    assert row.status == "waiting_approval"
+    assert public(row, api.app.state.settings, from_database=True).status == \
+        "waiting_approval"
     running = (await api.get("/tasks", params={"status": "running"})).json()
     assert task_id not in {t["task_id"] for t in running}
     granted = await api.post(f"/tasks/{task_id}/approvals",
                              json={"call_id": "1.0", "approved": True})
     assert granted.status_code == 200
     assert (await wait_done(api, task_id))["status"] == "completed"
+    assert store.get_task(task_id).status == "completed"
     frames = parse_sse((await api.get(f"/tasks/{task_id}/events")).text)
     told = [f["data"]["status"] for f in frames if f["event"] == "status"]
     assert told == ["waiting_approval", "running"]
 
 
-async def test_with_temporal_down_a_task_reads_from_the_database_within_2s(api_settings,
+async def test_a_model_outage_is_its_own_status(api, scripted_llm, workspace):
+    """A task whose endpoint is down is `waiting_for_model` in GET /tasks/{id}, its live
+    progress, `?status=` and the event stream, then goes on and completes."""
+    session = await new_session(api, workspace, model=writing_scenario(scripted_llm))
+    scripted_llm.set_fault(status=503)
+    try:
+        task_id = (await api.post("/agent/interactive/task", json={
+            "session_id": session, "task": "write"})).json()["task_id"]
+        await status_told(api, task_id, "waiting_for_model", within_s=30)
+    finally:
+        scripted_llm.set_fault()
+    assert (await wait_done(api, task_id))["status"] == "completed"
+    frames = parse_sse((await api.get(f"/tasks/{task_id}/events")).text)
+    told = [f["data"]["status"] for f in frames if f["event"] == "status"]
+    assert told == ["waiting_for_model", "running"]
+    waiting = [f["data"] for f in frames if f["event"] == "waiting_for_model"]
+    assert waiting[0]["endpoint"] == scripted_llm.base_url
+    assert "HTTP 503" in waiting[0]["error"]
+
+
+# Temporal's 1.5 s to answer, then the stored row: under 2 s on a quiet machine; a loaded
+# one (load 14, CI beside a soak) took longer to read the row, not to give up on Temporal.
+FALLBACK_BOUND_S = TEMPORAL_ANSWER_S + 1.5
+
+
+async def test_with_temporal_down_a_task_reads_from_the_database_without_waiting_on_it(api_settings,
                                                                           tmp_path):
     server = EmbeddedTemporal(tmp_path / "temporal", port=free_port(), ui_port=None,
                               persistent=False)
@@ -79,11 +123,11 @@ async def test_with_temporal_down_a_task_reads_from_the_database_within_2s(api_s
                                      base_url="http://localhost") as http:
             start = time.monotonic()
             state = (await http.get(f"/tasks/{task_id}")).json()
-            assert time.monotonic() - start < 2.0
+            assert time.monotonic() - start < FALLBACK_BOUND_S
             assert state["status"] == "running" and state["from_database"] is True
             start = time.monotonic()
             listing = (await http.get("/tasks")).json()
-            assert time.monotonic() - start < 2.0
+            assert time.monotonic() - start < FALLBACK_BOUND_S
             assert [t["from_database"] for t in listing if t["task_id"] == task_id] == [True]
         stream = event_stream(own, store, task_id, task_id)
         frame = await asyncio.wait_for(anext(stream), 5)  # the stream says so, not silence
@@ -137,12 +181,12 @@ async def test_a_row_read_before_the_workflow_recorded_its_end_never_overwrites_
     failure with its reason) asks Temporal: the stored reason stays, not a generic one."""
     model = unique_scenario(scripted_llm, {
         "intent": [CODING], "plan": [plan_of("read_file")],
-        "act": [{"status": 401, "body": {"error": {"message": "key revoked"}}}]})
+        "act": [{"status": 404, "body": {"error": {"message": "no such model"}}}]})
     session = await new_session(api, workspace, model=model)
     task_id = (await api.post("/agent/interactive/task", json={
         "session_id": session, "task": "read"})).json()["task_id"]
     state = await wait_done(api, task_id)
-    assert state["status"] == "failed" and "401" in state["error"]
+    assert state["status"] == "failed" and "404" in state["error"]
     store = api.app.state.store
     # The row says failed a moment before the workflow itself closes: wait for Temporal
     # to say so too (until then a refresh rightly keeps a row it still calls running).

@@ -23,3 +23,33 @@ def test_missing_nullable_columns_are_added(tmp_path):
     new = store.add(SessionRecord(session_id="s2", workspace="/w", mcp_servers=["git"]))
     assert store.get(SessionRecord, new.session_id).mcp_servers == ["git"]
     Store(f"sqlite:///{path}").init()  # idempotent
+
+
+def test_processes_starting_together_on_an_empty_database_all_start():
+    """Workers and the API start together on an empty PostgreSQL: each makes the schema
+    (here, stores of their own in threads, as separate processes would), and none fails
+    on the other's half-made tables."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    from tests.conftest import create_database
+    from tests.constants import TEST_DATABASE_URL
+
+    url = make_url(TEST_DATABASE_URL).set(database=f"{make_url(TEST_DATABASE_URL).database}_empty")
+    admin = create_engine(url.set(database="postgres"), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{url.database}" WITH (FORCE)'))
+    assert create_database(url.render_as_string(hide_password=False)) is None
+    stores = [Store(url.render_as_string(hide_password=False)) for _ in range(8)]
+    try:
+        with ThreadPoolExecutor(len(stores)) as pool:
+            list(pool.map(lambda store: store.init(), stores))  # raises what any raised
+        assert stores[0].add(SessionRecord(session_id="s1", workspace="/w")).session_id == "s1"
+    finally:
+        for store in stores:
+            store.engine.dispose()
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{url.database}" WITH (FORCE)'))
+        admin.dispose()

@@ -35,7 +35,7 @@ def test_run_json_offline_demo(tmp_path: Path):
     workspace.mkdir()
     history = tmp_path / "history.json"
     done = refloop("run", "write a report", "--workspace", str(workspace), "--json",
-                   "--save-history", str(history), tmp_path=tmp_path)
+                   "--save-history", str(history), tmp_path=tmp_path, COLUMNS="80")
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert set(out) >= {"workflow_id", "status", "answer", "events", "stats", "quality_reviews"}
@@ -47,11 +47,18 @@ def test_run_json_offline_demo(tmp_path: Path):
     assert (workspace / "report.md").read_text().startswith("# refloop")
     assert "SCRIPTED" in done.stderr  # the offline model says what it is
     assert "embedded Temporal: started dev server (SQLite" in done.stderr
-    # The task's Web UI page, which `refloop up` serves from the same data dir later.
-    assert f"/namespaces/default/workflows/{out['workflow_id']}" in done.stderr
+    # The task's Web UI page, which `refloop up` serves from the same data dir later:
+    # whole, on a line of its own, at 80 columns too.
+    links = [line for line in done.stderr.splitlines() if "/namespaces/default/" in line]
+    assert links and all(line.startswith("http://") and line.endswith(out["workflow_id"])
+                         for line in links), links
+    # Progress lines fit the 80 columns and are never cut mid-word (a cut one ends "…").
+    progress = [line for line in done.stderr.splitlines() if line.startswith(("→", "←"))]
+    assert progress and all(len(line) <= 80 for line in progress), progress
     # The saved history replays cleanly through the CLI.
     replay = refloop("replay", str(history), tmp_path=tmp_path)
     assert replay.returncode == 0, replay.stderr
+    assert "1 history replayed cleanly" in replay.stderr
 
 
 def test_bad_inputs_fail_with_one_clear_line(tmp_path: Path):

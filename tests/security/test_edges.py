@@ -315,7 +315,7 @@ def test_the_sandbox_starts_one_process_and_no_limit_helper(tmp_path: Path):
                                            allow_network=False, env={},
                                            settings=Settings(refloop_data_dir=tmp_path / "d"))
     try:
-        assert "--as-pid-1" in command.argv and "prlimit" not in " ".join(command.argv)
+        assert "--as-pid-1" in command.profile() and "prlimit" not in " ".join(command.argv)
         assert command.argv[-3:-1] == ["/bin/sh", "-c"] and "ulimit -t" in command.argv[-1]
     finally:
         command.close()

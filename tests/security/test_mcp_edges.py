@@ -18,6 +18,7 @@ from temporalio.testing import ActivityEnvironment
 
 from refloop.activities.mcp_activities import McpActivities
 from refloop.contract.mcp import McpCallInput, McpListInput, is_untrusted, mcp_tool_properties
+from refloop.contract.tool_properties import APPROVAL_MODES
 from refloop.mcp import pool as mcp_pool
 from refloop.store.db import store_for
 from refloop.workflows.logic import tool_signatures
@@ -58,7 +59,8 @@ ANNOTATED = {"command": PYTHON, "args": [str(FIXTURES / "annotated_mcp_server.py
 
 async def test_annotations_decide_approval_and_retries(settings, tmp_path, ws):
     acts = activities_for(settings, tmp_path, {"a": {
-        **ANNOTATED, "confirm": ["look"], "properties": {"plain": {"read_only": True}}}})
+        **ANNOTATED, "confirm": ["look"], "properties": {"plain": {"read_only": True}},
+        "unattended": ["create_branch"]}})
     try:
         listed = await listing(acts, ws, "a")
     finally:
@@ -70,13 +72,17 @@ async def test_annotations_decide_approval_and_retries(settings, tmp_path, ws):
     branch = props["create_branch"]
     assert branch.kind == "write" and branch.needs_approval("confirm_writes", {})
     assert branch.activity.max_attempts == 1
-    # destructiveHint: asks under confirm_writes (idempotentHint true: may be retried).
-    assert props["wipe"].needs_approval("confirm_writes", {})
-    assert not props["wipe"].needs_approval("auto", {})
+    # destructiveHint: asks in every mode, `auto` included (idempotentHint true: may be
+    # retried); create_branch (not read-only, destructiveHint not said: destructive, by the
+    # MCP specification) would too, but the operator lets it run unattended.
+    assert all(props["wipe"].needs_approval(mode, {}) for mode in APPROVAL_MODES)
+    assert not props["create_branch"].needs_approval("auto", {})
     assert props["wipe"].activity.max_attempts > 1
-    # readOnlyHint true: a read, retried; but the operator's `confirm` list still wins.
-    assert props["bossy"].kind == "read" and props["bossy"].activity.max_attempts > 1
-    assert not props["bossy"].needs_approval("confirm_writes", {})
+    # readOnlyHint true from the server alone: not trusted (round four), a write run once;
+    # the operator's `confirm` list still wins.
+    assert tools["bossy"].declared_read_only is True and tools["bossy"].read_only is None
+    assert props["bossy"].kind == "write" and props["bossy"].activity.max_attempts == 1
+    assert props["bossy"].needs_approval("confirm_writes", {})
     assert props["look"].kind == "write" and props["look"].needs_approval("auto", {})
     # No annotation: a write; the operator's explicit properties override that.
     assert props["plain"].kind == "read"
@@ -143,3 +149,21 @@ async def test_an_invalid_input_schema_is_an_error_not_a_crash(settings, tmp_pat
         await acts.pool.close()
     assert listed.tools == [] and "invalid input schema" in listed.dropped[0]
     assert not result.ok and result.error.startswith("E_MCP_SCHEMA"), result.error
+
+
+async def test_a_tool_that_says_read_only_and_writes_is_treated_as_a_write(
+        settings, tmp_path, ws):
+    """Round four (8): `sneaky` declares readOnlyHint and writes into the workspace. The
+    server's word decides nothing: the tool waits for approval under confirm_writes and
+    runs once (never retried into a second write), as any write."""
+    acts = activities_for(settings, tmp_path, {"a": ANNOTATED})
+    try:
+        tools = {t.tool: t for t in (await listing(acts, ws, "a")).tools}
+        sneaky = mcp_tool_properties(tools["sneaky"])
+        assert tools["sneaky"].declared_read_only is True
+        assert sneaky.kind == "write" and sneaky.activity.max_attempts == 1
+        assert sneaky.needs_approval("confirm_writes", {})
+        result = await call(acts, ws, "a", "sneaky")
+    finally:
+        await acts.pool.close()
+    assert result.ok and (ws / "planted.txt").read_text() == "written by a read"

@@ -31,7 +31,7 @@ from refloop.search import embedders, passes
 from refloop.search import index as semantic
 from refloop.search.chunks import MODEL_WINDOW
 from refloop.search.embedders import WINDOW, embedder
-from refloop.search.fusion import text_weight
+from refloop.search.fusion import SHAPE_TEXT_WEIGHTS, text_weight
 from refloop.search.index import CodeIndex
 from refloop.search.runtime import start_warm_up
 
@@ -102,6 +102,7 @@ def test_the_scale_table_on_the_small_corpus(tmp_path: Path):
     assert run.lines > 1000 and run.cpu_s > 0 and 0 < run.peak_rss_mb < 1000
     assert run.first_result_s is not None and run.first_result_s < run.wall_s
     assert run.hybrid.recall_at_5 >= 0.9 and run.hybrid.recall_at_5 > run.bm25.recall_at_5
+    assert run.tool.recall_at_5 >= run.hybrid.recall_at_5  # every excerpt shows its def line
     assert len(run.row().split("|")) == len(HEADER.splitlines()[0].split("|"))
 
 
@@ -113,27 +114,34 @@ def test_hits_are_whole_definitions_one_each(small_eval):
     lines = (corpus / hits[0].path).read_text().splitlines()
     assert lines[hits[0].start_line - 1].lstrip().startswith(("def ", "async def ", "class ",
                                                                "@"))
-    assert hits[0].text.splitlines()[0] == lines[hits[0].start_line - 1]
-    # an identifier finds its definition through the lexical side
+    assert f"{hits[0].start_line}\t{lines[hits[0].start_line - 1]}" in hits[0].text
+    # an identifier finds its definition through the lexical side; the excerpt shows the
+    # method's class, then its def line
     top = index.search("is_allowed_origin", 1)[0]
     assert top.path == "middleware/cors.py"
-    assert top.text.lstrip().startswith("def is_allowed_origin")
+    shown = top.text.splitlines()
+    assert shown[0].endswith("\tclass CORSMiddleware:")
+    assert any(line.split("\t", 1)[1].lstrip().startswith("def is_allowed_origin")
+               for line in shown if "\t" in line)
     # query syntax of the full-text engine and bare punctuation are only words or nothing
     for hostile in ['path:"x" OR (*) AND -', "!!! ???", "' OR 1=1; --", "x" * 5000]:
         assert len(index.search(hostile, 3)) == 3
 
 
-def test_prose_is_ranked_by_the_vectors_and_identifiers_by_their_words_too(small_eval):
-    """The full-text side has no say for prose (it lost held-out queries the vectors had
-    found); a query naming an identifier still gets it."""
+def test_the_words_count_for_prose_too_and_more_for_identifiers(small_eval):
+    """Prose used to be ranked by the vectors alone, which threw away the full-text side
+    where it had the answer (issue 47); now both lists count for every query, by the shape
+    of their scores, and a query naming an identifier gives the words more say."""
     _, queries, index = small_eval
-    for query in [q.text for q in queries[:5]]:
-        assert text_weight(query) == 0
-        hybrid = [(h.path, h.start_line) for h in index.search(query, 10)]
-        assert hybrid == [(h.path, h.start_line) for h in index.search(query, 10, "vector")]
-    identifier = "is_allowed_origin"
-    assert text_weight(identifier) > 0
-    assert index.search(identifier, 1)[0].score > index.search(identifier, 1, "vector")[0].score
+    prose, identifier = queries[0].text, "is_allowed_origin"
+    assert 0 < text_weight(prose, SHAPE_TEXT_WEIGHTS) < text_weight(identifier,
+                                                                     SHAPE_TEXT_WEIGHTS)
+    assert index.search(identifier, 1)[0].path == "middleware/cors.py"
+    changed = 0
+    for query in [q.text for q in queries]:
+        hybrid = [(h.path, h.start_line) for h in index.search(query, 5)]
+        changed += hybrid != [(h.path, h.start_line) for h in index.search(query, 5, "vector")]
+    assert changed  # the full-text side moved some prose query's ranking
 
 
 def test_every_indexed_chunk_fits_the_models_window(small_eval):

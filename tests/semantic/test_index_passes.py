@@ -71,6 +71,7 @@ def test_a_search_answers_during_the_first_pass_and_says_it_is_partial(tmp_path:
         assert progress["files_done"] <= stored < FILES + 1
         assert answer.partial
         assert f"the index holds {stored} of {FILES + 1} files" in answer.note
+        assert "indexing runs in the background" in answer.note  # it does: stopped, alive
         assert "pkg3/zebra_inventory.py" in answer.note or "more" in answer.note
         zebra = [hit for hit in answer.hits if hit.path == "pkg3/zebra_inventory.py"]
         assert zebra and zebra[0].unindexed and "count_striped_animals" in zebra[0].text
@@ -96,6 +97,9 @@ def test_a_cut_off_pass_resumes_without_re_embedding_the_files_it_stored(tmp_pat
     assert progress["files_done"] <= stored < FILES + 1
     partial = index.answer("split a comma separated ledger line", 5)
     assert partial.partial and f"holds {stored} of {FILES + 1}" in partial.note
+    # the pass is dead: the note must not say one is running (it said so forever)
+    assert "runs in the background" not in partial.note
+    assert "the last indexing pass stopped before it finished" in partial.note
 
     report = index.update()
     assert report.files_unchanged == stored  # kept, by their content hashes

@@ -130,3 +130,28 @@ def test_a_long_lived_handle_sees_other_writers_and_a_wiped_index(repo: Path, tm
     CodeIndex(tmp_path / "index", repo).update()
     assert reader.search("where is the retry policy configured", 1)[0].path == \
         "net/retries.py"
+
+
+def test_a_hit_in_a_long_method_shows_its_class_and_definition_line(tmp_path: Path):
+    """A body window deep in a long method used to come back without its `def` line (the
+    model had to guess what it was reading): the excerpt starts with the class and the
+    signature, then the matched lines, within the tool's budget."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    body = "".join(f"        total_{n} = self.weigh({n})\n" for n in range(150))
+    (workspace / "ledger.py").write_text(
+        "class Ledger:\n    \"\"\"Books of the shop.\"\"\"\n\n"
+        "    def reconcile(self, entries):\n" + body +
+        "        overdue_invoices = [e for e in entries if e.overdue]\n"
+        "        send_reminder_letters(overdue_invoices)\n"
+        "        return total_1\n")
+    index = CodeIndex(tmp_path / "index", workspace)
+    index.update()
+    hit = next(h for h in index.search("send reminder letters for overdue invoices", 3,
+                                       chars=3_000)
+               if h.start_line == 4)
+    lines = hit.text.splitlines()
+    assert lines[0] == "1\tclass Ledger:" and lines[1] == "...", lines[:3]
+    assert "4\t    def reconcile(self, entries):" in lines
+    assert any("send_reminder_letters(overdue_invoices)" in line for line in lines)
+    assert len(hit.text) < 3_000 // 3

@@ -59,10 +59,19 @@ SCENARIO = {"name": "ui", "responses": {
 @contextlib.contextmanager
 def running_console(tmp_path: Path, token: str | None = None) -> Iterator[str]:
     """`refloop up` on a free port with the scripted model; its base URL."""
+    with console_and_model(tmp_path, token) as (base, _):
+        yield base
+
+
+@contextlib.contextmanager
+def console_and_model(tmp_path: Path, token: str | None = None, scenario: dict | None = None,
+                      **env_extra: str) -> Iterator[tuple[str, ScriptedLLMServer]]:
+    """`refloop up` on a free port with the scripted model (`scenario`, SCENARIO unless
+    told): its base URL, and the model (to make it fail). `env_extra`: more settings."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    with ScriptedLLMServer(SCENARIO) as llm:
+    with ScriptedLLMServer(scenario or SCENARIO) as llm:
         env = {k: v for k, v in os.environ.items()
                if k not in ("TEMPORAL_ADDRESS", "DATABASE_URL", "REFLOOP_API_TOKEN")}
         env.update({"OPENAI_BASE_URL": llm.base_url, "OPENAI_API_KEY": "ui",
@@ -74,13 +83,14 @@ def running_console(tmp_path: Path, token: str | None = None) -> Iterator[str]:
                     "REFLOOP_WORKSPACE_ROOTS": f"{tmp_path},{Path.cwd()}"})
         if token:
             env["REFLOOP_API_TOKEN"] = token
+        env.update(env_extra)
         server = subprocess.Popen([sys.executable, "-m", "refloop", "up", "--port", str(port)],
                                   env=env, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.DEVNULL, start_new_session=True)
         base = f"http://127.0.0.1:{port}"
         try:
-            wait_until_healthy(base, timeout_s=30)
-            yield base
+            wait_until_healthy(base, timeout_s=60)  # a loaded machine
+            yield base, llm
         finally:
             server.terminate()
             server.wait(timeout=20)
@@ -152,6 +162,34 @@ def test_prompt_task_reviews_approval_and_stats(console, tmp_path):
         expect(page.locator("#rows tr")).to_have_count(2)
         browser.close()
     assert (workspace / "report.md").read_text().endswith("## Summary\n\nDone.\n")
+
+
+def test_a_task_waiting_for_the_model_says_so_and_goes_on(tmp_path):
+    from playwright.sync_api import expect, sync_playwright
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    with console_and_model(tmp_path) as (console, llm), sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=[
+            "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync"])
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.set_default_timeout(20_000)
+        llm.set_fault(status=503)
+        page.goto(f"{console}/ui/new-task.html")
+        page.get_by_label("Workspace").fill(str(workspace))
+        page.get_by_label("Task", exact=True).fill("write report.md")
+        page.get_by_role("button", name="Start").click()
+        page.wait_for_url("**/task.html?id=*")
+        expect(page.locator("#status")).to_have_text("waiting_for_model")
+        expect(page.get_by_text("Waiting for the model")).to_be_visible()
+        expect(page.get_by_text("HTTP 503")).to_be_visible()
+        expect(page.get_by_role("button", name="Cancel")).to_be_visible()
+        llm.set_fault()
+        expect(page.get_by_text("Model back")).to_be_visible()
+        expect(page.locator("#status")).to_have_text("completed", timeout=30_000)
+        expect(page.locator('[data-stat="waited for the model (s)"]')).to_be_visible()
+        browser.close()
 
 
 def test_code_review_page_groups_by_severity_and_strikes_deletions(console):

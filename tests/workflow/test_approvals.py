@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 
 import pytest
 from temporalio.api.enums.v1 import EventType
@@ -14,11 +15,14 @@ from refloop.contract.activity_io import ApprovalDecision
 from refloop.contract.task import TaskInput
 from refloop.store.db import store_for
 from refloop.worker.main import build_worker
+from refloop.worker.replay import dump_history, replay_files
+from refloop.workflows import patches
 from refloop.workflows.agent import AgentTaskWorkflow
 from refloop.workflows.approval_phase import needs_approval
 from tests.llm_fixtures import unique_scenario
 from tests.workflow.helpers import (
     CODING,
+    HISTORIES,
     SUMMARY,
     call,
     events_of,
@@ -27,6 +31,8 @@ from tests.workflow.helpers import (
     result_of,
     start,
 )
+
+PASS = {"json": {"pass": True, "reasons": [], "suggestions": "", "summary": "ok"}}
 
 
 def scenario() -> dict:
@@ -54,19 +60,64 @@ async def start_task(client, task_queue, workspace, model, **overrides):
     return await start(client, task_queue, inp)
 
 
-async def test_approved_write_runs(client, settings, scripted_llm, workspace, task_queue):
+async def test_golden_an_approved_write_runs_is_reviewed_and_its_decision_leaves(
+        client, settings, scripted_llm, workspace, task_queue):
+    model = unique_scenario(scripted_llm, {**scenario(), "quality_review": [PASS]})
+    async with build_worker(client, settings, task_queue):
+        handle = await start_task(client, task_queue, workspace, model,
+                                  enable_quality_review=True)
+        pending = await wait_for(handle, "approval_required")
+        assert pending["tool"] == "write_file"  # the read before it needed no approval
+        decision = ApprovalDecision(call_id=pending["call_id"], approved=True, comment="ok")
+        answer = await handle.execute_update(AgentTaskWorkflow.decide_approval, decision)
+        assert answer == "approved"
+        await wait_for(handle, "approval_decided")
+        # Read by its call, the decision left the state: sent again, it is refused.
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await handle.execute_update(AgentTaskWorkflow.decide_approval, decision)
+        assert "no pending approval" in str(refused.value.cause)
+        result = await result_of(handle)
+        history = await handle.fetch_history()
+    if os.environ.get("REFLOOP_RECORD_HISTORIES"):  # `make histories`
+        (HISTORIES / "agent_task_approved_and_reviewed.json").write_text(dump_history(history))
+    assert result.status == "completed" and (workspace / "a.txt").read_text() == "a"
+    assert events_of(result, "approval_decided")[0]["approved"] is True
+    assert [r.file_path for r in result.quality_reviews] == ["a.txt"]
+
+
+async def test_golden_approval_wait_is_in_the_row(client, settings, scripted_llm, workspace,
+                                                  task_queue, tmp_path):
+    """The `approval-wait-in-row` patch: the row says `waiting_approval` while the call
+    waits and `running` again once decided. Its history is golden (`make histories`), so the
+    replay test holds the patched branch's commands."""
     model = unique_scenario(scripted_llm, scenario())
+    store = store_for(settings.effective_database_url)
     async with build_worker(client, settings, task_queue):
         handle = await start_task(client, task_queue, workspace, model)
         pending = await wait_for(handle, "approval_required")
-        assert pending["tool"] == "write_file"  # the read before it needed no approval
-        answer = await handle.execute_update(
+        for _ in range(200):
+            if (row := store.get_task(handle.id)) is not None and \
+                    row.status == "waiting_approval":
+                break
+            await asyncio.sleep(0.05)
+        assert row is not None and row.status == "waiting_approval"
+        await handle.execute_update(
             AgentTaskWorkflow.decide_approval,
-            ApprovalDecision(call_id=pending["call_id"], approved=True, comment="ok"))
-        assert answer == "approved"
+            ApprovalDecision(call_id=pending["call_id"], approved=True))
         result = await result_of(handle)
-    assert result.status == "completed" and (workspace / "a.txt").read_text() == "a"
-    assert events_of(result, "approval_decided")[0]["approved"] is True
+        history = await handle.fetch_history()
+    assert result.status == "completed" and store.get_task(handle.id).status == "completed"
+    markers = [json.loads(e.marker_recorded_event_attributes.details["patch-data"]
+                          .payloads[0].data)["id"]
+               for e in history.events
+               if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+               and e.marker_recorded_event_attributes.marker_name == "core_patch"]
+    assert patches.APPROVAL_WAIT_IN_ROW in markers
+    saved = tmp_path / "run.json"
+    saved.write_text(dump_history(history))
+    assert await replay_files([saved]) == {}
+    if os.environ.get("REFLOOP_RECORD_HISTORIES"):  # `make histories`
+        (HISTORIES / "agent_task_approval_wait_in_row.json").write_text(dump_history(history))
 
 
 async def test_rejected_write_is_fed_back_as_denied(client, settings, scripted_llm, workspace,

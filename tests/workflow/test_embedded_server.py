@@ -213,3 +213,53 @@ async def test_the_watchdogs_hard_exit_stops_the_server_and_keeps_its_workflows(
         assert described.status == WorkflowExecutionStatus.RUNNING
     finally:
         restarted.stop()
+
+
+async def test_a_server_that_wins_the_port_during_start_up_is_never_taken_for_ours(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture):
+    """Two projects started together: the other's server binds the asked port after this
+    one's check, and answers there while this one's is still starting. It was taken for
+    this data dir's own (and claimed): the task ran on the other's server and failed with
+    `transport error` when that project ended. This one waits for its own marker, loses
+    the bind and starts again on a free port."""
+    port = free_port()
+    first = EmbeddedTemporal(tmp_path / "one" / "data", port=port, ui_port=None)
+    await first.start()
+    second = EmbeddedTemporal(tmp_path / "two" / "data", port=port, ui_port=None)
+    second.owner = owner_id(second.data_dir)
+    try:
+        with caplog.at_level(logging.WARNING, logger="refloop.temporal"):
+            await second._spawn_racing(60.0)  # as after a check that found the port free
+        assert second.address != first.address, caplog.text
+        assert second.owned_pid not in (None, first.owned_pid)
+        assert "was taken by another process as the server started" in caplog.text
+        assert await belongs(second.address, second.owner)
+        assert not await belongs(first.address, second.owner)
+    finally:
+        second.stop()
+        first.stop()
+
+
+def test_no_server_starts_once_the_process_is_ending(tmp_path: Path):
+    """A hard exit stops the servers the process owns; the supervisor then restarted the one
+    it had just stopped, and the new server outlived `refloop up`. Once the process is
+    ending, no server starts (in a child process: the state is the process's own)."""
+    import subprocess
+
+    script = (
+        "import asyncio, sys\n"
+        "from pathlib import Path\n"
+        "from refloop.worker.temporal_server import EmbeddedTemporal, stop_owned_servers\n"
+        "stop_owned_servers()\n"
+        "server = EmbeddedTemporal(Path(sys.argv[1]), port=int(sys.argv[2]), ui_port=None)\n"
+        "try:\n"
+        "    asyncio.run(server.start())\n"
+        "except RuntimeError as refused:\n"
+        "    print(refused)\n"
+        "    sys.exit(0)\n"
+        "server.stop()\n"
+        "sys.exit('a server started after the hard exit began')\n")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "data"),
+                           str(free_port())], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:] + done.stdout
+    assert "refloop is stopping: no Temporal server is started now" in done.stdout

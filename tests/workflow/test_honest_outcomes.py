@@ -101,15 +101,37 @@ async def test_an_unplanned_task_whose_intent_failed_and_asked_no_change_complet
     assert result.status == "completed" and result.missing == [], result.missing
 
 
-async def test_an_unplanned_task_done_by_a_command_completes(
+async def test_golden_an_unplanned_task_done_by_a_command_completes(
         client, settings, scripted_llm, workspace, task_queue):
+    """Recorded: its end decides from the changes counted in the state."""
     model = unique_scenario(scripted_llm, {
         "intent": [CODING],
         "act": [call("run_cmd", command="echo hi > hello.txt"), final("created")],
         "summary": [SUMMARY],
     })
     result = await run(client, settings, task_queue, model, workspace,
-                       task="Create hello.txt saying hi", enable_planning=False)
+                       task="Create hello.txt saying hi", enable_planning=False,
+                       record_as="agent_task_decides_from_state")
+    assert result.status == "completed" and result.missing == [], result.missing
+    assert (workspace / "hello.txt").read_text() == "hi\n"
+
+
+async def test_a_long_unplanned_task_whose_change_came_before_continue_as_new_completes(
+        client, settings, scripted_llm, workspace, task_queue):
+    """The only change is the first call; 110 reads follow, and continue-as-new trims its
+    events away. The run decides from its state, so it still completes."""
+    reads = {"tool_calls": [{"name": "list_dir", "arguments": {"path": "."}}] * 110}
+    model = unique_scenario(scripted_llm, {
+        "intent": [CODING],
+        "act": [call("run_cmd", command="echo hi > hello.txt"), reads, final("created")],
+        "summary": [SUMMARY],
+    })
+    result = await run(client, settings, task_queue, model, workspace,
+                       task="Create hello.txt saying hi", enable_planning=False,
+                       max_iterations=10, triggers={"enabled": False},
+                       continue_as_new_after_events=200)
+    assert "continued_as_new" in event_types(result)
+    assert not any(e["tool"] == "run_cmd" for e in events_of(result, "tool_call"))  # trimmed
     assert result.status == "completed" and result.missing == [], result.missing
     assert (workspace / "hello.txt").read_text() == "hi\n"
 
@@ -218,7 +240,7 @@ async def test_requests_of_a_call_that_gave_up_are_counted(client, settings, scr
                                                            workspace, task_queue):
     model = unique_scenario(scripted_llm, {
         "intent": [CODING], "plan": [plan_of("read_file")],
-        "act": [{"status": 500}, {"status": 401, "body": {"error": {"message": "revoked"}}}],
+        "act": [{"status": 500}, {"status": 404, "body": {"error": {"message": "no model"}}}],
     })
     result = await run(client, settings, task_queue, model, workspace)
     assert result.status == "failed"
@@ -244,16 +266,15 @@ async def test_each_failed_attempt_is_one_readable_line(client, settings, script
                                                         workspace, task_queue, caplog):
     model = unique_scenario(scripted_llm, {
         "intent": [CODING], "plan": [plan_of("read_file")],
-        "act": [{"status": 500, "body": {"error": {"message": "busy"}}}, final("done")],
-        "summary": [SUMMARY],
+        "act": [{"status": 404, "body": {"error": {"message": "no such model"}}}],
     })
     (workspace / "a.txt").write_text("x")
     with caplog.at_level("WARNING", logger="refloop.attempts"):
         await run(client, settings, task_queue, model, workspace)
     lines = [r.getMessage() for r in caplog.records if r.name == "refloop.attempts"]
     assert len(lines) == 1 and "\n" not in lines[0]
-    assert lines[0].startswith("act attempt 1/6 failed: HTTP 500")
-    assert "busy" in lines[0] and lines[0].endswith("retrying in 1 s")
+    assert lines[0].startswith(f"act attempt 1/10 failed: HTTP 404 from {scripted_llm.base_url}")
+    assert "no such model" in lines[0] and lines[0].endswith("giving up")
 
 
 async def test_golden_question_planned_as_an_edit_is_answered_directly(

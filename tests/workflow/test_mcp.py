@@ -63,7 +63,11 @@ def mcp_settings(settings, tmp_path: Path, monkeypatch):
         "git": {"command": str(BIN / "mcp-server-git"),
                 "env": {"GIT_TEST_TOKEN": "${REFLOOP_TEST_MCP_SECRET}"},
                 "confirm": ["git_commit", "git_add"]},
-        "time": {"command": str(BIN / "mcp-server-time"), "timeout_s": 20},
+        # The server's readOnlyHint is not taken on its word: the operator vouches for its
+        # tools, as a deployment would
+        "time": {"command": str(BIN / "mcp-server-time"), "timeout_s": 20,
+                 "properties": {"get_current_time": {"read_only": True},
+                                "convert_time": {"read_only": True}}},
     }}
     path = tmp_path / "mcp.json"
     path.write_text(json.dumps(config))
@@ -468,7 +472,8 @@ async def test_listing_caps_the_tools_and_cleans_their_names(
     fixtures = Path(__file__).parent.parent / "fixtures"
     config = tmp_path / "many.json"
     config.write_text(json.dumps({"mcpServers": {"many": {
-        "command": sys.executable, "args": [str(fixtures / "many_tools_mcp_server.py")]}}}))
+        "command": sys.executable, "args": [str(fixtures / "many_tools_mcp_server.py")],
+        "unattended": ["tool000", "read.file/v2"]}}}))  # unannotated: they run unattended
     many = settings.model_copy(update={"refloop_mcp_config": str(config),
                                        "refloop_sandbox_ro_paths": str(fixtures)})
     odd = tool_name("many", "read.file/v2")
@@ -501,7 +506,7 @@ async def test_a_stdio_server_reaches_the_network_only_when_allowed(
     config = tmp_path / "probe.json"
     config.write_text(json.dumps({"mcpServers": {"probe": {
         "command": sys.executable, "args": [str(fixtures / "net_probe_mcp_server.py")],
-        "network": network}}}))
+        "network": network, "unattended": ["connect"]}}}))  # it says nothing of harm
     probe = settings.model_copy(update={"refloop_mcp_config": str(config),
                                         "refloop_sandbox_ro_paths": str(fixtures)})
     model = unique_scenario(scripted_llm, {"intent": [CODING], "act": [
@@ -514,3 +519,31 @@ async def test_a_stdio_server_reaches_the_network_only_when_allowed(
     [probed] = events_of(result, "tool_result")
     assert probed["ok"], probed
     assert probed["output"].startswith("connected" if network else "refused"), probed
+
+
+async def test_destructive_and_unannotated_tools_wait_in_auto_mode_unless_allowed(
+        client, settings, scripted_llm, workspace, task_queue, tmp_path):
+    """`approval_mode: auto`: a tool annotated destructiveHint (`wipe`) and one with no
+    annotation (`plain`: destructive, by the MCP specification) wait for a yes, and with
+    none they never run; one the operator lists under `unattended` runs without."""
+    fixture = Path(__file__).parent.parent / "fixtures" / "annotated_mcp_server.py"
+    path = tmp_path / "annotated.json"
+    path.write_text(json.dumps({"mcpServers": {"a": {
+        "command": sys.executable, "args": [str(fixture)], "unattended": ["create_branch"]}}}))
+    configured = settings.model_copy(update={"refloop_mcp_config": str(path)})
+    model = unique_scenario(scripted_llm, {
+        "intent": [CODING],
+        "act": [call("a__wipe"), call("a__plain"), call("a__create_branch"),
+                final("done")],
+        "summary": [SUMMARY],
+    })
+    inp = TaskInput(task="clean up", workspace=str(workspace), model=model,
+                    enable_planning=False, enable_reflection=False, mcp_servers=["a"],
+                    approval_mode="auto", approval_timeout_s=1)
+    result, _ = await run_with_history(client, configured, task_queue, inp)
+    assert [r["tool"] for r in events_of(result, "approval_required")] == [
+        "a__wipe", "a__plain"]
+    outcomes = {r["tool"]: r for r in events_of(result, "tool_result")}
+    assert outcomes["a__wipe"]["error"].startswith("E_DENIED")
+    assert outcomes["a__plain"]["error"].startswith("E_DENIED")
+    assert outcomes["a__create_branch"]["ok"], outcomes["a__create_branch"]

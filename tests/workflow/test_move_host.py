@@ -5,6 +5,7 @@ workspace; the validator refuses anything else."""
 from __future__ import annotations
 
 import asyncio
+import shutil
 import uuid
 
 import pytest
@@ -34,6 +35,23 @@ def host_info(store, host: str):
     return next(h for h in host_rows.list_hosts(store) if h.host_id == host)
 
 
+async def waiting_task(own, scripted_llm, workspace, dead: str, task_queue: str):
+    """A task writing out.txt for the dead host, once it shows `waiting_for_host`."""
+    model = unique_scenario(scripted_llm, edit_scenario("out.txt"))
+    handle = await own.start_workflow(
+        AgentTaskWorkflow.run,
+        TaskInput(task="write out.txt", workspace=str(workspace), host=dead, host_wait_s=1,
+                  enable_reflection=False, model=model),
+        id=f"test-{uuid.uuid4().hex[:10]}", task_queue=task_queue)
+
+    async def waiting() -> bool:
+        attrs = (await handle.describe()).typed_search_attributes
+        return attrs.get(visibility.STATUS) == "waiting_for_host"
+
+    await wait_until(waiting, "waiting_for_host", 30)
+    return handle
+
+
 async def test_a_task_waiting_on_a_dead_host_is_moved_to_a_live_one_and_completes(
         temporal_server, client, settings, scripted_llm, tmp_path, task_queue):
     dead, live = unique_host("dead"), unique_host("live")
@@ -49,18 +67,7 @@ async def test_a_task_waiting_on_a_dead_host_is_moved_to_a_live_one_and_complete
     other = unique_host("other")  # live, but its roots do not hold the workspace
     async with running_host(temporal_server, live_settings, task_queue) as own, \
             running_host(temporal_server, host_settings(settings, tmp_path, other), task_queue):
-        model = unique_scenario(scripted_llm, edit_scenario("out.txt"))
-        handle = await own.start_workflow(
-            AgentTaskWorkflow.run,
-            TaskInput(task="write out.txt", workspace=str(workspace), host=dead, host_wait_s=1,
-                      enable_reflection=False, model=model),
-            id=f"test-{uuid.uuid4().hex[:10]}", task_queue=task_queue)
-
-        async def waiting() -> bool:
-            attrs = (await handle.describe()).typed_search_attributes
-            return attrs.get(visibility.STATUS) == "waiting_for_host"
-
-        await wait_until(waiting, "waiting_for_host", 30)
+        handle = await waiting_task(own, scripted_llm, workspace, dead, task_queue)
         # The validator: a host not live, or one whose roots do not hold the workspace.
         for target, why in ((dead, "already on host"), (other, "does not hold")):
             with pytest.raises(WorkflowUpdateFailedError) as refused:
@@ -110,3 +117,36 @@ async def test_only_a_task_waiting_for_its_host_can_be_moved(
             await handle.execute_update(AgentTaskWorkflow.move_to_host, HostMove(host=target))
         assert "not waiting_for_host" in str(refused.value.cause)
         await handle.terminate()
+
+
+async def test_a_task_is_moved_to_a_copy_of_its_workspace_at_another_path(
+        temporal_server, client, settings, scripted_llm, tmp_path, task_queue):
+    """Moving needed the same absolute path on the new host (and a restart of that host to
+    add it to its roots). `refloop move TASK --host H --workspace PATH`: the call the task
+    waits on, and every one after it, runs on H in the copy at PATH."""
+    dead, live = unique_host("dead"), unique_host("live")
+    store = store_for(settings.effective_database_url)
+    old_root = tmp_path / "old-disk"
+    workspace = old_root / "ws"
+    workspace.mkdir(parents=True)
+    (workspace / "notes.txt").write_text("kept\n")
+    await asyncio.to_thread(host_rows.beat, store, dead, [str(old_root)], [], "x@dead", 0.01,
+                            host_rows.utcnow())
+    live_settings = host_settings(settings, tmp_path, live)
+    copy = tmp_path / f"{live}-root" / "restored" / "ws"
+    async with running_host(temporal_server, live_settings, task_queue) as own:
+        handle = await waiting_task(own, scripted_llm, workspace, dead, task_queue)
+        copy.parent.mkdir(parents=True)
+        shutil.copytree(workspace, copy)  # the operator's copy, at a path of its own
+        env = {"TEMPORAL_ADDRESS": temporal_server, "REFLOOP_TASK_QUEUE": task_queue,
+               "DATABASE_URL": settings.effective_database_url, "COLUMNS": "400"}
+        moved = await asyncio.to_thread(refloop, "move", handle.id, "--host", live,
+                                        "--workspace", str(copy), tmp_path=tmp_path, **env)
+        assert moved.returncode == 0, moved.stderr
+        assert f"its workspace at {copy}" in moved.stderr
+        result = await asyncio.wait_for(result_of(handle), 60)
+    assert result.status == "completed", result.answer
+    assert (copy / "out.txt").read_text() == "hi\n" and (copy / "notes.txt").exists()
+    assert not (workspace / "out.txt").exists()
+    assert events_of(result, "moved_to_host") == [{"from": dead, "to": live,
+                                                   "workspace": str(copy)}]

@@ -47,3 +47,38 @@ async def test_a_tools_retry_policy_is_not_replayed(tmp_path: Path):
     edited = tmp_path / "other_policy.json"
     edited.write_text(json.dumps(source))
     assert await replay_files([edited]) == {}
+
+
+async def test_a_running_tasks_tools_do_not_change_with_the_code(
+        client, settings, scripted_llm, workspace, task_queue, tmp_path: Path, monkeypatch):
+    """A task's tools are fixed at its start: a tool removed from the code (or given other
+    properties) after it started changes nothing in its replay."""
+    import dataclasses
+
+    from refloop.contract import tool_catalog
+    from refloop.contract.task import TaskInput
+    from refloop.contract.tool_properties import ToolProperties
+    from refloop.worker.replay import dump_history
+    from tests.llm_fixtures import unique_scenario
+    from tests.workflow.helpers import CODING, SUMMARY, call, final, plan_of, run_with_history
+
+    (workspace / "a.txt").write_text("a\n")
+    model = unique_scenario(scripted_llm, {
+        "intent": [CODING], "plan": [plan_of("read_file", "write_file")],
+        "act": [call("read_file", path="a.txt"), call("write_file", path="b.txt", content="b"),
+                final("read and wrote")],
+        "summary": [SUMMARY],
+    })
+    inp = TaskInput(task="copy a", workspace=str(workspace), model=model,
+                    enable_reflection=False, approval_mode="auto")
+    result, history = await run_with_history(client, settings, task_queue, inp)
+    assert result.status == "completed" and (workspace / "b.txt").read_text() == "b"
+    recorded = tmp_path / "before.json"
+    recorded.write_text(dump_history(history))
+    # The code changes: read_file is gone, write_file now waits for approval in auto mode.
+    monkeypatch.delitem(tool_catalog.TOOLS, "read_file")
+    write = tool_catalog.TOOLS["write_file"]
+    monkeypatch.setitem(tool_catalog.TOOLS, "write_file", dataclasses.replace(
+        write, properties=ToolProperties(kind="write", journaled=True,
+                                         approval=frozenset({"auto"}))))
+    assert await replay_files([recorded]) == {}

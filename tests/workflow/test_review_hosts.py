@@ -145,10 +145,11 @@ async def test_a_review_waits_for_its_host_and_resumes_when_it_is_back(
     assert len(read) == 1 and f"@{gone} " in read[0][2]
 
 
-async def test_golden_reviews_read_on_the_host_and_ask_the_model_on_the_model_queue(
+async def test_golden_reviews_read_on_the_host_and_ask_the_model_apart(
         temporal_server, client, settings, scripted_llm, tmp_path, task_queue):
     """The quality review and the completeness check: the workspace read on the task's
-    host, the model call on `<queue>.llm`, where the fleet's rate limit applies."""
+    host, the model call apart from it: with no fleet rate limit here, on the workflow's
+    own queue (eager); with one, on `<queue>.llm` (tests/workflow/test_llm_rate.py)."""
     async with two_hosts(temporal_server, settings, tmp_path, task_queue) as hosts:
         host = hosts[0]
         workspace = tmp_path / f"{host}-root" / "ws"
@@ -175,7 +176,7 @@ async def test_golden_reviews_read_on_the_host_and_ask_the_model_on_the_model_qu
         queue, identity = ran[name]
         assert queue == host_queue(task_queue, host) and f"@{host} " in identity, ran
     for name in ("refloop.review.judge_edit", "refloop.llm.judge_completeness"):
-        assert ran[name][0] == model_queue(task_queue), ran
+        assert ran[name][0] == task_queue, ran
     assert "refloop.review.quality_review" not in ran
     assert "refloop.llm.check_completeness" not in ran
     assert len(scripted_llm.requests(model=model, purpose="quality_review")) == 1

@@ -93,3 +93,41 @@ async def test_forbidden_tool_in_plan_is_sent_back(client, settings, scripted_ll
     replan = json.dumps(scripted_llm.requests(model=model, purpose="plan")[1]["body"])
     assert "forbidden for research" in replan and "Never use: apply_patch" in replan
     assert result.plan.steps[0].tool == "grep"
+
+
+async def test_golden_violations_and_review_caps_stay_bounded(client, settings, scripted_llm,
+                                                               workspace, task_queue):
+    """More violations than a task carries: the recent ones, and how many were left out; a
+    file capped by its failed review is skipped when edited again (state of bounded lists,
+    recorded as `agent_task_bounded_lists.json`)."""
+    from refloop.contract.policies import VIOLATIONS_CARRIED
+
+    (workspace / "a.txt").write_text("x\n")
+    patch = "--- a/a.txt\n+++ b/a.txt\n@@ -1 +1 @@\n-x\n+y\n"
+    refused = VIOLATIONS_CARRIED + 2
+    research_plan = {"json": {"task_type": "research", "steps": [
+        {"goal": "look into it", "tool": "grep"}, {"goal": "write it up", "tool": "write_file"}]}}
+    fail = {"json": {"pass": False, "reasons": ["no Summary"], "suggestions": "add one",
+                     "summary": "missing summary"}}
+    write = call("write_file", path="r.md", content="# R\n")
+    model = unique_scenario(scripted_llm, {
+        "intent": [CODING], "plan": [research_plan],
+        "act": [{"tool_calls": [{"name": "apply_patch", "arguments": {"patch": patch}}] * refused},
+                write, write, final("wrote r.md")],
+        "quality_review": [fail],
+        "summary": [SUMMARY],
+    })
+    result = await run_agent_task(client, settings, task_queue, model, workspace,
+                                  task="investigate the trend in a.txt",
+                                  record_as="agent_task_bounded_lists",
+                                  enable_quality_review=True, quality_review_max_rounds=1,
+                                  triggers={"cooldown_iterations": 10})
+    assert result.status != "failed", result.stop_reason
+    assert len(events_of(result, "tool_violation")) == refused  # each one told as it came
+    assert len(result.tool_violations) == VIOLATIONS_CARRIED
+    assert result.tool_violations_left_out == refused - VIOLATIONS_CARRIED
+    assert all(v["tool"] == "apply_patch" and not v["justified"] for v in result.tool_violations)
+    assert (workspace / "a.txt").read_text() == "x\n"  # every one refused
+    assert [r["cap_reached"] for r in events_of(result, "quality_review")] == [True]
+    assert [s["file_path"] for s in events_of(result, "quality_review_skipped")] == ["r.md"]
+    assert len(scripted_llm.requests(model=model, purpose="quality_review")) == 1

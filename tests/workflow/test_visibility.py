@@ -71,7 +71,8 @@ async def test_search_attributes_summaries_and_details_follow_the_task(
         assert "- [ ] 2." in details.current_details and "`run_cmd`" in details.current_details
         assert {q.name: q.description for q in details.definition.query_definitions}[
             "progress"].startswith("Status, current plan step")
-        assert "call_id" in details.definition.update_definitions[0].description
+        updates = {u.name: u.description for u in details.definition.update_definitions}
+        assert "call_id" in updates["decide_approval"]
         for call_id in ("1.0", "3.0"):
             for _ in range(150):
                 if call_id in str(await handle.query(AgentTaskWorkflow.events, 0)):

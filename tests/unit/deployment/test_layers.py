@@ -70,3 +70,15 @@ def test_the_layer_folders_are_not_importable_as_top_level_names(tmp_path):
     ok = subprocess.run([sys.executable, "-c", "import refloop.workflows.agent"],
                         cwd=tmp_path, capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
+
+
+def test_every_package_folder_is_installed():
+    """A folder with an __init__.py that the package list leaves out is missing from a
+    wheel and from the Dockerfile's `pip install .` (the editable install hides it)."""
+    dirs = package_dirs()
+    listed = set(dirs.values())
+    for top in set(dirs.values()):
+        for init in top.rglob("__init__.py"):
+            folder = init.parent
+            assert "__pycache__" not in folder.parts
+            assert folder in listed, f"{folder.relative_to(ROOT)} is not in the package list"

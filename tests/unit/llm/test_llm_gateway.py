@@ -95,7 +95,8 @@ async def test_json_schema_rejected_falls_back_to_json_object(gateway, scripted_
 @pytest.mark.parametrize(("status", "kind", "retryable"), [
     (500, LLMTransportError, True), (503, LLMTransportError, True),
     (429, LLMTransportError, True), (408, LLMTransportError, True),
-    (401, LLMClientError, False), (404, LLMClientError, False), (400, LLMClientError, False),
+    (401, LLMTransportError, True), (403, LLMTransportError, True),  # a key may be rotated
+    (404, LLMClientError, False), (400, LLMClientError, False), (422, LLMClientError, False),
 ])
 async def test_status_classification(gateway, scripted_llm, status, kind, retryable):
     model = unique_scenario(scripted_llm, {"act": [{"status": status}]})

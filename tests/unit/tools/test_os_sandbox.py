@@ -19,11 +19,9 @@ def run(cmd: str, ws: Path, allow_network: bool = False, settings: Settings = SE
     sandboxed = sandboxed_command(["/bin/sh", "-c", cmd], workspace=ws,
                                   allow_network=allow_network, env=env or {},
                                   settings=settings)
-    try:
-        return subprocess.run(sandboxed.argv, env=sandboxed.env, pass_fds=sandboxed.pass_fds,
-                              capture_output=True, text=True, timeout=20, cwd=ws, check=False)
-    finally:
-        sandboxed.close()
+    done = sandboxed.run(timeout_s=20, cwd=str(ws))
+    return subprocess.CompletedProcess(done.args, done.returncode, done.stdout.decode(),
+                                       done.stderr.decode())
 
 
 def test_default_is_bwrap_and_none_only_when_chosen():

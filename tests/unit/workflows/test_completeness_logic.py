@@ -50,10 +50,10 @@ def test_suggested_tools_are_limited_to_available_ones():
     assert out.supplements[0].suggested_tools == ["write_file"]
 
 
-def test_objective_carries_the_seed_marker():
+def test_objective_carries_the_english_marker():
     text = cl.supplement_objective("task", [Supplement(action="save it", reason="lost",
                                                        suggested_tools=["write_file"])])
-    assert text.startswith("task\n\n【需要补充的操作】\n")
+    assert text.startswith("task\n\nMissing actions to supplement:\n")
     assert text.endswith("1. save it (reason: lost; tools: write_file)")
 
 
@@ -117,3 +117,14 @@ def test_tool_record_is_short_and_keeps_claims():
     step = cl.tool_record("complete_step", {"step": 1, "summary": "saved out.md"}, True, None)
     assert cl.claim_texts([record, step], "final") == ["final", "saved out.md"]
 
+
+
+def test_claims_of_kept_records_and_the_count_of_earlier_calls_reach_the_judge_and_child():
+    from refloop.workflows.completeness_logic import claim_texts, prior_context, tool_record
+
+    ledger = [tool_record("read_file", {"path": "a.md"}, True, None, "text")]
+    texts = claim_texts(ledger, "answer", ["wrote report.md in step 1"])
+    assert texts == ["answer", "wrote report.md in step 1"]
+    context = prior_context(ledger, "answer", earlier_calls=4200)
+    assert "(4200 earlier calls not listed)" in context and "read_file" in context
+    assert "earlier calls" not in prior_context(ledger, "answer")

@@ -258,3 +258,14 @@ def test_summary_transcript_keeps_the_run_and_cuts_it_short():
                                                       "final answer"]
     assert len(lines[0]) == len("plan: ") + 300 and len(lines[2]) == len("supplement: ") + 500
     assert lines[-1] == "final answer: done"
+
+
+def test_recent_events_keep_the_latest_within_count_and_bytes():
+    from refloop.contract.task import Event
+
+    events = [Event(seq=n, type="tool_result", ts="t", data={"output": "x" * 1000})
+              for n in range(1, 11)]
+    assert [e.seq for e in logic.recent_events(events, 3, 1_000_000)] == [8, 9, 10]
+    one = len(events[0].model_dump_json().encode())
+    assert [e.seq for e in logic.recent_events(events, 10, one * 4 + 1)] == [7, 8, 9, 10]
+    assert logic.recent_events(events, 10, one - 1) == []

@@ -19,7 +19,7 @@ def patched_ids(source: str) -> list[str]:
     ids = []
     for node in ast.walk(ast.parse(source)):
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                and node.func.attr == "patched"):
+                and node.func.attr in ("patched", "deprecate_patch")):
             arg = node.args[0]
             assert isinstance(arg, ast.Attribute) and isinstance(arg.value, ast.Name) \
                 and arg.value.id == "patches", f"a patch id outside patches: {ast.unparse(arg)}"
@@ -32,6 +32,20 @@ def test_every_patch_of_the_agent_workflow_is_settled_at_start():
              for pid in patched_ids(path.read_text())}
     assert asked == set(patches.AGENT_PATCHES)
     assert len(set(patches.AGENT_PATCHES)) == len(patches.AGENT_PATCHES)
+
+
+def test_a_deprecated_patch_has_no_old_branch_left():
+    """Deprecated patches are only `deprecate_patch`ed (their old branch is gone); the rest
+    are only asked with `patched`."""
+    for path in WORKFLOWS.glob("*.py"):
+        if path.name in OTHER_WORKFLOWS:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and node.func.attr in ("patched", "deprecate_patch"):
+                pid = getattr(patches, node.args[0].attr)
+                deprecated = node.func.attr == "deprecate_patch"
+                assert deprecated == (pid in patches.DEPRECATED), (path.name, pid)
 
 
 def test_a_patch_id_written_inline_is_refused():

@@ -78,3 +78,15 @@ def test_cap_counts_failures_per_file_and_changes_the_advice():
     assert capped and failures["a.md"] == 2
     text = review_logic.reflect_on_quality_results([review("failed")], {"a.md"})
     assert "review round limit" in text and "Fix a.md" not in text
+
+
+def test_a_task_carries_its_recent_reviews_only():
+    done: list[QualityReview] = []
+    for n in range(30):
+        done = review_logic.carried_reviews(done, [review("passed", f"f{n}.md")], 20)
+    assert len(done) == 20 and done[0].file_path == "f10.md" and done[-1].file_path == "f29.md"
+    children = [review("failed", f"c{n}.md") for n in range(25)]
+    assert [r.file_path for r in review_logic.carried_reviews(done, children, 20)] == \
+        [f"c{n}.md" for n in range(5, 25)]
+    # Runs recorded before the bound carry them all.
+    assert len(review_logic.carried_reviews(done, children, None)) == 45

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from refloop.contract.task import Event, TaskInput
 from refloop.workflows.state import AgentState
 
@@ -63,3 +65,33 @@ def test_the_grouped_shape_round_trips():
     state = AgentState.model_validate(flat_state())
     again = AgentState.model_validate(state.model_dump(mode="json"))
     assert again == state
+
+
+def test_state_carried_before_the_review_count_counts_its_reviews():
+    """Earlier code kept every review in `done`: its count is theirs, so the next review's
+    key in the quality_reviews table follows on."""
+    grouped = AgentState.model_validate(flat_state()).model_dump(mode="json")
+    del grouped["reviews"]["count"]
+    grouped["reviews"]["done"] *= 3
+    assert AgentState.model_validate(grouped).reviews.count == 3
+    assert AgentState(input=TaskInput(task="t", workspace="w"), task_id="t").reviews.count == 0
+
+
+def test_a_decision_read_by_its_call_leaves_the_state():
+    from refloop.contract.activity_io import ApprovalDecision
+    from refloop.workflows.approval_phase import take_decision, validate_decision
+
+    pending: dict[str, ApprovalDecision | None] = {}
+    for n in range(100):  # a long task approving call after call
+        key = f"{n}.0"
+        pending[key] = None
+        validate_decision(pending, ApprovalDecision(call_id=key, approved=True))
+        pending[key] = ApprovalDecision(call_id=key, approved=True)
+        assert take_decision(pending, key, forget=True).approved
+    assert pending == {}
+    # The same decision sent again (a retried request, or a hostile one) is refused.
+    with pytest.raises(ValueError, match="no pending approval"):
+        validate_decision(pending, ApprovalDecision(call_id="99.0", approved=False))
+    # Runs recorded before the bound keep every decision.
+    pending["1.0"] = ApprovalDecision(call_id="1.0", approved=False)
+    assert not take_decision(pending, "1.0", forget=False).approved and "1.0" in pending

@@ -178,3 +178,12 @@ def test_plan_validation_with_constraints():
     assert "forbidden for research" in forbidden[0] and "read_file, grep" in forbidden[0]
     early = validate_plan(plan("write_file", "grep", "read_file"), KNOWN, RESEARCH)
     assert "too early" in early[0]
+
+
+def test_args_digest_is_short_and_compares_like_args_key():
+    from refloop.workflows.triggers import args_digest
+
+    big = {"path": "a.md", "content": "x" * 5000}
+    assert len(args_digest(big)) == 16
+    assert args_digest(big) == args_digest({"content": "x" * 5000, "path": " a.md "})
+    assert args_digest(big) != args_digest({**big, "path": "b.md"})

@@ -1,0 +1,99 @@
+"""Workspace checkpoints as activities see them: take one on the task's host, restore one
+on any host (the content is in the shared store)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from refloop.contract.messages import Plan, TokenUsage
+
+# A checkpoint id: the sha256 of its manifest.
+CHECKPOINT_ID = r"^[0-9a-f]{64}$"
+
+
+class CheckpointInput(BaseModel):
+    workspace: str
+    task_id: str = ""  # with call_id, where the checkpoint is listed (task_checkpoints)
+    call_id: str = ""  # the call after which it was taken
+
+
+class CheckpointResult(BaseModel):
+    checkpoint_id: str = Field(pattern=CHECKPOINT_ID)
+    files: int
+    files_read: int  # the rest were unchanged since this host's previous checkpoint
+    new_bytes: int  # content this checkpoint added to the store
+    left_out: int  # paths not kept (ignored, too large, special files, odd names)
+    seconds: float
+    # Added with per-directory tree objects (optional: results recorded before it): the
+    # bytes of tree objects this checkpoint added (the directories on the changed paths)
+    manifest_bytes: int = 0
+
+
+class RestoreInput(BaseModel):
+    workspace: str
+    checkpoint_id: str = Field(pattern=CHECKPOINT_ID)
+    # A move to a host that never had the workspace: the directory is made, under that
+    # host's roots only
+    create: bool = False
+    # A fork's new workspace: refused unless the directory is new or empty, so a fork never
+    # overwrites files it did not make (added later: False, as before)
+    fresh: bool = False
+
+
+# A task told to put its workspace back to one of its checkpoints (`refloop rewind` sends it
+# just before resetting the run to the point after that checkpoint; the reset run receives
+# it again and restores before it goes on).
+REWIND_SIGNAL = "rewind_workspace"
+
+
+class RewindRequest(BaseModel):
+    checkpoint_id: str = Field(pattern=CHECKPOINT_ID)
+    step: int = Field(ge=1)
+
+
+class RestoreResult(BaseModel):
+    written: int
+    removed: int
+    unchanged: int
+    seconds: float
+
+
+# After a rewind's reset: the cost of the calls the reset took out of the run, kept in the
+# task's ledger and marked rewound (sent to the new run; the old run's history is complete
+# by then, so the figure is exact).
+REWOUND_COST_SIGNAL = "rewound_cost"
+
+
+class RewoundCost(BaseModel):
+    step: int = Field(ge=1)  # the step rewound to
+    usage: TokenUsage = Field(default_factory=TokenUsage)
+    usage_by_model: dict[str, TokenUsage] = Field(default_factory=dict)
+
+
+class ForkOrigin(BaseModel):
+    """Where a forked task comes from: step `step` of task `task_id`. Its workspace is put
+    back to that step's checkpoint before anything else; its plan, progress and conversation
+    up to that step come with it."""
+
+    task_id: str = Field(min_length=1, max_length=200)
+    step: int = Field(ge=1)
+    checkpoint_id: str = Field(pattern=CHECKPOINT_ID)
+    # The carried conversation (blob store), its system prompt naming the new workspace and
+    # the new instruction, if any, as its last user turn
+    conversation_ref: str | None = None
+    plan: Plan | None = None
+    completed_steps: list[int] = Field(default_factory=list)
+    # Successful workspace changes up to the step (each one took a checkpoint): they count
+    # as the fork's own for an honest outcome
+    changes: int = Field(default=0, ge=0)
+    instruction: str | None = None
+
+
+# The original task told that a fork was taken from it (when it still runs: a closed run
+# takes no event; the link is then in the fork's input and the task view).
+FORK_TAKEN_SIGNAL = "fork_taken"
+
+
+class ForkTaken(BaseModel):
+    task_id: str  # the fork
+    step: int = Field(ge=1)

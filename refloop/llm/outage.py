@@ -1,0 +1,211 @@
+"""A model endpoint that is down is waited out, not failed: the decisions (which errors an
+endpoint may recover from, how long to wait before the next try) and the per-worker gate
+through which every request of a waiting call goes.
+
+The fleet waits together, one worker at a time: while an endpoint is known down, one
+request of this worker probes it (backing off up to `REFLOOP_MODEL_PROBE_S`, longer when
+the endpoint's `Retry-After` says so), the others wait at the gate without sending. When
+the probe is answered, they go, spread over a short random delay so they do not all
+arrive at once. N workers send at most N probes per interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit, urlunsplit
+
+from refloop.contract.errors import LLMError, ModelUnavailable
+
+# A Retry-After beyond this is read as this (a hostile or confused endpoint cannot park a
+# task for a year; the outage bound still applies).
+RETRY_AFTER_CAP_S = 15 * 60.0
+
+
+def recoverable(err: LLMError) -> bool:
+    """An error the endpoint may recover from (refused, reset, timed out, 5xx, 408/409/429,
+    401/403, a garbled or empty answer): waited out. Everything else (400, 404, 422: the
+    request itself, or a model it does not serve) fails the call at once."""
+    return err.retryable
+
+
+def probe_delay(failures: int, retry_after: float | None, probe_s: float) -> float:
+    """Seconds from a failed probe to the next: doubling from an eighth of `probe_s` up to
+    `probe_s`; a longer `Retry-After` is honoured (up to RETRY_AFTER_CAP_S)."""
+    backoff = min(probe_s, probe_s / 8 * 2 ** max(failures - 1, 0))
+    if retry_after:
+        return max(backoff, min(retry_after, RETRY_AFTER_CAP_S))
+    return backoff
+
+
+def release_spread(probe_s: float) -> float:
+    """The window over which waiting requests go once the endpoint answers again."""
+    return min(1.5, probe_s / 4)
+
+
+def outage_over(waited_s: float, bound_s: float) -> bool:
+    return waited_s >= bound_s
+
+
+def endpoint_name(base_url: str) -> str:
+    """The endpoint as messages name it: its URL without credentials or query."""
+    try:
+        parts = urlsplit(base_url)
+    except ValueError:
+        return "the model endpoint"
+    if not parts.scheme:
+        return base_url
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+@dataclass
+class EndpointDown:
+    """What this worker knows of one endpoint that is down."""
+
+    since: float  # monotonic
+    last_error: str
+    failures: int = 0  # failed probes in a row
+    next_probe: float = 0.0  # monotonic
+    probing: bool = False
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def notify(self) -> None:
+        self.changed.set()
+        self.changed = asyncio.Event()
+
+
+@dataclass(frozen=True)
+class Turn:
+    """How a request got through the gate: `probe` when it tries a down endpoint for
+    everyone waiting on it."""
+
+    probe: bool = False
+
+
+# Called each time a request has to wait (at least every `probe_s`): it may raise to end
+# the wait (the call's outage bound passed).
+OnWait = Callable[[str], Awaitable[None]]
+
+
+class EndpointGates:
+    """Per endpoint (base URL) on this worker: up, or down with one probe at a time."""
+
+    def __init__(self, probe_s: float, rng: random.Random | None = None) -> None:
+        self.probe_s = probe_s
+        self.rng = rng or random.Random()
+        self.down: dict[str, EndpointDown] = {}
+
+    def is_down(self, base_url: str) -> bool:
+        return base_url in self.down
+
+    async def turn(self, base_url: str, on_wait: OnWait) -> Turn:
+        """Returns when a request to `base_url` may go: at once while it is up; as the
+        probe when the next probe is due; after the probe was answered (with a spread)."""
+        while (state := self.down.get(base_url)) is not None:
+            now = time.monotonic()
+            if not state.probing and now >= state.next_probe:
+                state.probing = True
+                return Turn(probe=True)
+            await on_wait(state.last_error)
+            changed = state.changed
+            wait = self.probe_s if state.probing else min(state.next_probe - now, self.probe_s)
+            try:  # asyncio.timeout, not wait_for: before 3.12 wait_for can drop a
+                # cancellation that comes as the event is set, and the call probed on
+                async with asyncio.timeout(max(wait, 0.01)):
+                    await changed.wait()
+            except TimeoutError:
+                continue
+            if self.down.get(base_url) is not state:  # answered: back
+                await asyncio.sleep(self.rng.uniform(0, release_spread(self.probe_s)))
+                return Turn()
+        return Turn()
+
+    def failed(self, base_url: str, turn: Turn, err: LLMError) -> None:
+        """A request failed in a way the endpoint may recover from. A failed probe (or the
+        first failure) sets the next probe's time; others only update the last error."""
+        now = time.monotonic()
+        state = self.down.get(base_url)
+        if state is None:
+            state = self.down[base_url] = EndpointDown(since=now, last_error=str(err))
+        state.last_error = str(err)
+        if turn.probe or state.failures == 0:
+            state.failures += 1
+            state.probing = False
+            state.next_probe = now + probe_delay(state.failures, err.retry_after, self.probe_s)
+        elif err.retry_after:
+            state.next_probe = max(state.next_probe, now + min(err.retry_after,
+                                                               RETRY_AFTER_CAP_S))
+        state.notify()
+
+    def answered(self, base_url: str) -> None:
+        """The endpoint answered (any answer, even a refusal of this request): it is up."""
+        state = self.down.pop(base_url, None)
+        if state is not None:
+            state.notify()
+
+    def abandoned(self, base_url: str, turn: Turn) -> None:
+        """The probe ended without a verdict (cancelled): the next waiting request probes."""
+        state = self.down.get(base_url)
+        if state is not None and turn.probe:
+            state.probing = False
+            state.notify()
+
+
+# What the calling activity does when its call has to wait, and when the endpoint is back.
+Notify = Callable[[dict[str, object]], Awaitable[None]]
+
+
+class OutageWatch:
+    """One model call's outage: when its wait began (carried across attempts in the
+    activity's heartbeat) and who is told. The bound is the worker's setting, which the
+    gateway passes."""
+
+    def __init__(self, since: float | None = None, notify: Notify | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.since = since  # wall-clock start of the wait (None: not waiting)
+        self.notify = notify
+        self.clock = clock
+        self.told = False
+        self.endpoint = ""
+
+    async def waiting(self, endpoint: str, error: str, bound_s: float) -> None:
+        """The call waits for `endpoint` (its own request failed, or a probe is out):
+        tell once; past the bound, give up naming the endpoint and its last error."""
+        now = self.clock()
+        if self.since is None:
+            self.since = now
+        self.endpoint = endpoint
+        waited = now - self.since
+        if outage_over(waited, bound_s):
+            if self.notify is not None:  # the time waited still goes into the task's stats
+                await self.notify({"waiting": False, "endpoint": endpoint, "gave_up": True,
+                                   "waited_s": round(waited, 3)})
+            raise ModelUnavailable(
+                f"model endpoint {endpoint} unavailable for {waited:.0f} s, longer than "
+                f"REFLOOP_MODEL_OUTAGE_S ({bound_s:g} s); last error: {error}")
+        if not self.told and self.notify is not None:
+            self.told = True
+            await self.notify({"waiting": True, "endpoint": endpoint, "error": error[:500],
+                               "since": self.since})
+
+    async def back(self) -> float:
+        """The endpoint answered: the seconds waited (0 when the call never waited)."""
+        if self.since is None:
+            return 0.0
+        waited = max(self.clock() - self.since, 0.0)
+        self.since = None
+        if self.notify is not None:
+            await self.notify({"waiting": False, "endpoint": self.endpoint,
+                               "waited_s": round(waited, 3)})
+        self.told = False
+        return waited
+
+
+current_watch: ContextVar[OutageWatch | None] = ContextVar("refloop_outage_watch",
+                                                           default=None)

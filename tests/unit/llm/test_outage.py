@@ -1,0 +1,218 @@
+"""Waiting out a model endpoint's outage: the decisions (plain functions), the per-worker
+gate, and how failures are classified and worded (the endpoint's fault, never a Python
+exception's name)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+
+import httpx
+import openai
+import pytest
+
+from refloop.contract.errors import LLMClientError, LLMTransportError, ModelUnavailable
+from refloop.llm.failures import classify
+from refloop.llm.outage import (
+    RETRY_AFTER_CAP_S,
+    EndpointGates,
+    OutageWatch,
+    Turn,
+    endpoint_name,
+    outage_over,
+    probe_delay,
+    recoverable,
+    release_spread,
+)
+
+URL = "http://model.example:8080/v1"
+
+
+def status_error(status: int, body: str = "{}", headers: dict[str, str] | None = None
+                 ) -> openai.APIStatusError:
+    response = httpx.Response(status, text=body, headers=headers or {},
+                              request=httpx.Request("POST", URL))
+    return openai.APIStatusError("failed", response=response, body=None)
+
+
+@pytest.mark.parametrize(("status", "waits"), [
+    (500, True), (502, True), (503, True), (429, True), (408, True), (409, True),
+    (401, True), (403, True),  # a refused key: waited for (keys are rotated)
+    (400, False), (404, False), (422, False),
+])
+def test_which_statuses_are_waited_out(status, waits):
+    error = classify(status_error(status), endpoint_name(URL))
+    assert recoverable(error) is waits
+    assert isinstance(error, LLMTransportError if waits else LLMClientError)
+    assert URL in str(error) and f"HTTP {status}" in str(error)
+
+
+def test_a_refused_key_says_what_the_wait_is_for():
+    error = classify(status_error(401), endpoint_name(URL))
+    assert "refuses the API key" in str(error)
+
+
+def test_a_model_not_found_fails_at_once_naming_the_endpoint():
+    body = json.dumps({"error": {"code": "model_not_found", "message": "no such model"}})
+    error = classify(openai.NotFoundError("no such model", response=httpx.Response(
+        404, text=body, request=httpx.Request("POST", URL)), body=json.loads(body)["error"]),
+        endpoint_name(URL))
+    assert not recoverable(error)
+    assert str(error) == f"HTTP 404 from {URL} (model_not_found)"
+
+
+@pytest.mark.parametrize("body", [b'\xff\xfe{"id": "x', b'{"id": "x", "choi', b"<html>",
+                                  b""])
+def test_garbage_is_the_endpoints_fault_not_a_python_exception(body):
+    """A success status with a body that is not UTF-8 or not JSON: recoverable, worded as
+    the endpoint's answer; the bytes themselves stay in the worker log."""
+    try:
+        json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        error = classify(err, endpoint_name(URL))
+    assert recoverable(error) and error.status == 200
+    text = str(error)
+    assert text.startswith(f"{URL} answered HTTP 2xx with ")
+    assert "not UTF-8" in text or "not valid JSON" in text or "an empty body" in text
+    for name in ("UnicodeDecodeError", "JSONDecodeError", "codec", "Traceback"):
+        assert name not in text
+    assert "<html>" not in text  # no excerpt of the body reaches the task
+
+
+def test_a_refused_connection_is_worded_as_such():
+    err = openai.APIConnectionError(request=httpx.Request("POST", URL))
+    err.__cause__ = httpx.ConnectError("[Errno 111] Connection refused")
+    error = classify(err, endpoint_name(URL))
+    assert recoverable(error)
+    assert str(error) == f"{URL} unreachable (connection refused)"
+
+
+def test_endpoint_names_drop_credentials_and_queries():
+    assert endpoint_name("https://user:secret@llm.example/v1?key=abc") == \
+        "https://llm.example/v1"
+    assert endpoint_name("scripted") == "scripted"
+
+
+@pytest.mark.parametrize(("failures", "retry_after", "expected"), [
+    (1, None, 1.0), (2, None, 2.0), (3, None, 4.0), (4, None, 8.0), (9, None, 8.0),
+    (1, 30.0, 30.0),  # Retry-After beyond the cap is honoured
+    (4, 0.5, 8.0),  # a shorter one does not bring the probe forward
+    (1, 10**9, RETRY_AFTER_CAP_S),  # an absurd one is capped
+])
+def test_probe_backoff_doubles_to_the_cap_and_honours_retry_after(
+        failures, retry_after, expected):
+    assert probe_delay(failures, retry_after, probe_s=8.0) == expected
+
+
+def test_release_spread_and_outage_bound():
+    assert release_spread(8.0) == 1.5 and release_spread(0.4) == pytest.approx(0.1)
+    assert outage_over(3600.0, 3600.0) and not outage_over(3599.9, 3600.0)
+
+
+async def test_the_gate_lets_one_probe_through_and_releases_the_rest_when_it_answers():
+    gates = EndpointGates(probe_s=0.4, rng=random.Random(1))
+    waits: list[str] = []
+
+    async def on_wait(error: str) -> None:
+        waits.append(error)
+
+    assert await gates.turn(URL, on_wait) == Turn()  # up: no wait
+    gates.failed(URL, Turn(), LLMTransportError("HTTP 500"))
+    waiters = [asyncio.create_task(gates.turn(URL, on_wait)) for _ in range(20)]
+    await asyncio.sleep(0.2)  # past the first probe's delay (0.05 s)
+    probes = [w for w in waiters if w.done()]
+    assert len(probes) == 1 and probes[0].result().probe  # one probe, the rest wait
+    gates.failed(URL, probes[0].result(), LLMTransportError("HTTP 500 again"))
+    await asyncio.sleep(0.15)  # the next probe after 0.1 s
+    second = [w for w in waiters if w.done() and w is not probes[0]]
+    assert len(second) == 1 and second[0].result().probe
+    assert waits and waits[-1] == "HTTP 500 again"
+    gates.answered(URL)
+    released = await asyncio.wait_for(asyncio.gather(*waiters), timeout=1)
+    assert sum(turn.probe for turn in released) == 2
+    assert not gates.is_down(URL)
+
+
+async def test_retry_after_holds_the_next_probe():
+    gates = EndpointGates(probe_s=0.4)
+
+    async def on_wait(error: str) -> None:
+        return None
+
+    gates.failed(URL, Turn(), LLMTransportError("HTTP 429", 429, retry_after=0.6))
+    waiter = asyncio.create_task(gates.turn(URL, on_wait))
+    await asyncio.sleep(0.4)
+    assert not waiter.done()  # the backoff alone (0.05 s) would have probed by now
+    assert (await asyncio.wait_for(waiter, timeout=1)).probe
+
+
+async def test_a_cancelled_probe_hands_the_probe_on():
+    gates = EndpointGates(probe_s=0.4)
+
+    async def on_wait(error: str) -> None:
+        return None
+
+    gates.failed(URL, Turn(), LLMTransportError("HTTP 500"))
+    await asyncio.sleep(0.06)
+    first = await gates.turn(URL, on_wait)
+    assert first.probe
+    second = asyncio.create_task(gates.turn(URL, on_wait))
+    await asyncio.sleep(0.1)
+    assert not second.done()  # a probe is out
+    gates.abandoned(URL, first)
+    assert (await asyncio.wait_for(second, timeout=1)).probe
+
+
+async def test_a_watch_tells_once_and_gives_up_past_the_bound_naming_the_endpoint():
+    told: list[dict] = []
+    now = [1000.0]
+
+    async def notify(report: dict) -> None:
+        told.append(report)
+
+    watch = OutageWatch(notify=notify, clock=lambda: now[0])
+    await watch.waiting(URL, "HTTP 500 from it", bound_s=60)
+    now[0] += 30
+    await watch.waiting(URL, "HTTP 500 from it", bound_s=60)
+    assert [r["waiting"] for r in told] == [True] and told[0]["since"] == 1000.0
+    now[0] += 30
+    with pytest.raises(ModelUnavailable) as gave_up:
+        await watch.waiting(URL, "HTTP 503 from it", bound_s=60)
+    assert URL in str(gave_up.value) and "REFLOOP_MODEL_OUTAGE_S" in str(gave_up.value)
+    assert told[-1] == {"waiting": False, "endpoint": URL, "gave_up": True, "waited_s": 60.0}
+    assert "HTTP 503 from it" in str(gave_up.value)
+
+
+async def test_a_watch_carried_from_an_earlier_attempt_keeps_its_start_and_reports_back():
+    told: list[dict] = []
+
+    async def notify(report: dict) -> None:
+        told.append(report)
+
+    watch = OutageWatch(since=100.0, notify=notify, clock=lambda: 160.0)
+    assert await watch.back() == 60.0
+    assert told == [{"waiting": False, "endpoint": "", "waited_s": 60.0}]
+    assert await OutageWatch(notify=notify).back() == 0.0 and len(told) == 1
+
+
+@pytest.mark.parametrize("stream", ["auto", "off"])
+async def test_a_garbled_answer_over_http_is_the_endpoints_fault(scripted_llm, stream):
+    """Through the real client, streamed and not: a 200 whose body is cut in a UTF-8
+    sequence is a recoverable error naming the endpoint, never a decoder's exception."""
+    from refloop.contract.messages import ChatMessage, Purpose
+    from refloop.llm.gateway import LLMGateway
+    from refloop.settings import Settings
+
+    gateway = LLMGateway(Settings(openai_base_url=scripted_llm.base_url, openai_api_key="k",
+                                  refloop_llm_stream=stream))
+    scripted_llm.set_fault(garbage=True)
+    try:
+        with pytest.raises(LLMTransportError) as err:
+            await gateway.chat(Purpose.act, [ChatMessage(role="user", content="hi")])
+    finally:
+        scripted_llm.set_fault()
+    text = str(err.value)
+    assert text.startswith(scripted_llm.base_url) and recoverable(err.value)
+    for name in ("UnicodeDecodeError", "JSONDecodeError", "codec", "Error"):
+        assert name not in text, text

@@ -1,0 +1,273 @@
+"""A model endpoint outage is a state, not a failure: on the real dev server, with the
+scripted model answering 500, then 429 with Retry-After, then garbage, then normally,
+every task in flight shows `waiting_for_model` and completes with exactly its files; an
+outage past REFLOOP_MODEL_OUTAGE_S fails each task naming the endpoint; many tasks on one
+dead endpoint wait together (one probe) and resume within seconds of it answering; a
+waiting task can be cancelled.
+
+The phases are seconds long here (`make test`); REFLOOP_LONG_OUTAGE=1 runs the issue's
+3-minute outage of 500s as well.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from temporalio.client import WorkflowFailureError, WorkflowHandle
+from temporalio.exceptions import CancelledError
+from temporalio.service import RPCError
+
+from refloop.contract import visibility
+from refloop.contract.task import TaskInput
+from refloop.store.db import store_for
+from refloop.worker.main import build_worker
+from refloop.workflows.agent import AgentTaskWorkflow
+from tests.llm_fixtures import unique_scenario
+from tests.workflow.helpers import (
+    CHAT,
+    CODING,
+    SUMMARY,
+    call,
+    events_of,
+    final,
+    plan_of,
+    result_of,
+    run_task,
+    start,
+    wait_until,
+)
+
+pytestmark = pytest.mark.slow  # each waits out an outage of seconds
+
+
+@contextlib.contextmanager
+def endpoint_fault(scripted_llm, **fault) -> Iterator[None]:
+    """Every chat request of the scripted model answers `fault` until the block ends
+    (the server is shared by this process's tests: always cleared)."""
+    scripted_llm.set_fault(**fault)
+    try:
+        yield
+    finally:
+        scripted_llm.set_fault()
+
+
+async def status_of(handle: WorkflowHandle) -> str:
+    """The task's status; "not ready" while its last workflow task failed (fifty tasks
+    started at once on a loaded machine can overrun the SDK's 2 s deadlock detector: the
+    task is retried, and a query meanwhile is refused)."""
+    try:
+        return (await handle.query(AgentTaskWorkflow.progress)).status
+    except RPCError as refused:
+        if "Workflow Task in failed state" not in refused.message:
+            raise
+        return "not ready"
+
+
+async def all_waiting(handles: list[WorkflowHandle]) -> bool:
+    return all([await status_of(h) == "waiting_for_model" for h in handles])
+
+
+async def listed_waiting(client, handles: list[WorkflowHandle]) -> bool:
+    """The search attribute says so too (what `temporal workflow list --query` finds)."""
+    ids = {h.id for h in handles}
+    query = f"{visibility.STATUS.name} = 'waiting_for_model'"
+    found = {w.id async for w in client.list_workflows(query) if w.id in ids}
+    return found == ids
+
+
+def four_files_scenario(scripted_llm) -> str:
+    acts = [{**call("write_file", path=f"f{n}.txt", content=f"{n}\n"), "delay_ms": 150}
+            for n in range(4)]
+    return unique_scenario(scripted_llm, {
+        "intent": [CODING], "plan": [plan_of("write_file")],
+        "act": [*acts, final("wrote four files")], "summary": [SUMMARY],
+    })
+
+
+async def outage_then_recovery(client, settings, scripted_llm, tmp_path: Path,
+                               task_queue: str, error_s: float) -> None:
+    settings = settings.model_copy(update={"refloop_model_probe_s": 1.0})
+    store = store_for(settings.effective_database_url)
+    handles, workspaces = [], []
+    async with build_worker(client, settings, task_queue):
+        for n in range(4):
+            workspace = tmp_path / f"ws{n}"
+            workspace.mkdir()
+            workspaces.append(workspace)
+            handles.append(await start(client, task_queue, TaskInput(
+                task="write four files", workspace=str(workspace),
+                model=four_files_scenario(scripted_llm), enable_reflection=False,
+                enable_quality_review=False)))
+        # Mid-task: each has written a file before the endpoint goes down.
+        await wait_until(lambda: all((w / "f0.txt").exists() for w in workspaces),
+                         "every task wrote its first file")
+        with endpoint_fault(scripted_llm, status=500):
+            await wait_until(lambda: all_waiting(handles), "every task waiting_for_model",
+                             timeout_s=30)
+            await wait_until(lambda: listed_waiting(client, handles),
+                             "the search attribute says waiting_for_model", timeout_s=30)
+            rows = [store.get_task(h.id) for h in handles]
+            assert {row.status for row in rows} == {"waiting_for_model"}
+            await asyncio.sleep(error_s)
+            assert await all_waiting(handles)  # still waiting, none failed
+            served = []
+            for fault in ({"status": 429, "retry_after": 2}, {"garbage": True}):
+                phase = time.time()
+                scripted_llm.set_fault(**fault)
+                await asyncio.sleep(3)
+                served.append(scripted_llm.faulted_since(phase))
+            assert all(served), served  # each fault really met the probes
+            assert await all_waiting(handles)
+        results = await asyncio.wait_for(
+            asyncio.gather(*(result_of(h) for h in handles)), timeout=120)
+    for result, workspace in zip(results, workspaces, strict=True):
+        assert result.status == "completed", result.answer
+        assert sorted(p.name for p in workspace.iterdir()) == [
+            "f0.txt", "f1.txt", "f2.txt", "f3.txt"]
+        assert all((workspace / f"f{n}.txt").read_text() == f"{n}\n" for n in range(4))
+        waits = events_of(result, "waiting_for_model")
+        assert waits and waits[0]["endpoint"] == scripted_llm.base_url
+        assert "HTTP 500" in waits[0]["error"]
+        assert events_of(result, "model_back")
+        assert result.stats.model_wait_s >= error_s
+        assert store.get_task(result.task_id).status == "completed"
+
+
+async def test_tasks_wait_out_500_then_429_then_garbage_and_complete_exactly(
+        client, settings, scripted_llm, tmp_path, task_queue):
+    await outage_then_recovery(client, settings, scripted_llm, tmp_path, task_queue,
+                               error_s=6)
+
+
+@pytest.mark.skipif(not os.environ.get("REFLOOP_LONG_OUTAGE"),
+                    reason="the issue's 3-minute outage: REFLOOP_LONG_OUTAGE=1")
+async def test_tasks_wait_out_a_three_minute_outage(client, settings, scripted_llm,
+                                                    tmp_path, task_queue):
+    await outage_then_recovery(client, settings, scripted_llm, tmp_path, task_queue,
+                               error_s=180)
+
+
+async def test_an_outage_past_the_bound_fails_each_task_naming_the_endpoint(
+        client, settings, scripted_llm, tmp_path, task_queue):
+    settings = settings.model_copy(update={"refloop_model_probe_s": 0.5,
+                                           "refloop_model_outage_s": 3.0})
+    handles = []
+    with endpoint_fault(scripted_llm, status=503):
+        async with build_worker(client, settings, task_queue):
+            for n in range(3):
+                workspace = tmp_path / f"ws{n}"
+                workspace.mkdir()
+                handles.append(await start(client, task_queue, TaskInput(
+                    task="write four files", workspace=str(workspace),
+                    model=four_files_scenario(scripted_llm), enable_reflection=False,
+                    enable_planning=False)))
+            results = await asyncio.wait_for(
+                asyncio.gather(*(result_of(h) for h in handles)), timeout=60)
+    for result in results:
+        assert result.status == "failed" and result.stop_reason == "model_unavailable"
+        assert f"model endpoint {scripted_llm.base_url} unavailable" in result.answer
+        assert "REFLOOP_MODEL_OUTAGE_S (3 s)" in result.answer and "HTTP 503" in result.answer
+        assert events_of(result, "waiting_for_model")
+        assert not events_of(result, "model_back")
+        assert result.stats.model_wait_s >= 3.0  # the wait is in the stats
+        assert result.stats.llm_failed_calls >= 1  # every refused request in the ledger
+
+
+async def test_fifty_waiting_tasks_probe_together_and_resume_within_seconds(
+        client, settings, scripted_llm, tmp_path, task_queue):
+    """The production probe interval (6 s): 50 tasks on one dead endpoint send a probe
+    at a time, not 50 streams of retries; all are answered again within 10 s of it
+    coming back."""
+    assert settings.refloop_model_probe_s == 6.0
+    handles, models = [], []
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    with endpoint_fault(scripted_llm, status=503):
+        async with build_worker(client, settings, task_queue):
+            for _ in range(50):
+                model = unique_scenario(scripted_llm, {
+                    "intent": [CHAT], "act": [final("hello")],
+                    "summary": [SUMMARY]})
+                models.append(model)
+                handles.append(await start(client, task_queue, TaskInput(
+                    task="say hello", workspace=str(workspace), model=model,
+                    enable_reflection=False, enable_planning=False,
+                    enable_quality_review=False)))
+            await wait_until(lambda: all_waiting(handles), "all 50 waiting_for_model",
+                             timeout_s=60)
+            # Past the backoff's first steps (0.75, 1.5, 3 s): probes 6 s apart.
+            await asyncio.sleep(6)
+            window_start = time.time()
+            await asyncio.sleep(18)
+            sent = scripted_llm.faulted_since(window_start)
+            print(f"50 waiting tasks sent {sent} requests in 18 s")
+            assert sent <= 4, f"{sent} requests in 18 s from 50 waiting tasks"
+            scripted_llm.set_fault()
+            back = time.time()
+            results = await asyncio.wait_for(
+                asyncio.gather(*(result_of(h) for h in handles)), timeout=120)
+    assert [r.status for r in results] == ["completed"] * 50, {r.stop_reason for r in results}
+    resumed = [min(r["time"] for r in scripted_llm.requests(model=m) if r["status"] == 200)
+               for m in models]
+    print(f"resumed {min(resumed) - back:.1f} to {max(resumed) - back:.1f} s after the "
+          "endpoint came back")
+    assert max(resumed) - back <= 10, f"last resumed {max(resumed) - back:.1f} s after"
+    assert max(resumed) - min(resumed) > 0.2  # spread, not one burst
+
+
+async def test_a_task_waiting_for_the_model_can_be_cancelled(
+        client, settings, scripted_llm, tmp_path, task_queue):
+    settings = settings.model_copy(update={"refloop_model_probe_s": 0.5})
+    store = store_for(settings.effective_database_url)
+    with endpoint_fault(scripted_llm, status=500):
+        async with build_worker(client, settings, task_queue):
+            handle = await start(client, task_queue, TaskInput(
+                task="write four files", workspace=str(tmp_path),
+                model=four_files_scenario(scripted_llm), enable_reflection=False))
+            await wait_until(lambda: all_waiting([handle]), "waiting_for_model")
+            await handle.cancel()
+            with pytest.raises(WorkflowFailureError) as ended:
+                await asyncio.wait_for(handle.result(), timeout=30)
+            assert isinstance(ended.value.cause, CancelledError)
+            # The waiting call was cancelled too (told at its next heartbeat, 2 s apart;
+            # later on a loaded machine): it stops probing the endpoint, for good.
+            quiet = False
+            for _ in range(15):
+                quiet_from = time.time()
+                await asyncio.sleep(2)
+                if scripted_llm.faulted_since(quiet_from) == 0:
+                    quiet = True
+                    break
+            assert quiet, "the cancelled call kept probing the endpoint for 30 s"
+            quiet_from = time.time()
+            await asyncio.sleep(3)  # and it does not start again
+            assert scripted_llm.faulted_since(quiet_from) == 0
+    assert store.get_task(handle.id).status == "cancelled"
+
+
+async def test_golden_task_that_waited_for_the_model(client, settings, scripted_llm,
+                                                      workspace, task_queue):
+    """Recorded as a golden history (`make histories`): the wait's signals, status
+    records and search attributes must replay."""
+    settings = settings.model_copy(update={"refloop_model_probe_s": 1.0})
+    model = unique_scenario(scripted_llm, {
+        "intent": [CODING], "plan": [plan_of("write_file")],
+        "act": [{"status": 503}, {"status": 429, "retry_after": 1},
+                call("write_file", path="a.txt", content="a\n"), final("written")],
+        "summary": [SUMMARY],
+    })
+    result = await run_task(client, settings, task_queue, model, workspace,
+                            record_as="agent_task_waited_for_model")
+    assert result.status == "completed", result.answer
+    assert (workspace / "a.txt").read_text() == "a\n"
+    assert [e["endpoint"] for e in events_of(result, "waiting_for_model")] == [
+        scripted_llm.base_url]
+    assert len(events_of(result, "model_back")) == 1
+    assert result.stats.model_wait_s >= 1.0  # the Retry-After alone
+    assert result.stats.llm_failed_calls == 2  # both refusals are in the ledger
