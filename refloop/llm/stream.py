@@ -175,8 +175,10 @@ async def read_stream(stream: Any, cap: int, idle_s: float, deadline: float) -> 
             try:
                 if left <= 0:
                     raise TimeoutError
-                chunk = await asyncio.wait_for(iterator.__anext__(),
-                                               idle_s if idle else left)
+                # asyncio.timeout, not wait_for: before 3.12 wait_for can drop a
+                # cancellation that comes as the awaited chunk arrives
+                async with asyncio.timeout(idle_s if idle else left):
+                    chunk = await iterator.__anext__()
             except StopAsyncIteration:
                 break
             except TimeoutError:
@@ -236,7 +238,8 @@ async def streamed_request(request: Awaitable[Any], cap: int, time_s: float, idl
     loop = asyncio.get_running_loop()
     deadline = loop.time() + time_s
     try:  # the response's headers count against the request's time bound too
-        stream = await asyncio.wait_for(request, deadline - loop.time())
+        async with asyncio.timeout_at(deadline):
+            stream = await request
     except TimeoutError:
         raise NoFirstChunk from None
     tally = await read_stream(stream, cap, idle_s, deadline)

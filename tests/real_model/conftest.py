@@ -66,6 +66,14 @@ class LlamaServer:
         wait_for_port(self.port, 120, alive=lambda: self.process.poll() is None)
         return self
 
+    def died(self) -> str | None:
+        """Why the server is gone, with its log's tail (None while it runs)."""
+        code = self.process.poll() if self.process is not None else None
+        if code is None:
+            return None
+        tail = self.log.read_text(errors="replace")[-3000:] if self.log.exists() else ""
+        return f"the {self.model} server ended with exit code {code}:\n{tail}"
+
     def __exit__(self, *exc: object) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()
@@ -91,3 +99,6 @@ def real_model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
             yield request.param, proxy
         finally:
             proxy.stop()
+        # A server that died mid-lane fails every later request alike: say why it died
+        if reason := server.died():
+            pytest.fail(reason)
