@@ -11,7 +11,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 
 from refloop.contract import visibility
 from refloop.contract.hosts import CLAIM_UPDATE, CallClaim, HostMove, needs_claim
@@ -44,6 +44,16 @@ async def pending_claim(handle: WorkflowHandle) -> str | None:
     return next((p.activity_id for p in pending if needs_claim(p.activity_id)), None)
 
 
+async def start_append(client: Client, workspace: Path, host: str, model: str,
+                       task_queue: str) -> WorkflowHandle:
+    """The one-edit task both tests start on `host`, waiting at most 1 s for it."""
+    return await client.start_workflow(
+        AgentTaskWorkflow.run,
+        TaskInput(task="append a line", workspace=str(workspace), host=host, host_wait_s=1,
+                  enable_reflection=False, model=model),
+        id=f"test-{uuid.uuid4().hex[:10]}", task_queue=task_queue)
+
+
 def on_root(settings: Settings, tmp_path: Path, host: str, root: Path) -> Settings:
     """A host whose roots hold `root` (the same path on both hosts: a shared disk, so a
     command run on each would append twice to the same file)."""
@@ -64,11 +74,7 @@ async def test_golden_a_command_started_by_its_returning_host_is_not_moved_and_r
     model = unique_scenario(scripted_llm, one_slow_command(workspace, APPEND_THEN_RUN))
     async with running_host(temporal_server, on_root(settings, tmp_path, other, root),
                             task_queue) as own:
-        handle = await own.start_workflow(
-            AgentTaskWorkflow.run,
-            TaskInput(task="append a line", workspace=str(workspace), host=back,
-                      host_wait_s=1, enable_reflection=False, model=model),
-            id=f"test-{uuid.uuid4().hex[:10]}", task_queue=task_queue)
+        handle = await start_append(own, workspace, back, model, task_queue)
 
         async def waiting() -> bool:
             return await status_of(handle) == "waiting_for_host"
@@ -118,11 +124,7 @@ async def test_a_call_taken_back_by_a_move_is_refused_to_the_old_host(
     model = unique_scenario(scripted_llm, one_slow_command(workspace, "echo line >> log.txt\n"))
     async with running_host(temporal_server, on_root(settings, tmp_path, live, root),
                             task_queue) as own:
-        handle = await own.start_workflow(
-            AgentTaskWorkflow.run,
-            TaskInput(task="append a line", workspace=str(workspace), host=dead,
-                      host_wait_s=1, enable_reflection=False, model=model),
-            id=f"test-{uuid.uuid4().hex[:10]}", task_queue=task_queue)
+        handle = await start_append(own, workspace, dead, model, task_queue)
 
         async def waiting_to_be_claimed() -> bool:
             return await pending_claim(handle) is not None
