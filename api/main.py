@@ -10,7 +10,7 @@ from pathlib import Path
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, RedirectResponse
+from fastapi.responses import FileResponse, JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -32,7 +32,7 @@ from refloop.api.housekeeping import keep_house
 from refloop.api.mcp_server import McpDeps, build_mcp_server, http_endpoint
 from refloop.api.openapi import ERROR_RESPONSES, install_docs
 from refloop.api.reconcile import reconcile_all
-from refloop.api.routes import code_reviews, health, prompts, reviews, tasks
+from refloop.api.routes import code_reviews, health, prompts, reviews, task_review, tasks
 from refloop.api.routes import hosts as host_routes
 from refloop.contract.text import escape_json_controls
 from refloop.settings import Settings
@@ -140,6 +140,10 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
     async def root() -> RedirectResponse:
         return RedirectResponse("/ui/")
 
+    @app.get("/favicon.ico", include_in_schema=False)
+    async def favicon() -> FileResponse:  # browsers ask every page's origin for it
+        return FileResponse(Path(__file__).parent / "static" / "favicon.ico")
+
     # refloop as an MCP server (streamable HTTP), behind the same token as the routes.
     mcp_app, mcp_lifespan = http_endpoint(build_mcp_server(lambda: mcp_deps(app)), settings)
     app.router.routes.append(Route("/mcp", endpoint=mcp_app))
@@ -147,6 +151,7 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
     secured = [Depends(require_token)]
     app.include_router(health.router)
     for router in (tasks.interactive, tasks.tasks, prompts.prompts, prompts.model_configs,
-                   reviews.router, code_reviews.router, host_routes.router):
+                   reviews.router, code_reviews.router, host_routes.router,
+                   task_review.router):
         app.include_router(router, dependencies=secured, responses=ERROR_RESPONSES)
     return app
