@@ -97,10 +97,10 @@ export function fieldErrors(error) {
 }
 
 // Server-Sent Events with headers (EventSource cannot send a bearer token).
-export async function streamEvents(path, lastId, onEvent) {
+export async function streamEvents(path, lastId, onEvent, signal = undefined) {
   const headers = { ...authHeaders() };
   if (lastId) headers["Last-Event-ID"] = String(lastId);
-  const response = await fetch(path, { headers });
+  const response = await fetch(path, { headers, signal });
   if (response.status === 401) throw unauthorized();
   if (!response.ok) { const error = new Error(`HTTP ${response.status}`);
                       error.status = response.status; throw error; }

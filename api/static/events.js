@@ -156,15 +156,15 @@ const DESCRIBE = {
     e(d.endpoint || "its endpoint")} answers again after ${Math.round(d.waited_s || 0)} s; the task goes on`,
   cls: "pass" }),
   moved_to_host: (d) => `Moved from host ${e(d.from || "(none)")} to host ${e(d.to)}`,
-  rewind: (d) => ({ html: `<span class="event-title">Rewound</span> to step ${e(d.step)} (checkpoint ${
+  rewind: (d) => ({ html: `<span class="event-title">Rewound</span> to checkpoint ${e(d.step)} (${
     e(String(d.checkpoint || "").slice(0, 12))}): the run goes on from just after that call`, cls: "warn" }),
   rewound_cost: (d) => `The rewound steps cost ${plural(d.tokens || 0, "token")} in ${
     plural(d.calls || 0, "model call")}: kept in the task's stats, marked rewound`,
   forked_from: (d) => `<span class="event-title">Forked</span> from <a href="task.html?id=${
-    encodeURIComponent(d.task_id)}">${e(d.task_id)}</a> at step ${e(d.step)} (checkpoint ${
+    encodeURIComponent(d.task_id)}">${e(d.task_id)}</a> at checkpoint ${e(d.step)} (${
     e(String(d.checkpoint || "").slice(0, 12))})${d.instruction ? `, with a new instruction: ${e(d.instruction)}` : ""}`,
   forked: (d) => `A fork of this task started: <a href="task.html?id=${encodeURIComponent(d.task_id)}">${
-    e(d.task_id)}</a>, from step ${e(d.step)}`,
+    e(d.task_id)}</a>, from checkpoint ${e(d.step)}`,
   workspace_restored: (d) => `<span class="event-title">Workspace put back</span> to checkpoint ${
     e(String(d.checkpoint || "").slice(0, 12))}: ${plural(d.written || 0, "path")} written, ${
     plural(d.removed || 0, "path")} removed, ${e(d.unchanged || 0)} unchanged`,
@@ -176,10 +176,13 @@ const DESCRIBE = {
     cls: "pass" }),
   incomplete: (d) => ({ html: `<span class="event-title">Incomplete</span>: the run ended with work missing:${
     list(d.missing)}`, cls: "fail" }),
-  failed: (d) => ({ html: `<span class="event-title">Failed</span> (${e(String(d.stop_reason || "error")
-    .replaceAll("_", " "))}): ${e(d.error || "")}`, cls: "fail" }),
+  // A cancelled run ends with `failed` (stop reason `cancelled`): it did not fail
+  failed: (d) => (d.stop_reason === "cancelled" ? DESCRIBE.cancelled(d) : {
+    html: `<span class="event-title">Failed</span> (${e(String(d.stop_reason || "error")
+      .replaceAll("_", " "))}): ${e(d.error || "")}`, cls: "fail" }),
   lost: (d) => ({ html: `<span class="event-title">Lost</span>: ${e(d.error || "")}`, cls: "fail" }),
-  cancelled: (d) => ({ html: `<span class="event-title">Cancelled</span> ${e(d.error || "")}`, cls: "fail" }),
+  cancelled: (d) => ({ html: `<span class="event-title">Cancelled</span>${
+    d.error && d.error !== "cancelled by request" ? `: ${e(d.error)}` : ""}`, cls: "warn" }),
 };
 
 export function describe(event, helpers) {

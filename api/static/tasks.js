@@ -53,9 +53,19 @@ function duration(task) {
   const start = Date.parse(task.created_at);
   const end = task.finished_at ? Date.parse(task.finished_at) : Date.now();
   const seconds = task.duration_s ?? Math.max(0, (end - start) / 1000);
-  if (seconds < 60) return `${seconds.toFixed(seconds < 10 ? 1 : 0)} s`;
-  if (seconds < 3600) return `${Math.floor(seconds / 60)} min ${Math.round(seconds % 60)} s`;
-  return `${Math.floor(seconds / 3600)} h ${Math.round((seconds % 3600) / 60)} min`;
+  return durationText(seconds);
+}
+
+// Rounded once, then split: 719.6 s reads "12 min 0 s", never "11 min 60 s".
+export function durationText(seconds) {
+  if (seconds < 9.95) return `${seconds.toFixed(1)} s`;
+  if (seconds < 59.5) return `${Math.round(seconds)} s`;
+  if (seconds < 3570) {
+    const whole = Math.round(seconds);
+    return `${Math.floor(whole / 60)} min ${whole % 60} s`;
+  }
+  const minutes = Math.round(seconds / 60);
+  return `${Math.floor(minutes / 60)} h ${minutes % 60} min`;
 }
 
 function started(task) {

@@ -1,11 +1,8 @@
-"""The task page's checkpoint actions in a real headless Chromium against `refloop up`: each
-call that took a checkpoint offers "fork from here" (and, while the task runs, "rewind to
-here"); each asks first in a dialog naming the step and what will happen, sends nothing on
-Cancel, and on Confirm calls the API and shows its answer."""
+"""The task page's checkpoint actions in a real headless Chromium against `refloop up`, for a
+task only the database knows: a point is offered only where the API takes it."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -48,41 +45,23 @@ def store_task(tmp_path: Path) -> None:
                                                "checkpoint_id": "a" * 64}}))
 
 
-def test_fork_from_here_asks_first_and_calls_the_api(console, tmp_path):
+def test_a_task_temporal_does_not_know_offers_no_point_the_api_refuses(console, tmp_path):
+    """Its calls' checkpoints are shown, but no rewind or fork: the API cannot tell its run's
+    checkpoints, so it would refuse them (test_review.py drives both on a real run)."""
     from playwright.sync_api import expect
 
     store_task(tmp_path)
     with chromium_page() as page:
-        posts: list[tuple[str, str | None]] = []
-        page.on("request", lambda r: posts.append((r.url, r.post_data))
-                if r.method == "POST" else None)
         page.goto(f"{console}/ui/task.html?id={TASK}")
         expect(page.locator("#status")).to_have_text("completed")
-        forks = page.get_by_role("button", name="Fork from here")
-        expect(forks).to_have_count(2)  # the two calls that took a checkpoint
-        # An ended task is not rewound: its buttons are not offered
+        expect(page.locator(".event details.changes")).to_have_count(2)  # two checkpoints
+        expect(page.get_by_role("button", name="Fork from here")).to_have_count(0)
         expect(page.get_by_role("button", name="Rewind to here")).to_have_count(0)
-        expect(page.locator("#task-facts")).to_contain_text("forks: t-child (step 1)")
-
-        forks.nth(1).click()
-        dialog = page.locator("#branch-dialog")
-        expect(dialog).to_be_visible()
-        expect(page.locator("#branch-title")).to_have_text("Fork from step 2?")
-        expect(page.locator("#branch-what")).to_contain_text(
-            "after step 2 (write_file, checkpoint bbbbbbbbbbbb)")
-        expect(page.locator("#branch-what")).to_contain_text(
-            "This task and its workspace are left as they are.")
-        page.get_by_role("button", name="Cancel").click()
-        expect(dialog).to_be_hidden()
-        assert not [url for url, _ in posts if "/fork" in url]  # nothing sent
-
-        forks.nth(1).click()
-        page.locator("#branch-instruction").fill("use the other library")
-        page.get_by_role("button", name="Confirm").click()
-        # The API's own word: this stored task is unknown to the console's Temporal
-        expect(page.locator("#branch-error")).to_have_text(f"task {TASK} not found")
-        sent = [json.loads(body or "{}") for url, body in posts if url.endswith("/fork")]
-        assert sent == [{"at_step": 2, "task": "use the other library"}]
+        expect(page.locator("#task-facts")).to_contain_text("forks: t-child (checkpoint 1)")
+        # Its diff is asked of the API, which has no such checkpoint: said, not broken
+        page.locator(".event details.changes summary").first.click()
+        expect(page.locator(".event .diff-body").first).to_contain_text("Changes not shown")
 
         page.goto(f"{console}/ui/task.html?id=t-child")
-        expect(page.locator("#task-facts")).to_contain_text(f"forked from {TASK} at step 1")
+        expect(page.locator("#task-facts")).to_contain_text(
+            f"forked from {TASK} at checkpoint 1")

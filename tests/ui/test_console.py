@@ -205,7 +205,9 @@ def test_code_review_page_groups_by_severity_and_strikes_deletions(console):
         page.get_by_label("Diff, paths (one per line) or snippet").fill("eval(x)")
         page.keyboard.press("Tab")
         page.get_by_role("button", name="Review").click()
-        expect(page.get_by_role("heading", name="Critical")).to_be_visible()
+        # A review and its verification: two model calls through Temporal, which on a slow
+        # machine take well past expect's 5 s (once still "reviewing…" then)
+        expect(page.get_by_role("heading", name="Critical")).to_be_visible(timeout=120_000)
         expect(page.get_by_role("heading", name="Low")).to_be_visible()
         expect(page.locator(".struck")).to_contain_text("ISSUE-002")
         expect(page.locator(".card:not(.struck)", has_text="ISSUE-001")).to_be_visible()
