@@ -132,4 +132,4 @@ soak: $(STAMP) bwrap
 	nice -n 10 $(BIN)/python -m bench.soak --minutes $(MINUTES)
 
 histories: $(STAMP)
-	REFLOOP_RECORD_HISTORIES=1 $(BIN)/pytest -q tests/workflow -k "golden or child_that_writes or cut_off_by_a_crash"
+	REFLOOP_RECORD_HISTORIES=1 $(BIN)/pytest -q tests/workflow -k "golden or child_that_writes or cut_off_by_a_crash or each_change_is_checkpointed" tests/semantic/test_semantic_workflow.py

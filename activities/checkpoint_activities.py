@@ -8,6 +8,7 @@ checkpoint of each workspace, so the next one reads only what changed.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
 from collections import OrderedDict
@@ -39,6 +40,8 @@ from refloop.runtime.workspaces import workspace_roots
 from refloop.settings import Settings
 from refloop.store.db import Store, TaskCheckpointRecord
 from refloop.tools.pinning import open_workspace
+
+log = logging.getLogger("refloop.checkpoints")
 
 # Workspaces whose last walk (stat hints and tree objects) this host keeps.
 HINTED_WORKSPACES = 64
@@ -128,7 +131,17 @@ class CheckpointActivities:
     @implements(activity_calls.CHECKPOINT_WORKSPACE)
     async def checkpoint(self, inp: CheckpointInput) -> CheckpointResult:
         async with heartbeating():  # the first checkpoint of a large tree takes a while
-            return await asyncio.to_thread(self._checkpoint, inp)
+            try:
+                return await asyncio.to_thread(self._checkpoint, inp)
+            except (OSError, ApplicationError):
+                raise
+            except Exception as err:
+                # A store's own message may quote the statement and the file's bytes: the
+                # task's events get its kind, the worker log the rest.
+                log.warning("checkpoint of %s failed: %s", inp.workspace, err)
+                raise ApplicationError(
+                    f"the checkpoint store failed ({type(err).__name__}); the worker's log "
+                    "has the details", type="CheckpointStoreFailed") from None
 
     @implements(activity_calls.RESTORE_WORKSPACE)
     async def restore(self, inp: RestoreInput) -> RestoreResult:

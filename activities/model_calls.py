@@ -1,12 +1,13 @@
 """Model calls in activities: core errors become Temporal failures (retryable or
-non-retryable, with retry hints), and an endpoint outage is waited out inside the call.
+non-retryable, with retry hints), and an endpoint outage is waited out between attempts.
 
 Every model call of an activity runs under a ledger (`refloop.llm.ledger.RequestLedger`):
 each HTTP request is counted as it goes out, heartbeated, carried into the next attempt
 through the heartbeat details, and reported with the failure when the activity gives up,
 so the workflow's stats count every request, answered or not. A call whose endpoint is
-down waits at the worker's gate (`refloop.llm.outage`), its wait's start carried in the
-heartbeat too, and tells its task (`waiting_for_model`) by a signal.
+down ends its attempt at once (`refloop.llm.outage`) with the next probe as its retry
+delay, so it holds no worker slot while it waits; the wait's start is carried in the
+heartbeat, and its task is told (`waiting_for_model`) once, by a signal.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from temporalio.exceptions import ApplicationError
 
 from refloop.activities.heartbeat import heartbeating
 from refloop.contract import activity_calls
-from refloop.contract.errors import LLMError
+from refloop.contract.errors import EndpointWaiting, LLMError
 from refloop.contract.policies import LLM_CALL, REVIEW_CALL
 from refloop.contract.task import MODEL_WAIT_SIGNAL, ModelWaitReport
 from refloop.llm.ledger import RequestLedger, current_ledger
@@ -32,6 +33,11 @@ from refloop.llm.outage import OutageWatch, current_watch
 attempt_log = logging.getLogger("refloop.attempts")
 LEDGER_KEY = "refloop_ledger"
 OUTAGE_KEY = "refloop_waiting_since"  # epoch seconds: the call waits for its endpoint
+STATUS_KEY = "refloop_waiting_status"  # the HTTP status it waits out (401/403: shorter)
+WAITS_KEY = "refloop_waited_attempts"  # attempts that ended waiting, not failing
+# Attempts that fail for other reasons (a worker lost, a bug) before the call gives up;
+# attempts that only waited for the endpoint do not count.
+FAILED_ATTEMPTS = 10
 AGENT_WORKFLOW = "AgentTaskWorkflow"
 # Model calls whose policy is a small budget: they fail (open) rather than wait.
 BOUNDED_MODEL_CALLS = frozenset({activity_calls.QUALITY_REVIEW.name,
@@ -107,12 +113,27 @@ def log_failed_attempt(err: LLMError) -> None:
                         _next_retry(err))
 
 
+def _carried(key: str) -> Any:
+    """A value an earlier attempt of this call left in its heartbeat details."""
+    for item in activity.info().heartbeat_details or ():
+        if isinstance(item, dict) and key in item:
+            return item[key]
+    return None
+
+
 def _carried_wait_start() -> float | None:
     """When this call began waiting for its endpoint, as an earlier attempt beat it."""
-    for item in activity.info().heartbeat_details or ():
-        if isinstance(item, dict) and isinstance(item.get(OUTAGE_KEY), int | float):
-            return float(item[OUTAGE_KEY])
-    return None
+    since = _carried(OUTAGE_KEY)
+    return float(since) if isinstance(since, int | float) else None
+
+
+def _refuse_after_failed_attempts(waited_attempts: int) -> None:
+    """Past FAILED_ATTEMPTS attempts that did more than wait, the call gives up."""
+    failed = activity.info().attempt - 1 - waited_attempts
+    if failed >= FAILED_ATTEMPTS:
+        raise ApplicationError(f"gave up after {failed} failed attempts (lost workers or "
+                               "errors; the worker log has each)", type="ModelCallFailed",
+                               non_retryable=True)
 
 
 async def _tell_task(report: dict[str, Any]) -> None:
@@ -135,7 +156,10 @@ def _outage_watch() -> OutageWatch | None:
     budget (the quality review fails open instead)."""
     if activity.info().activity_type in BOUNDED_MODEL_CALLS:
         return None
-    return OutageWatch(since=_carried_wait_start(), notify=_tell_task)
+    watch = OutageWatch(since=_carried_wait_start(), notify=_tell_task)
+    status = _carried(STATUS_KEY)
+    watch.status = status if isinstance(status, int) else None
+    return watch
 
 
 @contextlib.asynccontextmanager
@@ -145,11 +169,15 @@ async def model_ledger() -> AsyncIterator[RequestLedger]:
     and reported with the ledger's usage."""
     ledger = _carried_ledger()
     watch = _outage_watch()
+    waited_attempts = _carried(WAITS_KEY)
+    waited_attempts = waited_attempts if isinstance(waited_attempts, int) else 0
+    _refuse_after_failed_attempts(waited_attempts)
 
     def details() -> dict[str, Any]:
-        beat: dict[str, Any] = {LEDGER_KEY: ledger.dump()}
+        beat: dict[str, Any] = {LEDGER_KEY: ledger.dump(), WAITS_KEY: waited_attempts}
         if watch is not None and watch.since is not None:
             beat[OUTAGE_KEY] = watch.since
+            beat[STATUS_KEY] = watch.status
         return beat
 
     ledger.on_change = lambda _: activity.heartbeat(details())
@@ -160,8 +188,11 @@ async def model_ledger() -> AsyncIterator[RequestLedger]:
             try:
                 yield ledger
             except LLMError as err:
+                if isinstance(err, EndpointWaiting):
+                    waited_attempts += 1
                 activity.heartbeat(details())  # the next attempt starts from these
-                log_failed_attempt(err)
+                if not isinstance(err, EndpointWaiting) or err.__cause__ is not None:
+                    log_failed_attempt(err)  # a request failed (not a wait at the gate)
                 raise to_application_error(err, ledger) from err
     finally:
         current_watch.reset(watching)

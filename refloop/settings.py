@@ -60,6 +60,9 @@ class Settings(BaseSettings):
     # (by default a port another process holds is left for free ones, saying so)
     refloop_temporal_port_pinned: bool = False
     refloop_ui_port: int = Field(default=8233, gt=0, lt=65536)
+    # The scripted offline model's port on 127.0.0.1 when OPENAI_BASE_URL is unset (flag
+    # `up --scripted-port`; 0: a free one)
+    refloop_scripted_port: int = Field(default=0, ge=0, lt=65536)
     # The API's port (`refloop up`, `refloop api`; flag `--port`)
     refloop_api_port: int = Field(default=8000, gt=0, lt=65536)
     # The Temporal Web UI's address, for the console's links to a task's history (unset:
@@ -97,6 +100,9 @@ class Settings(BaseSettings):
     # 5xx, 429, 401/403, a garbled answer) is waited out for this long per call, the task
     # `waiting_for_model`; then the task fails naming the endpoint. Default 6 hours.
     refloop_model_outage_s: float = Field(default=6 * 3600.0, gt=0)
+    # A refused key (HTTP 401/403) is waited out this long at most (a key being rotated),
+    # not the whole outage bound: past it the call fails, naming the endpoint.
+    refloop_model_auth_wait_s: float = Field(default=300.0, gt=0)
     # While an endpoint is down, one request per worker probes it, at most this far apart
     # (backing off from an eighth of it; a longer Retry-After is honoured); the others go
     # once it answers, spread over up to a quarter of it.

@@ -60,7 +60,7 @@ from refloop.contract.policies import (
     TOOL_RESULT_CHARS,
     VIOLATIONS_CARRIED,
 )
-from refloop.workflows import accounting, completeness_logic, logic, patches, triggers
+from refloop.workflows import accounting, completeness_logic, logic, triggers
 from refloop.workflows.agent_base import TaskFailed, describe_failure
 from refloop.workflows.approval_phase import ApprovalPhase, validate_decision
 from refloop.workflows.calls import Calls
@@ -104,7 +104,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
     async def _fix_tools(self) -> None:
         """The tools of this task, read once and kept in its state: replay and later runs
         use them whatever the code's catalogue has become."""
-        if self.state.tools is not None or not workflow.patched(patches.TOOLS_PER_RUN):
+        if self.state.tools is not None:
             return
         snapshot = await self.activities.call(activity_calls.READ_TOOL_CATALOG, ReadToolsInput(),
                                        summary="tool catalogue")
@@ -192,7 +192,6 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
 
     @workflow.run
     async def run(self, inp: TaskInput) -> TaskResult:
-        patches.ask_every_patch()
         try:
             await self._fix_tools()
             if inp.resume_state is None:
@@ -234,7 +233,6 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
             self._account_failure(err)
             return await self._finish_failed(activity_stop_reason(err),
                                              describe_failure(err))
-        workflow.deprecate_patch(patches.COMPLETENESS_REFLECTION)  # outside the window
         await self._reflect_on_completeness()
         if not inp.is_supplement:
             await self._summarize()
@@ -285,8 +283,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
         try:
             await self._make_plan()
         except (TaskFailed, ActivityError) as err:
-            if not (logic.is_question(self.state.input.task)
-                    and workflow.patched(patches.DIRECT_ANSWER_UNPLANNABLE)):
+            if not logic.is_question(self.state.input.task):
                 raise
             if isinstance(err, ActivityError):
                 self._account_failure(err)
@@ -297,7 +294,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
         planning = self.state.planning
         reason = logic.question_planned_as_edits(self.state.input.task, planning.intent,
                                                  planning.plan, self.edit_tools)
-        if reason and workflow.patched(patches.DIRECT_ANSWER_PLANNED_AS_EDIT):
+        if reason:
             planning.plan, planning.direct_answer = None, True
             self._emit("plan_skipped", {"reason": reason, "direct_answer": True})
 
@@ -420,8 +417,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
         """A tool call a model without structured tool calls wrote as text."""
         if self.state.planning.direct_answer:
             return []
-        every_form = workflow.patched(patches.TEXT_TOOL_CALL_FORMS)
-        parsed = logic.parse_text_tool_call(act.content, f"text_{iteration}", every_form=every_form)
+        parsed = logic.parse_text_tool_call(act.content, f"text_{iteration}", every_form=True)
         return [parsed] if parsed else []
 
     async def _run_calls(self, calls: list[ToolCall], iteration: int,
@@ -457,11 +453,8 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
             self.state.planning.constraints, self.state.input.triggers.enforce_constraints,
             call, self._current_step(), iteration, calls.justified_tools)
         if violation is not None:
-            if workflow.patched(patches.BOUNDED_LISTS):
-                calls.violations = logic.carried_violations(calls.violations, violation,
-                                                            VIOLATIONS_CARRIED)
-            else:
-                calls.violations.append(violation)
+            calls.violations = logic.carried_violations(calls.violations, violation,
+                                                        VIOLATIONS_CARRIED)
             calls.violation_count += 1
             self._emit("tool_violation", violation)
             if violation["justified"]:
@@ -472,21 +465,17 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
         """Past a chunk, the run's tool records go to the blob store and the state keeps
         their reference: a task of any length carries a small state."""
         calls = self.state.calls
-        if len(calls.ledger) < completeness_logic.RECORDS_IN_STATE \
-                or not workflow.patched(patches.BOUNDED_STATE):
+        if len(calls.ledger) < completeness_logic.RECORDS_IN_STATE:
             return
         # A chain: the new link names the earlier ones, so the state holds the newest only
-        chain = workflow.patched(patches.BOUNDED_LISTS)
         kept = await self.activities.call(
             activity_calls.KEEP_RECORDS,
-            KeepRecordsInput(records=calls.ledger, earlier=calls.ledger_refs if chain else []),
+            KeepRecordsInput(records=calls.ledger, earlier=calls.ledger_refs),
             summary=f"keep {len(calls.ledger)} tool records")
-        calls.ledger_refs = [kept.ref] if chain else [*calls.ledger_refs, kept.ref]
+        calls.ledger_refs = [kept.ref]
         calls.kept_calls += len(calls.ledger)
         notes = [r.note for r in calls.ledger if r.tool == logic.COMPLETE_STEP]
-        calls.kept_notes = completeness_logic.kept_claims(calls.kept_notes, notes,
-                                                          KEPT_CLAIMS) if chain \
-            else [*calls.kept_notes, *notes]
+        calls.kept_notes = completeness_logic.kept_claims(calls.kept_notes, notes, KEPT_CLAIMS)
         calls.ledger = []
 
     async def _maybe_continue_as_new(self) -> None:
@@ -513,22 +502,21 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
         step_before = self._current_step()
         result = await self._execute_call(call, iteration, index)
         advanced = call.name == logic.COMPLETE_STEP and result.ok
-        bounded = workflow.patched(patches.BOUNDED_STATE)
         records = self.state.calls.loop_records
         records.append(triggers.LoopRecord(
             iteration=iteration, step=step_before, tool=call.name,
-            args_key=(triggers.args_digest if bounded else triggers.args_key)(call.arguments),
+            args_key=triggers.args_digest(call.arguments),
             anomaly=triggers.anomaly_of(result, self._tool_properties(call.name)),
             advanced=advanced,
         ))
-        if bounded:
-            del records[:-triggers.LOOP_WINDOW]
+        del records[:-triggers.LOOP_WINDOW]
         if advanced:
             self.state.planning.step_started = iteration + 1
         return result
 
     async def _execute_call(self, call: ToolCall, iteration: int, index: int) -> ToolResult:
         await self._restore_if_rewound()
+        await self._checkpoint_again()
         result = await self._dispatch(call, iteration, index)
         checkpoint = {}
         if logic.checkpoint_after(call.name, call.arguments, result.ok,
@@ -595,11 +583,9 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
             if self._builtin_tools()[call.name].retry_safe:
                 raise
             why = not_run_again(call.name, describe_failure(err))
-            if workflow.patched(patches.INTERRUPTED_CALL):
-                # The model reads it and decides (check the workspace, run it again or not):
-                # one lost worker must not end a task of hours.
-                return ToolResult(ok=False, error=f"E_INTERRUPTED: {why}")
-            raise TaskFailed("activity_failed", why) from err
+            # The model reads it and decides (check the workspace, run it again or not):
+            # one lost worker must not end a task of hours.
+            return ToolResult(ok=False, error=f"E_INTERRUPTED: {why}")
 
     def _record_call(self, call: ToolCall, result: ToolResult, iteration: int,
                      checkpoint: dict[str, str] | None = None) -> None:
@@ -671,8 +657,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
             plan=self.state.planning.plan,
             completed_steps=self.state.planning.completed_steps,
             # A long run's result carries its recent events, as a continued run does
-            events=self._carried_events() if workflow.patched(patches.BOUNDED_STATE)
-            else self.state.events,
+            events=self._carried_events(),
             stats=self.state.stats,
             quality_reviews=self.state.all_reviews,
             supplements=self.state.reflection.supplements,
@@ -686,16 +671,14 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
     async def _finish_completed(self) -> TaskResult:
         planning = self.state.planning
         edits_ok = self.state.all_edits_ok
-        unplanned_edit = workflow.patched(patches.UNPLANNED_EDIT_TASKS) and \
-            logic.edit_task_without_plan(
-                planning.intent, planning.plan, planning.direct_answer, self.state.input.task,
-                read_unknown_intent=workflow.patched(patches.UNKNOWN_INTENT_EDIT_TASKS))
+        unplanned_edit = logic.edit_task_without_plan(
+            planning.intent, planning.plan, planning.direct_answer, self.state.input.task,
+            read_unknown_intent=True)
         if unplanned_edit:  # a command may have made the change (`echo hi > hello.txt`)
             edits_ok += self._workspace_changes()
         missing = logic.missing_work(
             planning.plan, self.edit_tools, edits_ok, self._last_verdict(), unplanned_edit)
-        # Runs recorded before honest outcomes existed replay as they ended.
-        if missing and workflow.patched(patches.INCOMPLETE_STATUS):
+        if missing:
             return await self._finish_incomplete(missing)
         self._stop_indexing()
         await self._settle_indexing()
@@ -709,23 +692,16 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
     def _carried_events(self) -> list[Event]:
         """The events a result or the next run carries: the recent ones (the rest stayed in
         the live view and in the histories)."""
-        if workflow.patched(patches.BOUNDED_STATE):
-            return logic.recent_events(self.state.events, CARRIED_EVENTS,
-                                       logic.CARRIED_EVENT_BYTES)
-        return self.state.events[-CARRIED_EVENTS:]
+        return logic.recent_events(self.state.events, CARRIED_EVENTS,
+                                   logic.CARRIED_EVENT_BYTES)
 
     def _workspace_changes(self) -> int:
-        """Successful calls of this run that may have changed the workspace: counted in the
-        state (runs recorded before, and state carried from them, read the events)."""
-        changes = self.state.calls.changes
-        if changes is not None and workflow.patched(patches.DECISIONS_FROM_STATE):
-            return sum(changes.values())
-        return logic.successful_calls(self.state.events, logic.may_change_workspace)
+        """Successful calls of this task that may have changed the workspace, counted in
+        its state."""
+        return sum((self.state.calls.changes or {}).values())
 
     def _last_verdict(self) -> dict[str, Any] | None:
-        if workflow.patched(patches.DECISIONS_FROM_STATE):
-            return self.state.reflection.last_verdict
-        return logic.last_completeness_verdict(self.state.events)
+        return self.state.reflection.last_verdict
 
     async def _finish_incomplete(self, missing: list[str]) -> TaskResult:
         """Ran to the end, but the work is not done: never reported as completed."""

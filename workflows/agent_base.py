@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel
@@ -19,9 +20,9 @@ with workflow.unsafe.imports_passed_through():
     from refloop.contract.task import Event, RecordTaskInput
     from refloop.contract.tool_catalog import TOOLS
     from refloop.contract.tool_properties import CONTROL, ToolProperties
-    from refloop.workflows.state import AgentState
+    from refloop.workflows.state import AgentState, Wait
 
-from refloop.workflows import accounting, logic, patches
+from refloop.workflows import accounting, logic
 from refloop.workflows.calls import Calls
 
 
@@ -42,6 +43,32 @@ class AgentBase:
 
     def _show(self, status: str | None = None) -> None:
         """Refresh what the Web UI shows of the task (VisibilityPhase)."""
+
+    def _visible_status(self) -> str:
+        """What a person sees: an approval waiting, else the oldest wait (each kind keeps
+        its own), else the run's status."""
+        if any(decision is None for decision in self.state.approvals.waiting.values()):
+            return "waiting_approval"
+        if self.state.status == "running":
+            waits = sorted(self.state.waits.values(), key=lambda wait: wait.since)
+            if waits:
+                return waits[0].status
+        return self.state.status
+
+    def _begin_wait(self, kind: str, status: str, reason: str, **detail: Any) -> bool:
+        """The task waits for `kind` (False: it already did, or it has ended)."""
+        if kind in self.state.waits or self.state.status != "running":
+            return False
+        self.state.waits[kind] = Wait(status=status, since=workflow.now().isoformat(),
+                                      reason=reason[:500], detail=detail)
+        return True
+
+    def _end_wait(self, kind: str) -> Wait | None:
+        """The `kind` wait is over (None: there was none); other kinds are untouched."""
+        return self.state.waits.pop(kind, None)
+
+    def _waited_s(self, wait: Wait) -> float:
+        return round((workflow.now() - datetime.fromisoformat(wait.since)).total_seconds(), 3)
 
     def _tool_properties(self, name: str) -> ToolProperties | None:
         """A tool's properties, built-in or MCP (None: no such tool); approval, review and
@@ -71,6 +98,8 @@ class AgentBase:
                 session_id=self.state.input.session_id,
                 status=status,
                 usage=self.state.stats.model_dump(mode="json"),
+                waiting={kind: wait.model_dump(mode="json")
+                         for kind, wait in self.state.waits.items()},
                 **fields,
             ),
             summary=f"record task: {status}",
@@ -78,29 +107,21 @@ class AgentBase:
 
     async def _store_write(self, activity: ActivityCall[Any, None], arg: BaseModel,
                            summary: str | None = None) -> None:
-        """A DB write as a local activity; runs recorded before the patch replay theirs as
-        scheduled activities. A write still failing after a bound (the database is down)
-        is scheduled: it waits on the server, so an outage costs a bounded number of
-        history events, however long it lasts."""
-        local = workflow.patched(patches.STORE_WRITES_LOCAL)
-        if local and workflow.patched(patches.STORE_WRITE_WAITS):
-            try:
-                await self.activities.call(activity, arg, summary=summary, local=True,
-                                    options=policies.STORE_WRITE_LOCAL)
-                return
-            # A local activity's failure may arrive as its own ApplicationError.
-            except (ActivityError, ApplicationError) as err:
-                workflow.logger.warning("store write waits on the server: %s", err)
-            await self.activities.call(activity, arg, summary=summary, local=False)
+        """A DB write as a local activity. A write still failing after a bound (the
+        database is down) is scheduled: it waits on the server, so an outage costs a bounded
+        number of history events, however long it lasts."""
+        try:
+            await self.activities.call(activity, arg, summary=summary, local=True,
+                                       options=policies.STORE_WRITE_LOCAL)
             return
-        await self.activities.call(activity, arg, summary=summary, local=local)
+        # A local activity's failure may arrive as its own ApplicationError.
+        except (ActivityError, ApplicationError) as err:
+            workflow.logger.warning("store write waits on the server: %s", err)
+        await self.activities.call(activity, arg, summary=summary, local=False)
 
-    def _reviews_carried(self) -> int | None:
-        """How many quality reviews the state and result carry (None: all, as runs recorded
-        before the bound did)."""
-        if workflow.patched(patches.BOUNDED_REVIEWS_AND_APPROVALS):
-            return policies.REVIEWS_CARRIED
-        return None
+    def _reviews_carried(self) -> int:
+        """How many quality reviews the state and result carry."""
+        return policies.REVIEWS_CARRIED
 
     def _append(self, message: ChatMessage) -> None:
         """A turn for the next `act`, which adds it to the stored conversation and trims."""

@@ -12,7 +12,6 @@ with workflow.unsafe.imports_passed_through():
     from refloop.contract.messages import ToolCall
     from refloop.contract.tool_properties import ToolProperties
 
-from refloop.workflows import patches
 from refloop.workflows.agent_base import AgentBase
 from refloop.workflows.logic import tool_call_summary
 
@@ -69,9 +68,7 @@ class ApprovalPhase(AgentBase):
         self._emit("approval_required",
                    {"call_id": call_key, "tool": call.name, "args": call.arguments})
         self._show()
-        in_row = workflow.patched(patches.APPROVAL_WAIT_IN_ROW)
-        if in_row:
-            await self._record("waiting_approval")
+        await self._record("waiting_approval")
         try:
             await workflow.wait_condition(
                 lambda: pending[call_key] is not None,
@@ -84,13 +81,11 @@ class ApprovalPhase(AgentBase):
             pending[call_key] = ApprovalDecision(
                 call_id=call_key, approved=False,
                 comment=f"no decision within {inp.approval_timeout_s:g}s")
-        decision = take_decision(pending, call_key,
-                                 workflow.patched(patches.BOUNDED_REVIEWS_AND_APPROVALS))
+        decision = take_decision(pending, call_key, forget=True)
         self._emit("approval_decided", decision.model_dump(mode="json"))
         self._show()
-        if in_row:  # another call may still wait (its own wait writes again when it ends)
-            still = any(waiting is None for waiting in pending.values())
-            await self._record("waiting_approval" if still else self.state.status)
+        # Another call may still wait (its own wait writes again when it ends).
+        await self._record(self._visible_status())
         if decision.approved:
             return None
         reason = f": {decision.comment}" if decision.comment else ""

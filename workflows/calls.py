@@ -34,7 +34,6 @@ with workflow.unsafe.imports_passed_through():
     from refloop.contract.activity_calls import ActivityCall
     from refloop.contract.hosts import model_queue, next_wait
     from refloop.contract.policies import ActivityOptions
-from refloop.workflows import patches
 
 ArgT = TypeVar("ArgT", bound=BaseModel)
 ResultT = TypeVar("ResultT")
@@ -64,6 +63,9 @@ class ActivityRouter(Protocol):
         """Before a waiting call goes to the host the task moved to: what that host needs
         first (the workspace put back from its latest checkpoint)."""
 
+    async def model_answered(self) -> None:
+        """A model call returned: a wait for its endpoint is over."""
+
     def call_claim(self, activity: ActivityCall[Any, Any]) -> str | None:
         """The activity id of a call about to be scheduled, if a move could take it back:
         its host's worker claims it before it runs (`hosts.CLAIM_UPDATE`). None: no claim."""
@@ -79,7 +81,7 @@ class ModelQueueRouter:
     """The router of a workflow without a host: its model calls on the model queue."""
 
     def activity_queue(self, activity: ActivityCall[Any, Any]) -> str | None:
-        if activity.runs_on != "model" or not workflow.patched(patches.HOST_QUEUES):
+        if activity.runs_on != "model":
             return None
         return model_queue(workflow.info().task_queue)
 
@@ -97,6 +99,9 @@ class ModelQueueRouter:
         return arg
 
     async def after_move(self) -> None:
+        return None
+
+    async def model_answered(self) -> None:
         return None
 
     def call_claim(self, activity: ActivityCall[Any, Any]) -> str | None:
@@ -135,11 +140,14 @@ class Calls:
         """Run the activity and wait for its result. `local=False` schedules a local one
         (runs recorded before it became local replay so)."""
         try:
-            return await _call(self.router, activity, arg, summary, options, local)
+            result = await _call(self.router, activity, arg, summary, options, local)
         except (ActivityError, ApplicationError) as err:
             if cancelled(err):
                 raise asyncio.CancelledError() from err
             raise
+        if activity.runs_on == "model":
+            await self.router.model_answered()
+        return result
 
     def start(self, activity: ActivityCall[ArgT, ResultT], arg: ArgT, *,
               summary: str | None = None, bounded: bool = False,

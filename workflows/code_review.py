@@ -34,7 +34,6 @@ with workflow.unsafe.imports_passed_through():
     )
 
 from refloop.workflows import code_review_logic as logic
-from refloop.workflows import patches
 from refloop.workflows.agent_base import describe_failure
 from refloop.workflows.calls import Calls, ModelQueueRouter
 from refloop.workflows.visibility_phase import show_code_review
@@ -57,10 +56,7 @@ class CodeReviewWorkflow(ModelQueueRouter):
     def _routes_to_host(self) -> bool:
         """Whether the content read runs on the review's host (asked once per run)."""
         if self._on_host is None:
-            # Reviews recorded before they had a host read their content on the shared
-            # queue (a `host` in their input was ignored), and replay so.
-            self._on_host = bool(self.request.host) and workflow.patched(
-                patches.CODE_REVIEW_HOST)
+            self._on_host = bool(self.request.host)
         return self._on_host
 
     def activity_queue(self, activity: ActivityCall[Any, Any]) -> str | None:

@@ -18,7 +18,7 @@ with workflow.unsafe.imports_passed_through():
     from refloop.contract.messages import COMPLETE_STEP, Plan
     from refloop.contract.task import TaskResult
 
-from refloop.workflows import accounting, completeness_logic, logic, patches, review_logic
+from refloop.workflows import accounting, completeness_logic, logic, review_logic
 from refloop.workflows.agent_base import AgentBase, describe_failure
 
 
@@ -60,20 +60,16 @@ class CompletenessPhase(AgentBase):
         )
         summary = f"completeness check {round_number}"
         try:
-            if workflow.patched(patches.WORKSPACE_READS_APART):
-                # The files are looked at on the task's host; the judge runs on the model
-                # queue, under the fleet's rate limit.
-                found = await self.activities.call(
-                    activity_calls.CHECK_CLAIMED_FILES,
-                    ClaimedFilesInput(workspace=inp.workspace,
-                                      claimed_files=check.claimed_files),
-                    summary=f"claimed files {round_number}")
-                result = await self.activities.call(
-                    activity_calls.JUDGE_COMPLETENESS,
-                    check.model_copy(update={"decisive": found.missing}), summary=summary)
-            else:
-                result = await self.activities.call(activity_calls.CHECK_COMPLETENESS, check,
-                                             summary=summary)
+            # The files are looked at on the task's host; the judge runs on the model
+            # queue, under the fleet's rate limit.
+            found = await self.activities.call(
+                activity_calls.CHECK_CLAIMED_FILES,
+                ClaimedFilesInput(workspace=inp.workspace,
+                                  claimed_files=check.claimed_files),
+                summary=f"claimed files {round_number}")
+            result = await self.activities.call(
+                activity_calls.JUDGE_COMPLETENESS,
+                check.model_copy(update={"decisive": found.missing}), summary=summary)
         except ActivityError as err:
             self._account_failure(err)
             # Fail open: the work is done; an unreachable judge must not undo it.
@@ -169,7 +165,7 @@ class CompletenessPhase(AgentBase):
             return False
         self.state.stats = completeness_logic.merge_stats(self.state.stats, child.stats)
         reflection = self.state.reflection
-        if child.edits_ok is not None and workflow.patched(patches.DECISIONS_FROM_STATE):
+        if child.edits_ok is not None:
             reflection.edits_ok += child.edits_ok  # its events may have been trimmed
         else:
             reflection.edits_ok += logic.successful_edits(child.events, self.edit_tools)
@@ -187,11 +183,8 @@ class CompletenessPhase(AgentBase):
         return True
 
     def _supplement_objective(self, supplements: list[Supplement]) -> str:
-        header = completeness_logic.SUPPLEMENT_HEADER \
-            if workflow.patched(patches.ENGLISH_SUPPLEMENT_MARKER) \
-            else completeness_logic.LEGACY_SUPPLEMENT_HEADER
-        return completeness_logic.supplement_objective(self.state.input.task, supplements,
-                                                       header)
+        return completeness_logic.supplement_objective(
+            self.state.input.task, supplements, completeness_logic.SUPPLEMENT_HEADER)
 
     def _record_supplement(self, record: dict[str, Any]) -> None:
         self.state.reflection.supplements.append(record)

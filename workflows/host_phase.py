@@ -21,7 +21,6 @@ with workflow.unsafe.imports_passed_through():
     from refloop.contract.activity_calls import ActivityCall
     from refloop.contract.activity_io import HostCheckInput
 
-from refloop.workflows import patches
 from refloop.workflows.agent_base import (
     AgentBase,
     TaskFailed,
@@ -33,9 +32,7 @@ WAITING = "waiting_for_host"
 
 
 class HostPhase(AgentBase):
-    _routed: bool | None = None
     _eager_model_calls = False
-    _waiting_since: str | None = None
     _moves = 0
     # Calls scheduled while the task waits for its host, by activity id (this run's only:
     # none is outstanding at continue-as-new); a move takes back those not claimed.
@@ -49,7 +46,7 @@ class HostPhase(AgentBase):
         """The activity id of a call scheduled now, if its host must claim it before it
         runs: while the task waits for its host, a move could take the call back, so the
         host's worker asks first (`claim_call`); None: no move can take it back."""
-        if self.state.status != WAITING or not workflow.patched(patches.MOVE_CLAIMS):
+        if "host" not in self.state.waits:
             return None
         self._claims_made += 1
         claim = hosts.claim_id(self._claims_made)
@@ -80,7 +77,13 @@ class HostPhase(AgentBase):
 
     def _refuse_move(self, move: hosts.HostMove) -> None:
         inp = self.state.input
-        hosts.refuse_move(inp.host, inp.workspace, self.state.status, move,
+        unsaved = self.state.workspace.unsaved_call
+        if unsaved is not None:
+            raise ValueError(f"the workspace's change by call {unsaved} has no checkpoint (it "
+                             "failed): a move would put an older tree on the new host; the "
+                             "task takes it again before its next call, on its own host")
+        status = WAITING if "host" in self.state.waits else self.state.status
+        hosts.refuse_move(inp.host, inp.workspace, status, move,
                           self._open_claims())
 
     def moved_argument(self, arg: ArgT) -> ArgT:
@@ -101,6 +104,10 @@ class HostPhase(AgentBase):
             update["workspace"] = move.workspace
         self.state.input = self.state.input.model_copy(update=update)
         self._moves += 1
+        wait = self._end_wait("host")  # it waits no more: the new host is live
+        if wait is not None:
+            self.state.stats = self.state.stats.model_copy(update={
+                "host_wait_s": round(self.state.stats.host_wait_s + self._waited_s(wait), 3)})
         # Every call waiting for the old host is taken back (none was claimed: the
         # validator said so); a claim for one of them arriving now is refused.
         self._open_claims().clear()
@@ -108,13 +115,8 @@ class HostPhase(AgentBase):
                                      **({"workspace": move.workspace} if move.workspace
                                         else {})})
 
-    def _routes(self) -> bool:
-        if self._routed is None:
-            self._routed = workflow.patched(patches.HOST_QUEUES)
-        return self._routed
-
     def activity_queue(self, activity: ActivityCall[Any, Any]) -> str | None:
-        if activity.runs_on == "shared" or not self._routes():
+        if activity.runs_on == "shared":
             return None
         shared = workflow.info().task_queue
         if activity.runs_on == "model":
@@ -132,27 +134,25 @@ class HostPhase(AgentBase):
                            waited: timedelta) -> None:
         host = self.state.input.host
         if waiting:
-            if self.state.status == WAITING:
+            if not self._begin_wait("host", WAITING, f"no worker of host {host} polls",
+                                    host=host, activity=activity.name):
                 return
-            self.state.status = WAITING
-            self._waiting_since = workflow.now().isoformat()
             self._emit(WAITING, {"host": host, "activity": activity.name,
                                  "after_s": waited.total_seconds()})
         else:
-            if self.state.status != WAITING:
+            wait = self._end_wait("host")
+            if wait is None:
                 return
-            self.state.status = "running"
-            self._emit("host_back", {"host": host, "since": self._waiting_since})
-            self._waiting_since = None
+            self.state.stats = self.state.stats.model_copy(update={
+                "host_wait_s": round(self.state.stats.host_wait_s + self._waited_s(wait), 3)})
+            self._emit("host_back", {"host": host, "since": wait.since})
         self._show()
-        await self._record(self.state.status)
+        await self._record(self._visible_status())
 
     async def _settle_model_route(self) -> None:
         """Whether this run's model calls go to the model queue (the fleet has a rate
         limit) or stay on the workflow's queue, dispatched eagerly: asked once per run of
         the worker running it, and recorded, so replay takes the same route."""
-        if not (self._routes() and workflow.patched(patches.EAGER_MODEL_CALLS)):
-            return
         route = await self.activities.call(activity_calls.MODEL_ROUTE, hosts.ModelRouteInput(),
                                     summary="model route")
         self._eager_model_calls = hosts.model_calls_eager(route)
@@ -164,9 +164,8 @@ class HostPhase(AgentBase):
         fails: a fleet restarting, or a host slow to start, loses no task; a typo still
         fails, within that bound."""
         inp = self.state.input
-        if not inp.host or not self._routes():
+        if not inp.host:
             return
-        waits = workflow.patched(patches.UNKNOWN_HOST_WAITED)
         bound, waited = hosts.host_wait(inp.host_wait_s), timedelta(0)
         while True:
             try:
@@ -175,7 +174,7 @@ class HostPhase(AgentBase):
                                     summary=f"host {inp.host}")
             # A local activity's failure arrives as the activity's own ApplicationError.
             except (ActivityError, ApplicationError) as err:
-                unknown = waits and failure_type(err) == hosts.UnknownHost.__name__
+                unknown = failure_type(err) == hosts.UnknownHost.__name__
                 pause = hosts.unknown_host_pause(waited, bound) if unknown else None
                 if pause is None:
                     raise TaskFailed("host_refused", describe_failure(err)) from err

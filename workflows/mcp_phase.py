@@ -10,7 +10,6 @@ with workflow.unsafe.imports_passed_through():
     from refloop.contract.mcp import McpCallInput, McpListInput, mcp_tool_properties
     from refloop.contract.messages import ToolCall, ToolSpec
 
-from refloop.workflows import patches
 from refloop.workflows.agent_base import AgentBase
 
 
@@ -37,7 +36,7 @@ class McpPhase(AgentBase):
 
     async def _list_mcp_tools(self) -> None:
         inp = self.state.input
-        if not inp.mcp_servers or not workflow.patched(patches.MCP_TOOLS):
+        if not inp.mcp_servers:
             return
         listing = await self.activities.call(
             activity_calls.MCP_LIST_TOOLS,

@@ -15,7 +15,6 @@ from temporalio.exceptions import ApplicationError
 with workflow.unsafe.imports_passed_through():
     from refloop.contract.task import ModelWaitReport
 
-from refloop.workflows import patches
 from refloop.workflows.agent_base import AgentBase
 
 WAITING = "waiting_for_model"
@@ -35,25 +34,29 @@ def activity_stop_reason(err: BaseException) -> str:
 
 class ModelPhase(AgentBase):
     async def _model_wait_reported(self, report: ModelWaitReport) -> None:
-        # Runs recorded before the patch never got this signal: nothing to replay.
-        if not workflow.patched(patches.MODEL_OUTAGE_WAIT):
-            return
-        state = self.state
+        """A model call waits for its endpoint, or it answered again. Only the model wait
+        changes: a host or approval wait the task is also in goes on."""
         if report.waiting:
-            if state.status != "running":  # already waiting, or ended
+            if not self._begin_wait("model", WAITING, report.error or "",
+                                    endpoint=report.endpoint):
                 return
-            state.status = WAITING
             self._emit(WAITING, {"endpoint": report.endpoint, "error": report.error,
                                  "since": report.since})
         else:
-            if state.status != WAITING:
+            wait = self._end_wait("model")
+            if wait is None:
                 return
-            waited = report.waited_s or 0.0
-            state.stats = state.stats.model_copy(
-                update={"model_wait_s": round(state.stats.model_wait_s + waited, 3)})
+            waited = report.waited_s if report.waited_s is not None else self._waited_s(wait)
+            self.state.stats = self.state.stats.model_copy(update={
+                "model_wait_s": round(self.state.stats.model_wait_s + waited, 3)})
             if report.gave_up:  # the call's failure follows, and ends the task
                 return
-            state.status = "running"
             self._emit("model_back", {"endpoint": report.endpoint, "waited_s": waited})
         self._show()
-        await self._record(state.status)
+        await self._record(self._visible_status())
+
+    async def model_answered(self) -> None:
+        """A model call returned: the endpoint is back, whether or not its signal came."""
+        if "model" in self.state.waits:
+            await self._model_wait_reported(ModelWaitReport(
+                waiting=False, endpoint=self.state.waits["model"].detail.get("endpoint", "")))

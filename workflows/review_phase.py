@@ -17,7 +17,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from refloop.contract.messages import ToolCall
 
-from refloop.workflows import accounting, patches, review_logic
+from refloop.workflows import accounting, review_logic
 from refloop.workflows.agent_base import AgentBase, describe_failure
 
 
@@ -49,9 +49,9 @@ class QualityReviewPhase(AgentBase):
             return None
         file_path = result.data.get("file_path", "")
         if file_path in self.state.reviews.capped:
-            if workflow.patched(patches.BOUNDED_LISTS):  # edited again: still remembered
-                self.state.reviews.capped = review_logic.recent_first_out(
-                    self.state.reviews.capped, file_path, policies.REVIEW_FILES_KEPT)
+            # edited again: still remembered
+            self.state.reviews.capped = review_logic.recent_first_out(
+                self.state.reviews.capped, file_path, policies.REVIEW_FILES_KEPT)
             self._emit("quality_review_skipped", {"file_path": file_path, "reason": "cap"})
             return None
         request = QualityReviewInput(
@@ -67,11 +67,7 @@ class QualityReviewPhase(AgentBase):
         )
         summary = f"quality review {file_path}"
         try:
-            if workflow.patched(patches.WORKSPACE_READS_APART):
-                outcome = await self._read_then_judge(request, summary)
-            else:
-                outcome = await self.activities.call(activity_calls.QUALITY_REVIEW, request,
-                                              summary=summary)
+            outcome = await self._read_then_judge(request, summary)
             review = outcome.review
             if outcome.usage is not None:
                 self._account(outcome.usage)
@@ -116,14 +112,8 @@ class QualityReviewPhase(AgentBase):
                                                     self._reviews_carried())
         reviews.count += 1
         max_rounds = self.state.input.quality_review_max_rounds
-        if workflow.patched(patches.BOUNDED_LISTS):
-            reviews.failures, reviews.capped, capped = review_logic.remember_failure(
-                reviews.failures, reviews.capped, review, max_rounds, policies.REVIEW_FILES_KEPT)
-        else:
-            reviews.failures, capped = review_logic.count_failure(reviews.failures, review,
-                                                                  max_rounds)
-            if capped:
-                reviews.capped.append(review.file_path)
+        reviews.failures, reviews.capped, capped = review_logic.remember_failure(
+            reviews.failures, reviews.capped, review, max_rounds, policies.REVIEW_FILES_KEPT)
         self.state.stats = accounting.count_review(self.state.stats, review)
         self._emit(
             "quality_review",

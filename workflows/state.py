@@ -136,6 +136,9 @@ class WorkspaceState(BaseModel):
     context: str | None = None
     last_checkpoint: str | None = None  # the latest checkpoint of the workspace, if any
     rewind_to: str | None = None  # a checkpoint to restore before the next call
+    # A call whose checkpoint failed: taken again before the next call, and no move (which
+    # restores the latest checkpoint elsewhere) is accepted until it is
+    unsaved_call: str | None = None
 
 
 # Where each field of the earlier flat state went: old name -> (group, new name).
@@ -180,12 +183,24 @@ def _grouped(data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+class Wait(BaseModel):
+    """One kind of wait the task is in (`AgentState.waits`): what it waits for, why, since
+    when. Each kind is set and cleared by its own phase only."""
+
+    status: str  # waiting_for_host, waiting_for_model, ...
+    since: str  # ISO time
+    reason: str = ""
+    detail: dict[str, Any] = Field(default_factory=dict)
+
+
 class AgentState(BaseModel):
     """Everything the workflow knows; one object so it can cross continue-as-new whole."""
 
     input: TaskInput
     task_id: str
     status: str = "running"  # the run's endings
+    # The waits the task is in, by kind ("host", "model"); approvals are in `approvals`
+    waits: dict[str, Wait] = Field(default_factory=dict)
     events: list[Event] = Field(default_factory=list)  # any part, through `_emit`
     last_seq: int = 0  # event numbering survives continue-as-new, which trims `events`
     stats: TaskStats = Field(default_factory=TaskStats)

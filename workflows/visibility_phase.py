@@ -12,17 +12,12 @@ from temporalio.common import SearchAttributeKey
 with workflow.unsafe.imports_passed_through():
     from refloop.contract import visibility
 
-from refloop.workflows import logic, patches
+from refloop.workflows import logic
 from refloop.workflows.agent_base import AgentBase
 
 
 class VisibilityPhase(AgentBase):
     _shown: dict[str, Any] | None = None
-
-    def _visible_status(self) -> str:
-        if any(decision is None for decision in self.state.approvals.waiting.values()):
-            return "waiting_approval"
-        return self.state.status
 
     def _show(self, status: str | None = None) -> None:
         """Upsert the search attributes that changed and refresh the current details.
@@ -34,8 +29,6 @@ class VisibilityPhase(AgentBase):
         step = logic.current_step(planning.plan, planning.completed_steps)
         details = visibility.plan_details(planning.plan, planning.completed_steps, step)
         workflow.set_current_details(details or f"iteration {state.stats.iterations}")
-        if not workflow.patched(patches.SEARCH_ATTRIBUTES):
-            return
         wanted: dict[str, Any] = {
             "status": status or self._visible_status(),
             "kind": "supplement" if state.input.is_supplement else "agent_task",
@@ -62,8 +55,6 @@ class VisibilityPhase(AgentBase):
 
 def show_code_review(status: str, session_id: str | None = None) -> None:
     """The code-review workflow's search attributes: kind, status (and session)."""
-    if not workflow.patched(patches.SEARCH_ATTRIBUTES):
-        return
     updates = [visibility.STATUS.value_set(status), visibility.KIND.value_set("code_review")]
     if session_id:
         updates.append(visibility.SESSION_ID.value_set(session_id))

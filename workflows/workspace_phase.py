@@ -18,7 +18,6 @@ with workflow.unsafe.imports_passed_through():
     )
     from refloop.contract.task import IndexReport, WorkspaceDescription, WorkspaceInput
 
-from refloop.workflows import patches
 from refloop.workflows.agent_base import (
     AgentBase,
     TaskFailed,
@@ -35,7 +34,6 @@ class WorkspacePhase(AgentBase):
 
     def _begin_describing(self) -> None:
         """Fresh runs: describe the workspace while intent and plan are worked out."""
-        workflow.deprecate_patch(patches.WORKSPACE_CONTEXT)  # outside the window
         self._describing = self.activities.start(
             activity_calls.DESCRIBE_WORKSPACE,
             WorkspaceInput(workspace=self.state.input.workspace),
@@ -73,7 +71,7 @@ class WorkspacePhase(AgentBase):
         """Checkpoint the workspace after a call that may have changed it: the id (or why
         none was taken) for the call's event. A failed checkpoint costs only itself."""
         inp = self.state.input
-        if not inp.checkpoints or not workflow.patched(patches.WORKSPACE_CHECKPOINTS):
+        if not inp.checkpoints:
             return {}
         try:
             taken = await self.activities.call(
@@ -83,9 +81,18 @@ class WorkspacePhase(AgentBase):
                 # the call's iteration and index, as its tool call's id says them
                 summary=f"checkpoint after call {'.'.join(call_id.split('.')[-2:])}")
         except ActivityError as err:
-            return {"checkpoint_error": describe_failure(err)}
+            self.state.workspace.unsaved_call = call_id
+            return {"checkpoint_error": describe_failure(err)[:300]}
         self.state.workspace.last_checkpoint = taken.checkpoint_id
+        self.state.workspace.unsaved_call = None
         return {"checkpoint": taken.checkpoint_id}
+
+    async def _checkpoint_again(self) -> None:
+        """A change whose checkpoint failed is saved before the task goes on."""
+        unsaved = self.state.workspace.unsaved_call
+        if unsaved is not None:
+            taken = await self._checkpoint(unsaved)
+            self._emit("checkpoint_retaken", {"call": unsaved, **taken})
 
     def _rewind_asked(self, request: RewindRequest) -> None:
         self.state.workspace.rewind_to = request.checkpoint_id
@@ -94,8 +101,11 @@ class WorkspacePhase(AgentBase):
     async def after_move(self) -> None:
         """A task moved to another host: its latest checkpoint put there before the call
         that waited goes, so a host that never saw the workspace's disk goes on with it."""
+        self._show()
+        await self._record(self._visible_status(),
+                           input=self.state.input.model_dump(mode="json"))
         checkpoint = self.state.workspace.last_checkpoint
-        if checkpoint is None or not workflow.patched(patches.MOVE_RESTORES):
+        if checkpoint is None:
             return
         self.state.workspace.rewind_to = checkpoint
         await self._restore_if_rewound(create=True)
@@ -103,8 +113,7 @@ class WorkspacePhase(AgentBase):
     def _forking(self) -> ForkOrigin | None:
         """A fork's origin, when this run starts one (runs recorded before forks: None)."""
         fork = self.state.input.fork
-        if fork is None or self.state.input.resume_state is not None \
-                or not workflow.patched(patches.FORK_FROM_CHECKPOINT):
+        if fork is None or self.state.input.resume_state is not None:
             return None
         return fork
 
@@ -138,10 +147,9 @@ class WorkspacePhase(AgentBase):
         self._emit("workspace_restored", {"checkpoint": checkpoint, **restored.model_dump()})
 
     async def _settle_indexing(self) -> None:
-        """Before the run ends: wait for a cancelled index to stop (runs recorded before
-        this patch ended without waiting)."""
+        """Before the run ends: wait for a cancelled index to stop."""
         handle, self._cancelled_index = self._cancelled_index, None
-        if handle is None or not workflow.patched(patches.INDEX_SETTLE):
+        if handle is None:
             return
         with contextlib.suppress(ActivityError):  # cancelled, as asked
             await handle

@@ -28,6 +28,11 @@ class LLMClientError(LLMError):
     """400/404/422 and other 4xx: retrying cannot help."""
 
 
+class EndpointWaiting(LLMTransportError):
+    """The call's endpoint is down: this attempt ends without holding its worker's slot, and
+    Temporal tries again after `retry_after` (the next probe of the endpoint)."""
+
+
 class ModelUnavailable(LLMError):
     """The model endpoint stayed down (errors it may recover from) for longer than
     `REFLOOP_MODEL_OUTAGE_S`: the call gives up, naming the endpoint and its last error."""

@@ -56,21 +56,23 @@ HEARTBEAT = timedelta(seconds=6)
 HEARTBEAT_INTERVAL = HEARTBEAT / 3
 
 # Model calls. An outage of the endpoint (errors it may recover from) is waited out
-# inside the attempt: the call waits at its worker's gate and sends its failed request
-# again when a probe gets through (`refloop.llm.outage`), nothing answered is asked twice;
-# after REFLOOP_MODEL_OUTAGE_S (default 6 h) it fails with ModelUnavailable, never retried.
-# Start-to-close covers that wait plus the requests of one attempt (up to 3 structured
-# answers, each re-asked once when cut off, each maybe picking its tool first: 12 requests
-# of REFLOOP_LLM_TIMEOUT_S, 24 min at 120 s); a longer wait goes on in the next attempt,
-# which reads the wait's start from the heartbeat. Retries are for a dead or hung worker.
+# between attempts, never inside one: an attempt that finds its endpoint down ends at once
+# (EndpointWaiting), its retry delay the next probe (`refloop.llm.outage`), so a waiting
+# call holds no worker slot; after REFLOOP_MODEL_OUTAGE_S (default 6 h; 401/403:
+# REFLOOP_MODEL_AUTH_WAIT_S) it fails with ModelUnavailable, never retried. Attempts are
+# unbounded here because waiting ones are many; the activity gives up after 10 attempts
+# that failed otherwise (a lost worker, a bug: `activities.model_calls`). Start-to-close
+# covers the requests of one attempt (up to 3 structured answers, each re-asked once when
+# cut off, each maybe picking its tool first: 12 requests of REFLOOP_LLM_TIMEOUT_S, 24 min
+# at 120 s).
 LLM_CALL = ActivityOptions(
-    start_to_close=timedelta(hours=8),
+    start_to_close=timedelta(minutes=30),
     heartbeat=HEARTBEAT,
     retry=RetryPolicy(
         initial_interval=timedelta(seconds=1),
         backoff_coefficient=2.0,
         maximum_interval=timedelta(seconds=30),
-        maximum_attempts=10,
+        maximum_attempts=0,
         non_retryable_error_types=NON_RETRYABLE_LLM_ERRORS,
     ),
 )

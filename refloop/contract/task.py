@@ -152,6 +152,7 @@ class TaskStats(BaseModel):
     # Seconds model calls waited out an endpoint outage (`waiting_for_model`); new, so
     # runs recorded before it read 0.
     model_wait_s: float = 0.0
+    host_wait_s: float = 0.0  # seconds waited for the task's host (`waiting_for_host`)
     # Of `usage` (and `usage_by_model`): the cost of calls a rewind took out of the run,
     # still paid for; new, so runs recorded before it read 0
     rewound_usage: TokenUsage = Field(default_factory=TokenUsage)
@@ -223,3 +224,6 @@ class RecordTaskInput(BaseModel):
     result: dict[str, Any] | None = None
     usage: dict[str, Any] | None = None
     error: str | None = None
+    # What the task waits for now, by kind ({"model": {"status", "since", "reason", ...}});
+    # empty: it waits for nothing. Always written: the row follows the workflow.
+    waiting: dict[str, Any] = Field(default_factory=dict)

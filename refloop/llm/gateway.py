@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from refloop.contract.activity_io import LLMUsageRecord, ModelEndpoint
 from refloop.contract.errors import (
+    EndpointWaiting,
     InvalidModelOutput,
     LLMClientError,
     LLMError,
@@ -382,35 +383,43 @@ class LLMGateway:
 
     async def _traced(self, purpose: Purpose, model: str, kwargs: dict[str, Any],
                       client: openai.AsyncOpenAI, base_url: str) -> ChatOutcome:
-        """One request, waited through an outage of its endpoint when the calling activity
-        watches for one (`refloop.llm.outage`): a recoverable failure is tried again, this
-        request alone, once the gate lets it, so nothing answered before is asked again."""
+        """One request, through its endpoint's gate when the calling activity watches for an
+        outage (`refloop.llm.outage`): while the endpoint is down, the attempt ends at once
+        (`EndpointWaiting`, sending nothing unless it is the probe) and Temporal runs it
+        again at the next probe; the requests this activity made before are not repeated
+        (the ledger carries their answers' usage, the activity its progress)."""
         watch = current_watch.get()
         if watch is None:
             return await self._traced_once(purpose, model, kwargs, client, base_url)
         name = endpoint_name(base_url)
-        bound_s = self.settings.refloop_model_outage_s
-
-        async def wait(error: str) -> None:
-            await watch.waiting(name, error, bound_s)
-
-        while True:
-            turn = await self.gates.turn(base_url, wait)
-            try:
-                outcome = await self._traced_once(purpose, model, kwargs, client, base_url)
-            except LLMError as err:
-                if not recoverable(err):
-                    self.gates.answered(base_url)  # it answered: a refusal of this request
-                    raise
-                self.gates.failed(base_url, turn, err)
-                await watch.waiting(name, str(err), bound_s)
-                continue
-            except BaseException:
-                self.gates.abandoned(base_url, turn)
+        settings = self.settings
+        turn = self.gates.try_turn(base_url)
+        if turn is None:
+            error = self.gates.last_error(base_url)
+            await watch.waiting(name, error, settings.refloop_model_outage_s,
+                                watch.status, settings.refloop_model_auth_wait_s)
+            raise EndpointWaiting(f"waiting for {name}: {error}", status=watch.status,
+                                  retry_after=self.gates.retry_in(base_url))
+        try:
+            outcome = await self._traced_once(purpose, model, kwargs, client, base_url)
+        except LLMError as err:
+            if not recoverable(err):
+                self.gates.answered(base_url)  # it answered: a refusal of this request
                 raise
-            self.gates.answered(base_url)
-            await watch.back()
-            return outcome
+            self.gates.failed(base_url, turn, err)
+            watch.status = err.status
+            await watch.waiting(name, str(err), settings.refloop_model_outage_s,
+                                err.status, settings.refloop_model_auth_wait_s)
+            waiting = EndpointWaiting(f"waiting for {name}: {err}", status=err.status,
+                                      retry_after=self.gates.retry_in(base_url))
+            waiting.body = err.body
+            raise waiting from err
+        except BaseException:
+            self.gates.abandoned(base_url, turn)
+            raise
+        self.gates.answered(base_url)
+        await watch.back()
+        return outcome
 
     async def _traced_once(self, purpose: Purpose, model: str, kwargs: dict[str, Any],
                            client: openai.AsyncOpenAI, base_url: str) -> ChatOutcome:

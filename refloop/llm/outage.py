@@ -2,11 +2,12 @@
 endpoint may recover from, how long to wait before the next try) and the per-worker gate
 through which every request of a waiting call goes.
 
-The fleet waits together, one worker at a time: while an endpoint is known down, one
+A call never waits inside its activity attempt: while an endpoint is known down, one
 request of this worker probes it (backing off up to `REFLOOP_MODEL_PROBE_S`, longer when
-the endpoint's `Retry-After` says so), the others wait at the gate without sending. When
-the probe is answered, they go, spread over a short random delay so they do not all
-arrive at once. N workers send at most N probes per interval.
+the endpoint's `Retry-After` says so); every other call's attempt ends at once, sending
+nothing (`EndpointWaiting`), and Temporal runs it again at about the next probe, spread
+over a short random delay so they do not all arrive at once. A waiting call holds no
+worker slot. N workers send at most N probes per interval.
 """
 
 from __future__ import annotations
@@ -88,11 +89,6 @@ class Turn:
     probe: bool = False
 
 
-# Called each time a request has to wait (at least every `probe_s`): it may raise to end
-# the wait (the call's outage bound passed).
-OnWait = Callable[[str], Awaitable[None]]
-
-
 class EndpointGates:
     """Per endpoint (base URL) on this worker: up, or down with one probe at a time."""
 
@@ -104,27 +100,32 @@ class EndpointGates:
     def is_down(self, base_url: str) -> bool:
         return base_url in self.down
 
-    async def turn(self, base_url: str, on_wait: OnWait) -> Turn:
-        """Returns when a request to `base_url` may go: at once while it is up; as the
-        probe when the next probe is due; after the probe was answered (with a spread)."""
-        while (state := self.down.get(base_url)) is not None:
-            now = time.monotonic()
-            if not state.probing and now >= state.next_probe:
-                state.probing = True
-                return Turn(probe=True)
-            await on_wait(state.last_error)
-            changed = state.changed
-            wait = self.probe_s if state.probing else min(state.next_probe - now, self.probe_s)
-            try:  # asyncio.timeout, not wait_for: before 3.12 wait_for can drop a
-                # cancellation that comes as the event is set, and the call probed on
-                async with asyncio.timeout(max(wait, 0.01)):
-                    await changed.wait()
-            except TimeoutError:
-                continue
-            if self.down.get(base_url) is not state:  # answered: back
-                await asyncio.sleep(self.rng.uniform(0, release_spread(self.probe_s)))
-                return Turn()
-        return Turn()
+    def try_turn(self, base_url: str) -> Turn | None:
+        """A request to `base_url` may go now (as the probe, when it is down and a probe is
+        due); None: it is down and not this request's turn."""
+        state = self.down.get(base_url)
+        if state is None:
+            return Turn()
+        if not state.probing and time.monotonic() >= state.next_probe:
+            state.probing = True
+            return Turn(probe=True)
+        return None
+
+    def retry_in(self, base_url: str) -> float:
+        """Seconds until a call that could not go should try again: the next probe (or a
+        quarter interval while one is out), spread so the waiting calls do not all come at
+        once."""
+        state = self.down.get(base_url)
+        spread = self.rng.uniform(0, release_spread(self.probe_s))
+        if state is None:
+            return 0.1 + spread
+        if state.probing:
+            return self.probe_s / 4 + spread
+        return max(state.next_probe - time.monotonic(), 0.1) + spread
+
+    def last_error(self, base_url: str) -> str:
+        state = self.down.get(base_url)
+        return state.last_error if state is not None else ""
 
     def failed(self, base_url: str, turn: Turn, err: LLMError) -> None:
         """A request failed in a way the endpoint may recover from. A failed probe (or the
@@ -171,24 +172,31 @@ class OutageWatch:
         self.since = since  # wall-clock start of the wait (None: not waiting)
         self.notify = notify
         self.clock = clock
-        self.told = False
+        self.told = since is not None  # an earlier attempt of the call told its task
         self.endpoint = ""
+        self.status: int | None = None  # the HTTP status of the last failure, if any
 
-    async def waiting(self, endpoint: str, error: str, bound_s: float) -> None:
+    async def waiting(self, endpoint: str, error: str, bound_s: float,
+                      status: int | None = None, auth_bound_s: float | None = None) -> None:
         """The call waits for `endpoint` (its own request failed, or a probe is out):
-        tell once; past the bound, give up naming the endpoint and its last error."""
+        tell once; past the bound (a refused key's shorter one for 401/403), give up naming
+        the endpoint and its last error."""
         now = self.clock()
         if self.since is None:
             self.since = now
         self.endpoint = endpoint
         waited = now - self.since
+        if status in (401, 403) and auth_bound_s is not None and auth_bound_s < bound_s:
+            bound_s, setting = auth_bound_s, "REFLOOP_MODEL_AUTH_WAIT_S"
+        else:
+            setting = "REFLOOP_MODEL_OUTAGE_S"
         if outage_over(waited, bound_s):
             if self.notify is not None:  # the time waited still goes into the task's stats
                 await self.notify({"waiting": False, "endpoint": endpoint, "gave_up": True,
                                    "waited_s": round(waited, 3)})
             raise ModelUnavailable(
                 f"model endpoint {endpoint} unavailable for {waited:.0f} s, longer than "
-                f"REFLOOP_MODEL_OUTAGE_S ({bound_s:g} s); last error: {error}")
+                f"{setting} ({bound_s:g} s); last error: {error}")
         if not self.told and self.notify is not None:
             self.told = True
             await self.notify({"waiting": True, "endpoint": endpoint, "error": error[:500],

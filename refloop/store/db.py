@@ -49,6 +49,8 @@ class TaskRecord(SQLModel, table=True):
     result: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
     usage: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
     error: str | None = None
+    # What the task waits for now, by kind (RecordTaskInput.waiting)
+    waiting: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
     finished_at: datetime | None = None
@@ -295,6 +297,7 @@ class Store:
             row.kind = rec.kind
             row.session_id = rec.session_id or row.session_id
             row.status = rec.status
+            row.waiting = rec.waiting or None
             for name in ("input", "result", "usage", "error"):
                 value = getattr(rec, name)
                 if value is not None:

@@ -16,7 +16,6 @@ from refloop.contract.task import TaskInput
 from refloop.store.db import store_for
 from refloop.worker.main import build_worker
 from refloop.worker.replay import dump_history, replay_files
-from refloop.workflows import patches
 from refloop.workflows.agent import AgentTaskWorkflow
 from refloop.workflows.approval_phase import needs_approval
 from tests.llm_fixtures import unique_scenario
@@ -87,9 +86,8 @@ async def test_golden_an_approved_write_runs_is_reviewed_and_its_decision_leaves
 
 async def test_golden_approval_wait_is_in_the_row(client, settings, scripted_llm, workspace,
                                                   task_queue, tmp_path):
-    """The `approval-wait-in-row` patch: the row says `waiting_approval` while the call
-    waits and `running` again once decided. Its history is golden (`make histories`), so the
-    replay test holds the patched branch's commands."""
+    """The row says `waiting_approval` while the call waits and `running` again once
+    decided. Its history is golden (`make histories`)."""
     model = unique_scenario(scripted_llm, scenario())
     store = store_for(settings.effective_database_url)
     async with build_worker(client, settings, task_queue):
@@ -107,12 +105,6 @@ async def test_golden_approval_wait_is_in_the_row(client, settings, scripted_llm
         result = await result_of(handle)
         history = await handle.fetch_history()
     assert result.status == "completed" and store.get_task(handle.id).status == "completed"
-    markers = [json.loads(e.marker_recorded_event_attributes.details["patch-data"]
-                          .payloads[0].data)["id"]
-               for e in history.events
-               if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
-               and e.marker_recorded_event_attributes.marker_name == "core_patch"]
-    assert patches.APPROVAL_WAIT_IN_ROW in markers
     saved = tmp_path / "run.json"
     saved.write_text(dump_history(history))
     assert await replay_files([saved]) == {}

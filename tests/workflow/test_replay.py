@@ -35,7 +35,7 @@ async def test_a_tools_retry_policy_is_not_replayed(tmp_path: Path):
     3 attempts to 1) leaves the commands alone, so histories recorded before replay."""
     import json
 
-    source = json.loads((HISTORIES[0].parent / "agent_task_completed.json").read_text())
+    source = json.loads((HISTORIES[0].parent / "agent_task_with_checkpoints.json").read_text())
     changed = 0
     for event in source["events"]:
         scheduled = event.get("activityTaskScheduledEventAttributes")

@@ -4,9 +4,9 @@ exception's name)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import random
+import time
 
 import httpx
 import openai
@@ -110,58 +110,56 @@ def test_release_spread_and_outage_bound():
     assert outage_over(3600.0, 3600.0) and not outage_over(3599.9, 3600.0)
 
 
-async def test_the_gate_lets_one_probe_through_and_releases_the_rest_when_it_answers():
+def test_the_gate_lets_one_probe_through_and_turns_the_rest_away_with_a_delay():
     gates = EndpointGates(probe_s=0.4, rng=random.Random(1))
-    waits: list[str] = []
-
-    async def on_wait(error: str) -> None:
-        waits.append(error)
-
-    assert await gates.turn(URL, on_wait) == Turn()  # up: no wait
+    assert gates.try_turn(URL) == Turn()  # up: it goes
     gates.failed(URL, Turn(), LLMTransportError("HTTP 500"))
-    waiters = [asyncio.create_task(gates.turn(URL, on_wait)) for _ in range(20)]
-    await asyncio.sleep(0.2)  # past the first probe's delay (0.05 s)
-    probes = [w for w in waiters if w.done()]
-    assert len(probes) == 1 and probes[0].result().probe  # one probe, the rest wait
-    gates.failed(URL, probes[0].result(), LLMTransportError("HTTP 500 again"))
-    await asyncio.sleep(0.15)  # the next probe after 0.1 s
-    second = [w for w in waiters if w.done() and w is not probes[0]]
-    assert len(second) == 1 and second[0].result().probe
-    assert waits and waits[-1] == "HTTP 500 again"
+    assert gates.try_turn(URL) is None  # the first probe is 0.05 s away
+    assert 0.05 <= gates.retry_in(URL) <= 0.05 + release_spread(0.4) + 0.01
+    time.sleep(0.06)
+    probe = gates.try_turn(URL)
+    assert probe is not None and probe.probe
+    turned_away = [gates.try_turn(URL) for _ in range(20)]  # a probe is out: nobody else
+    assert turned_away == [None] * 20
+    assert gates.retry_in(URL) >= 0.1  # a quarter interval while the probe is out
+    gates.failed(URL, probe, LLMTransportError("HTTP 500 again"))
+    assert gates.last_error(URL) == "HTTP 500 again" and gates.try_turn(URL) is None
     gates.answered(URL)
-    released = await asyncio.wait_for(asyncio.gather(*waiters), timeout=1)
-    assert sum(turn.probe for turn in released) == 2
-    assert not gates.is_down(URL)
+    assert not gates.is_down(URL) and gates.try_turn(URL) == Turn()
 
 
-async def test_retry_after_holds_the_next_probe():
+def test_retry_after_holds_the_next_probe():
     gates = EndpointGates(probe_s=0.4)
-
-    async def on_wait(error: str) -> None:
-        return None
-
     gates.failed(URL, Turn(), LLMTransportError("HTTP 429", 429, retry_after=0.6))
-    waiter = asyncio.create_task(gates.turn(URL, on_wait))
-    await asyncio.sleep(0.4)
-    assert not waiter.done()  # the backoff alone (0.05 s) would have probed by now
-    assert (await asyncio.wait_for(waiter, timeout=1)).probe
+    time.sleep(0.1)
+    assert gates.try_turn(URL) is None  # the backoff alone (0.05 s) would have probed
+    assert gates.retry_in(URL) >= 0.45
 
 
-async def test_a_cancelled_probe_hands_the_probe_on():
+def test_a_cancelled_probe_hands_the_probe_on():
     gates = EndpointGates(probe_s=0.4)
-
-    async def on_wait(error: str) -> None:
-        return None
-
     gates.failed(URL, Turn(), LLMTransportError("HTTP 500"))
-    await asyncio.sleep(0.06)
-    first = await gates.turn(URL, on_wait)
-    assert first.probe
-    second = asyncio.create_task(gates.turn(URL, on_wait))
-    await asyncio.sleep(0.1)
-    assert not second.done()  # a probe is out
+    time.sleep(0.06)
+    first = gates.try_turn(URL)
+    assert first is not None and first.probe
+    assert gates.try_turn(URL) is None  # a probe is out
     gates.abandoned(URL, first)
-    assert (await asyncio.wait_for(second, timeout=1)).probe
+    second = gates.try_turn(URL)
+    assert second is not None and second.probe
+
+
+async def test_a_refused_key_gives_up_at_its_own_shorter_bound():
+    now = [0.0]
+    watch = OutageWatch(clock=lambda: now[0])
+    await watch.waiting(URL, "HTTP 401", bound_s=3600, status=401, auth_bound_s=60)
+    now[0] = 59.0
+    await watch.waiting(URL, "HTTP 401", bound_s=3600, status=401, auth_bound_s=60)
+    now[0] = 60.0
+    with pytest.raises(ModelUnavailable, match="REFLOOP_MODEL_AUTH_WAIT_S"):
+        await watch.waiting(URL, "HTTP 401", bound_s=3600, status=401, auth_bound_s=60)
+    # a 503 waits the whole outage bound
+    await OutageWatch(since=0.0, clock=lambda: 600.0).waiting(
+        URL, "HTTP 503", bound_s=3600, status=503, auth_bound_s=60)
 
 
 async def test_a_watch_tells_once_and_gives_up_past_the_bound_naming_the_endpoint():

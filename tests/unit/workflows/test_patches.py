@@ -1,57 +1,46 @@
-"""Every `workflow.patched()` of the agent workflow names a patch in `AGENT_PATCHES`, so a
-new run settles it in its first activation."""
+"""Workflow code changes reach running tasks by a hand-over, not by patches: a patch is the
+exception, named in `refloop.workflows.patches.PATCHES` with its reason and the date it
+goes."""
 
 from __future__ import annotations
 
 import ast
+import datetime
 from pathlib import Path
 
 import refloop.workflows.agent as agent
 from refloop.workflows import patches
 
 WORKFLOWS = Path(agent.__file__).parent
-# The code-review workflow's patches are asked before its one local activity (the host
-# check) or after scheduled ones only.
-OTHER_WORKFLOWS = {"code_review.py", "patches.py"}
+PATCH_CALLS = ("patched", "deprecate_patch")
 
 
-def patched_ids(source: str) -> list[str]:
-    ids = []
+def patch_calls(source: str) -> list[str]:
+    """The ids every `workflow.patched(...)` / `deprecate_patch(...)` of the source asks."""
+    asked = []
     for node in ast.walk(ast.parse(source)):
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                and node.func.attr in ("patched", "deprecate_patch")):
+                and node.func.attr in PATCH_CALLS):
             arg = node.args[0]
-            assert isinstance(arg, ast.Attribute) and isinstance(arg.value, ast.Name) \
-                and arg.value.id == "patches", f"a patch id outside patches: {ast.unparse(arg)}"
-            ids.append(getattr(patches, arg.attr))
-    return ids
+            asked.append(arg.value if isinstance(arg, ast.Constant) else ast.unparse(arg))
+    return asked
 
 
-def test_every_patch_of_the_agent_workflow_is_settled_at_start():
-    asked = {pid for path in WORKFLOWS.glob("*.py") if path.name not in OTHER_WORKFLOWS
-             for pid in patched_ids(path.read_text())}
-    assert asked == set(patches.AGENT_PATCHES)
-    assert len(set(patches.AGENT_PATCHES)) == len(patches.AGENT_PATCHES)
+def test_every_patch_asked_is_registered_with_a_reason():
+    asked = {pid for path in WORKFLOWS.glob("*.py")
+             for pid in patch_calls(path.read_text())}
+    registered = {f"patches.{name}" for name in dir(patches)} | set(patches.PATCHES)
+    assert asked <= registered, f"patches asked outside the registry: {asked - registered}"
+    for patch in patches.PATCHES.values():
+        assert patch.reason.strip(), patch.patch_id
 
 
-def test_a_deprecated_patch_has_no_old_branch_left():
-    """Deprecated patches are only `deprecate_patch`ed (their old branch is gone); the rest
-    are only asked with `patched`."""
-    for path in WORKFLOWS.glob("*.py"):
-        if path.name in OTHER_WORKFLOWS:
-            continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-                    and node.func.attr in ("patched", "deprecate_patch"):
-                pid = getattr(patches, node.args[0].attr)
-                deprecated = node.func.attr == "deprecate_patch"
-                assert deprecated == (pid in patches.DEPRECATED), (path.name, pid)
+def test_no_patch_outlives_its_date():
+    today = datetime.date.today()
+    late = [p.patch_id for p in patches.PATCHES.values() if p.remove_by < today]
+    assert not late, f"patches past the date they go (remove them and their histories): {late}"
 
 
-def test_a_patch_id_written_inline_is_refused():
-    try:
-        patched_ids('workflow.patched("new-feature")')
-    except AssertionError as err:
-        assert "outside patches" in str(err)
-    else:
-        raise AssertionError("an inline patch id went unnoticed")
+def test_the_check_sees_a_patch_call():
+    assert patch_calls('workflow.patched("new-feature")') == ["new-feature"]
+    assert patch_calls("workflow.deprecate_patch(patches.X)") == ["patches.X"]
