@@ -11,6 +11,7 @@ import logging
 import signal
 import sys
 
+from refloop.cli import people
 from refloop.cli.output import (
     err_console,
 )
@@ -38,7 +39,7 @@ from refloop.cli.tasks import (
 from refloop.settings import Settings, SettingsError, load_settings
 
 # Commands that only talk to a Temporal server: no worker, no server of their own.
-CLIENT_ONLY = ("history", "move", "rewind", "fork")
+CLIENT_ONLY = ("history", "move", "rewind", "fork", *people.COMMANDS)
 # Commands that run until signalled, with their own clean-up (worker drain, servers stopped).
 LONG_LIVED = ("worker", "up", "api")
 
@@ -176,6 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     scripted.add_argument("--scenario", help="scenario file (else load them over HTTP)")
     scripted.add_argument("--port", type=int, default=8089, help="the port it serves on")
     scripted.add_argument("--host", default="127.0.0.1", help="the address it binds to")
+    people.add_commands(sub)
     for command in sub.choices.values():
         command.formatter_class = UsageFormatter
     return parser
@@ -262,6 +264,8 @@ def main(argv: list[str] | None = None) -> None:
         runner = rewind_task(args, settings)
     elif args.command == "fork":
         runner = fork_task(args, settings)
+    elif args.command in people.COMMANDS:
+        runner = people.run(args, settings)
     else:
         runner = replay_histories(args)
     if args.command in ("run", "review"):

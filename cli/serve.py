@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 from refloop.cli.output import (
     err_console,
     fail,
+    print_link,
 )
 from refloop.settings import Settings
 
@@ -140,6 +141,7 @@ async def wait_for_database(command: str, settings: Settings) -> bool:
 
 
 async def run_up(args: argparse.Namespace, settings: Settings) -> int:
+    from refloop.api.bind import console_url
     from refloop.worker.stack import embedded_stack
 
     if not await wait_for_database("up", settings):
@@ -153,6 +155,7 @@ async def run_up(args: argparse.Namespace, settings: Settings) -> int:
         err_console.print(f"[bold]refloop up[/]: Temporal {where}, Web UI {ui or '(none)'}, "
                           f"API http://{args.host}:{args.port} (docs at /docs); worker on "
                           f"{settings.task_queue}; Ctrl-C to stop")
+        print_link("Console:", console_url(args.host, args.port, None))
         return await serve_supervised(stack, args.host, args.port, sock)
 
 

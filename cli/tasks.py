@@ -156,6 +156,7 @@ async def run_task(args: argparse.Namespace, settings: Settings) -> int:
         )
         web_ui = stack.temporal.workflow_url(workflow_id) if stack.temporal else None
         err_console.print(f"[bold]workflow[/] {workflow_id}")
+        err_console.print(f"follow it from another terminal: refloop watch {workflow_id}")
         if args.approval_mode != "auto":
             err_console.print(Text(
                 f"Approvals ({args.approval_mode}): decide in the console's inbox (`refloop "
@@ -276,6 +277,7 @@ async def fork_task(args: argparse.Namespace, settings: Settings) -> int:
     err_console.print(f"task {done.task_id} forked from {args.task} at step {done.step} "
                       f"(checkpoint {done.checkpoint_id[:12]}), its workspace {done.workspace}"
                       + (f" on host {done.host}" if done.host else ""))
+    err_console.print(f"follow it: refloop watch {done.task_id}")
     print(done.task_id)
     return 0
 

@@ -1,0 +1,181 @@
+"""The everyday commands (`refloop tasks`, `show`, `watch`, `inbox`, `approve`, `reject`,
+`cancel`) as a person runs them: fresh processes beside a real `refloop up` (its Temporal
+dev server, its database, the scripted model), found through the shared data dir."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.ui.test_console import console_and_model
+
+
+def writes(*names: str) -> dict:
+    """A scenario that writes each file in turn, one plan step each, marked done."""
+    acts = [{"tool_calls": [
+        {"name": "write_file", "arguments": {"path": name, "content": name}},
+        {"name": "complete_step", "arguments": {"step": n, "summary": f"wrote {name}"}}]}
+        for n, name in enumerate(names, 1)]
+    return {
+        "intent": [{"json": {"intent": "CODING_TASK", "confidence": 0.9, "reason": "w"}}],
+        "plan": [{"json": {"task_type": "creation", "steps": [
+            {"goal": f"write {name}", "tool": "write_file"} for name in names]}}],
+        "act": [*acts, {"content": "done"}, {"content": "done"}],
+        "summary": [{"content": "wrote them"}, {"content": "wrote them"}],
+    }
+
+
+class People:
+    """`refloop up` and its model; starts tasks over HTTP, runs `refloop` commands."""
+
+    def __init__(self, base: str, llm, data: Path, root: Path) -> None:
+        self.base, self.llm, self.data, self.root = base, llm, data, root
+
+    def start(self, *files: str, approval_mode: str = "auto") -> str:
+        model = f"p-{uuid.uuid4().hex[:8]}"
+        self.llm.load(model, {"name": model, "responses": writes(*files)})
+        workspace = self.root / model
+        workspace.mkdir()
+        started = httpx.post(f"{self.base}/tasks", timeout=30, json={
+            "workspace": str(workspace), "task": f"write {' and '.join(files)}",
+            "model": model, "approval_mode": approval_mode, "enable_reflection": False})
+        assert started.status_code == 202, started.text
+        return started.json()["task_id"]
+
+    def status(self, task_id: str) -> str:
+        return httpx.get(f"{self.base}/tasks/{task_id}", timeout=30).json()["status"]
+
+    def wait(self, task_id: str, *statuses: str, within_s: float = 60) -> None:
+        deadline = time.monotonic() + within_s
+        while (now := self.status(task_id)) not in statuses:
+            assert time.monotonic() < deadline, f"{task_id} is {now}, not {statuses}"
+            time.sleep(0.2)
+
+    def refloop(self, *args: str, data: Path | None = None,
+                timeout: float = 90) -> subprocess.CompletedProcess[str]:
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("OPENAI_BASE_URL", "TEMPORAL_ADDRESS", "DATABASE_URL")}
+        env.update({"REFLOOP_DATA_DIR": str(data or self.data), "COLUMNS": "200"})
+        return subprocess.run([sys.executable, "-m", "refloop", *args], env=env,
+                              capture_output=True, text=True, timeout=timeout)
+
+    def ok(self, *args: str) -> subprocess.CompletedProcess[str]:
+        done = self.refloop(*args)
+        assert done.returncode == 0, (args, done.stdout, done.stderr)
+        return done
+
+
+@pytest.fixture(scope="module")
+def people(tmp_path_factory: pytest.TempPathFactory) -> Iterator[People]:
+    root = tmp_path_factory.mktemp("people")
+    with console_and_model(root, REFLOOP_SEMANTIC_INDEX="false") as (base, llm):
+        yield People(base, llm, root / "data", root)
+
+
+def test_list_show_and_watch_a_finished_task(people: People):
+    done = people.start("a.txt", "b.txt")
+    people.wait(done, "completed")
+    listed = people.ok("tasks")
+    assert listed.stdout.splitlines()[0].split() == ["ID", "STATUS", "TOKENS", "AGE", "TASK"]
+    row = next(line for line in listed.stdout.splitlines() if line.startswith(done))
+    assert "completed" in row and row.endswith("write a.txt and b.txt")
+    as_json = json.loads(people.ok("tasks", "--json").stdout)
+    assert done in [t["task_id"] for t in as_json]
+    assert json.loads(people.ok("tasks", "--host", "nosuch", "--json").stdout) == []
+
+    shown = people.ok("show", done).stdout
+    assert f"task {done}: completed" in shown
+    assert "plan: 2 of 2 steps done" in shown and "[x] 1. write a.txt (write_file)" in shown
+    assert "files changed: a.txt, b.txt" in shown
+    detail = json.loads(people.ok("show", done, "--json").stdout)
+    assert detail["files_changed"] == ["a.txt", "b.txt"] and detail["waiting_for"] == []
+    assert [s["state"] for s in detail["plan"]] == ["done", "done"]
+    assert detail["spend"]["total_tokens"] > 0 and detail["spend"]["tool_calls"] >= 2
+
+    watched = people.refloop("watch", done)  # an ended task: its events, then its end
+    assert watched.returncode == 0, watched.stderr
+    assert "→ write_file" in watched.stdout
+    assert watched.stdout.rstrip().endswith(f"task {done}: completed")
+    lines = people.ok("watch", done, "--json").stdout.splitlines()
+    events = [json.loads(line) for line in lines]
+    assert events[-1]["type"] == "completed"
+    assert [e["seq"] for e in events] == sorted({e["seq"] for e in events})  # once each
+
+
+def test_inbox_approve_reject_and_watch_to_the_end(people: People):
+    task = people.start("a.txt", "b.txt", approval_mode="confirm_writes")
+    people.wait(task, "waiting_approval")
+    watcher = subprocess.Popen(  # follows the task live while it is decided below
+        [sys.executable, "-m", "refloop", "watch", task, "--json"],
+        env={**{k: v for k, v in os.environ.items() if k not in ("TEMPORAL_ADDRESS",
+                                                                   "DATABASE_URL")},
+             "REFLOOP_DATA_DIR": str(people.data)},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        inbox = people.ok("inbox").stdout
+        assert task in inbox and "approval of call 1.0: write_file" in inbox
+        assert f"refloop approve {task} 1.0" in inbox
+        waiting = json.loads(people.ok("inbox", "--json").stdout)
+        mine = next(item for item in waiting if item["task_id"] == task)
+        assert mine["waiting_for"][0]["call_id"] == "1.0"
+        assert mine["waiting_for"][0]["args"] == {"path": "a.txt", "content": "a.txt"}
+        shown = json.loads(people.ok("show", task, "--json").stdout)
+        assert shown["status"] == "waiting_approval"
+        assert [s["state"] for s in shown["plan"]] == ["current", "to do"]
+        assert people.ok("show", task).stdout.count("waits for: approval of call 1.0") == 1
+        listed = json.loads(people.ok("tasks", "--status", "waiting_approval", "--json").stdout)
+        assert task in [t["task_id"] for t in listed]
+
+        approved = people.ok("approve", task)  # its one waiting call
+        assert f"task {task}: call 1.0 approved" in approved.stdout
+        people.wait(task, "waiting_approval")  # the second write
+        second = json.loads(people.ok("inbox", "--json").stdout)
+        call = next(i for i in second if i["task_id"] == task)["waiting_for"][0]["call_id"]
+        assert call != "1.0"
+        rejected = json.loads(people.ok("reject", task, call, "--reason", "not b",
+                                        "--json").stdout)
+        assert rejected == {"call_id": call, "outcome": "rejected"}
+        stdout, stderr = watcher.communicate(timeout=90)
+    finally:
+        if watcher.poll() is None:
+            watcher.kill()
+    events = [json.loads(line) for line in stdout.splitlines()]
+    decided = [e["data"] for e in events if e["type"] == "approval_decided"]
+    assert [d["approved"] for d in decided] == [True, False]
+    assert decided[1]["comment"] == "not b"
+    assert events[-1]["type"] in ("completed", "incomplete")
+    assert watcher.returncode == (0 if events[-1]["type"] == "completed" else 1), stderr
+    # Deciding again: the API's own refusal, one line, exit 2.
+    again = people.refloop("approve", task, call)
+    assert again.returncode == 2 and "has already ended" in again.stderr
+
+
+def test_cancel_and_what_is_refused(people: People):
+    task = people.start("a.txt", approval_mode="confirm_writes")
+    people.wait(task, "waiting_approval")
+    cancelled = json.loads(people.ok("cancel", task, "--json").stdout)
+    assert cancelled == {"task_id": task, "status": "cancelling"}
+    watched = people.refloop("watch", task)
+    assert watched.returncode == 1 and f"task {task}: cancelled" in watched.stdout
+    assert json.loads(people.ok("show", task, "--json").stdout)["status"] == "cancelled"
+
+    missing = people.refloop("show", "task-000000000000")
+    assert missing.returncode == 2 and "task task-000000000000 not found" in missing.stderr
+    none = people.refloop("approve", task)
+    assert none.returncode == 2 and "waits for no approval" in none.stderr
+    # Another data dir, where nothing runs: the list is the stored one; deciding needs a
+    # server and says how to get one.
+    elsewhere = people.root / "elsewhere"
+    listed = people.refloop("tasks", data=elsewhere)
+    assert listed.returncode == 0 and "as last stored" in listed.stderr
+    inbox = people.refloop("inbox", data=elsewhere)
+    assert inbox.returncode == 2 and "start `refloop up`" in inbox.stderr
