@@ -11,7 +11,7 @@ import logging
 import signal
 import sys
 
-from refloop.cli import people
+from refloop.cli import people, upgrade
 from refloop.cli.output import (
     err_console,
 )
@@ -39,7 +39,7 @@ from refloop.cli.tasks import (
 from refloop.settings import Settings, SettingsError, load_settings
 
 # Commands that only talk to a Temporal server: no worker, no server of their own.
-CLIENT_ONLY = ("history", "move", "rewind", "fork", *people.COMMANDS)
+CLIENT_ONLY = ("history", "move", "rewind", "fork", upgrade.COMMAND, *people.COMMANDS)
 # Commands that run until signalled, with their own clean-up (worker drain, servers stopped).
 LONG_LIVED = ("worker", "up", "api")
 
@@ -129,6 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
                       "original's, named <it>-fork-<id>)")
 
     sub.add_parser("worker", help="run a worker against TEMPORAL_ADDRESS")
+    upgrade.add_parser(sub)
     sub.add_parser("mcp", help="serve refloop's tasks as an MCP server over stdio "
                                "(TEMPORAL_ADDRESS, else the embedded stack)")
     for name, text in (("up", "the embedded stack: Temporal, worker and API"),
@@ -143,6 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
                                "port (default REFLOOP_TEMPORAL_PORT or 7233)")
             serve.add_argument("--ui-port", type=int, help="Temporal Web UI port (default "
                                "REFLOOP_UI_PORT or 8233)")
+            serve.add_argument("--scripted-port", type=int, help="the scripted offline "
+                               "model's port, when OPENAI_BASE_URL is unset (default "
+                               "REFLOOP_SCRIPTED_PORT, else a free one)")
 
     history = sub.add_parser("history", help="export a workflow's event history")
     history.add_argument("workflow_id", help="the task's workflow ID")
@@ -220,11 +224,13 @@ def main(argv: list[str] | None = None) -> None:
     if args.command in ("up", "api"):
         args.port = args.port or settings.refloop_api_port
         ports = {"refloop_temporal_port": getattr(args, "temporal_port", None),
-                 "refloop_ui_port": getattr(args, "ui_port", None)}
+                 "refloop_ui_port": getattr(args, "ui_port", None),
+                 "refloop_scripted_port": getattr(args, "scripted_port", None)}
         settings = settings.model_copy(update={k: v for k, v in ports.items() if v})
         if ports["refloop_temporal_port"]:
             settings = settings.model_copy(update={"refloop_temporal_port_pinned": True})
-    if args.command in ("worker", "api", "history", "move", "rewind", "fork") \
+    if args.command in ("worker", "api", "history", "move", "rewind", "fork",
+                        upgrade.COMMAND) \
             and not settings.temporal_address:
         from refloop.worker.temporal_server import find_running_address
 
@@ -264,6 +270,8 @@ def main(argv: list[str] | None = None) -> None:
         runner = rewind_task(args, settings)
     elif args.command == "fork":
         runner = fork_task(args, settings)
+    elif args.command == upgrade.COMMAND:
+        runner = upgrade.run(args, settings)
     elif args.command in people.COMMANDS:
         runner = people.run(args, settings)
     else:

@@ -107,6 +107,19 @@ async def on_host(raw: str, host: str, settings: Settings) -> str:
     return path
 
 
+def state_refusal(workspace: Path, settings: Settings) -> str | None:
+    """The API's refusal of refloop's own state (`guard_refusal`), except that a user's
+    workspace may sit in the data dir (`make demo`'s does) if it neither holds nor lies in
+    the journal or the index."""
+    from refloop.runtime.workspaces import data_dir, guard_refusal, guarded_dirs
+
+    data = data_dir(settings)
+    others = [d for _, d in guarded_dirs(settings) if d != data]
+    beside = data in workspace.parents and not any(
+        d == workspace or workspace in d.parents or d in workspace.parents for d in others)
+    return None if beside else guard_refusal(workspace, settings)
+
+
 async def run_task(args: argparse.Namespace, settings: Settings) -> int:
     from temporalio.client import WorkflowFailureError
     from temporalio.exceptions import ApplicationError
@@ -121,8 +134,11 @@ async def run_task(args: argparse.Namespace, settings: Settings) -> int:
         if args.host is not None and args.host != settings.refloop_host_id:
             # On that host's disk: its roots decide, through the hosts table, not this one.
             workspace = await on_host(args.workspace, args.host, settings)
-        else:  # any directory of the user's, but never `/` or a system directory
-            workspace = check_user_workspace(args.workspace)
+        else:  # any directory of the user's, but never `/`, a system directory, or one
+            workspace = check_user_workspace(args.workspace)  # holding refloop's own state
+            reason = state_refusal(workspace, settings)
+            if reason:
+                raise WorkspaceError(reason)
     except WorkspaceError as err:
         fail(f"--workspace: {err}")
     rules = read_rules(args.review_rules)

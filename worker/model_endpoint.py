@@ -27,7 +27,7 @@ def model_endpoint(settings: Settings) -> Iterator[Settings]:
         return
     from refloop.llm.scripted import ScriptedLLMServer  # FastAPI: only for the test double
 
-    server = ScriptedLLMServer(demo_scenario_path())
+    server = ScriptedLLMServer(demo_scenario_path(), port=settings.refloop_scripted_port)
     url = server.start()
     log.warning(
         "OPENAI_BASE_URL is unset: using the SCRIPTED offline model at %s (scenario %s). "

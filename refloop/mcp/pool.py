@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import functools
 import logging
 import os
+import posixpath
 import shutil
+import stat
 import tempfile
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,7 +33,7 @@ from refloop.mcp.config import (
     resolved_headers,
 )
 from refloop.settings import Settings
-from refloop.tools.sandbox import workspace_root
+from refloop.tools.sandbox import below, workspace_root
 
 log = logging.getLogger("refloop.mcp")
 # Starting, `initialize` and the listing: a server silent past this will not answer.
@@ -50,6 +53,10 @@ SERVER_CPU_S = 10**8  # CPU seconds: no practical cap for a pooled server
 # Servers are per (server, workspace): idle ones stop, and a worker keeps at most this many.
 IDLE_S = 600.0
 MAX_CONNECTIONS = 32
+# Kernel views whose paths mean something else to each process (`/proc/self/cwd`): nothing
+# bound for a server goes through them.
+PSEUDO_FS = ("/proc", "/sys", "/dev")
+MAX_LINKS = 40  # as the kernel's own limit on links in one path
 
 
 class McpTransportError(Exception):
@@ -89,22 +96,35 @@ def launch_spec(server: str, config: McpServerConfig, workspace: Path,
     for one command (REFLOOP_CMD_TIMEOUT_S), would end a long-lived server, so a server
     gets SERVER_CPU_S instead.
 
+    What is bound is read from the command (its links, its `#!` line), so the command, its
+    interpreter and a script named in its arguments must be the operator's
+    (`operator_path`): a file a task could write is refused with the reason, never read.
     A script named in the arguments (`python /path/server.py`, as Claude Desktop configs
     have it) has its directory mounted read-only too."""
-    from refloop.tools.os_sandbox import sandboxed_command, with_fds_from_files
+    from refloop.tools.os_sandbox import sandbox_mode, sandboxed_command, with_fds_from_files
 
     assert config.command is not None
     command = os.path.abspath(shutil.which(config.command) or config.command)
     argv = ["/bin/sh", "-c", _CAPPED.replace("$CAP", str(MAX_MESSAGE_BYTES)), "sh", command,
             *config.args]
     env = resolved_env(server, config, environ)
-    readable = [*settings.sandbox_ro_paths, *install_roots(command),
-                *script_dirs(config.args, workspace)]
+    readable, derived = [*settings.sandbox_ro_paths], []
+    if sandbox_mode(settings) != "none":  # unconfined, nothing is bound: nothing to read
+        real = operator_path(server, "command", command, workspace, settings)
+        readable += install_roots(command, real)
+        interpreter = script_interpreter(real)
+        if interpreter is not None:  # read from the file: never bound as host root
+            found = operator_path(server, "interpreter (its `#!` line)", interpreter,
+                                  workspace, settings)
+            derived = [root for root in install_roots(interpreter, found)
+                       if root not in readable]
+        readable += script_dirs(server, config.args, workspace, settings)
     confined = settings.model_copy(update={
         "refloop_sandbox_ro_paths": ",".join(dict.fromkeys(readable)),
         "refloop_cmd_timeout_s": float(SERVER_CPU_S)})
     wrapped = sandboxed_command(argv, workspace=workspace, allow_network=config.network,
-                                env=env, settings=confined, passes_fds=False)
+                                env=env, settings=confined, passes_fds=False,
+                                derived_ro=tuple(derived))
     group, wrapped.group = wrapped.group, None  # lives as long as the server, not the spec
     try:
         return LaunchSpec(with_fds_from_files(wrapped, _private_dir()), dict(wrapped.env),
@@ -115,7 +135,8 @@ def launch_spec(server: str, config: McpServerConfig, workspace: Path,
         raise
 
 
-def script_dirs(args: list[str], workspace: Path) -> list[str]:
+def script_dirs(server: str, args: list[str], workspace: Path,
+                settings: Settings) -> list[str]:
     """The directories of the arguments that name an existing file outside the workspace
     and the system directories (a server's script, its config file)."""
     found = []
@@ -126,30 +147,110 @@ def script_dirs(args: list[str], workspace: Path) -> list[str]:
         with contextlib.suppress(OSError):
             if path.is_file() and workspace not in path.parents and not str(path).startswith(
                     ("/usr/", "/bin/", "/etc/", "/lib")):
+                operator_path(server, "argument", arg, workspace, settings)
                 found.append(str(path.parent))
     return found
 
 
-def install_roots(command: str) -> list[str]:
-    """What a server's command needs to read beyond the system dirs: the tree it is
-    installed in (a virtualenv: the dir above `bin`), and its script interpreter's."""
-    roots: list[str] = []
-    paths = [Path(command)]
+def script_interpreter(command: str) -> str | None:
+    """The program a script's `#!` line names (None for a binary or an unreadable file)."""
     try:
         with open(command, "rb") as script:
             first = script.readline(512)
-        if first.startswith(b"#!"):
-            interpreter = first[2:].split()[0].decode(errors="replace")
-            paths += [Path(interpreter), Path(os.path.realpath(interpreter))]
     except OSError:
-        pass
-    for path in paths:
-        for candidate in (path, Path(os.path.realpath(path))):
-            if not candidate.is_absolute() or str(candidate).startswith(("/usr/", "/bin/")):
-                continue
+        return None
+    words = first[2:].split() if first.startswith(b"#!") else []
+    return os.fsdecode(words[0]) if words else None
+
+
+def install_roots(path: str, real: str) -> list[str]:
+    """What a program at `path` (a link to `real`) needs to read beyond the system dirs:
+    the tree it is installed in (a virtualenv: the dir above `bin`)."""
+    roots = []
+    for candidate in (Path(path), Path(real)):
+        if not str(candidate).startswith(("/usr/", "/bin/")):
             parent = candidate.parent
             roots.append(str(parent.parent if parent.name == "bin" else parent))
     return list(dict.fromkeys(roots))
+
+
+def operator_path(server: str, what: str, path: str, workspace: Path,
+                  settings: Settings) -> str:
+    """Where `path` really is, when it is the operator's: absolute with no `..`, and every
+    entry on the way to it (each link's own path and its target's, followed here by hand,
+    the same for every working directory) outside every workspace and the kernel's views
+    (/proc), in directories only root or this worker may change, the file too. Else
+    McpConfigError with the reason: the file is not read, nothing is bound from it."""
+    from refloop.runtime.workspaces import system_refusal, workspace_roots
+
+    def refused(why: str) -> McpConfigError:
+        return McpConfigError(
+            f"MCP server {server!r}: its {what} {path!r} {why}. refloop reads what a "
+            "server's command names (its links, its `#!` line) to know what to bind, so it "
+            "must be a file only root or this worker may change, outside every workspace "
+            "(REFLOOP_WORKSPACE_ROOTS) and the task's own")
+
+    if not path.startswith("/") or ".." in path.split("/"):
+        raise refused("is not a plain absolute path")
+    writable = [workspace, *(root for root in workspace_roots(settings)
+                             if system_refusal(root) is None)]
+    entry = "/"
+    try:
+        for entry in _entries_on_the_way(path):  # each judged before it is looked at
+            if any(entry == top or below(Path(entry), Path(top)) for top in PSEUDO_FS):
+                raise refused(f"goes through {entry}, whose meaning depends on the process")
+            inside = next((str(w) for w in writable
+                           if entry == str(w) or below(Path(entry), w)), None)
+            if inside is not None:
+                raise refused(f"goes through {entry}, inside {inside}, where a task may "
+                              "write")
+            who = _changer(posixpath.dirname(entry), directory=True)
+            if who:
+                raise refused(f"goes through {entry}, in a directory {who}")
+        who = _changer(entry, directory=False)
+    except OSError as err:
+        raise refused(f"cannot be followed ({err.strerror or err})") from None
+    if who:
+        raise refused(f"ends at {entry}, a file {who}")
+    return entry
+
+
+def _entries_on_the_way(path: str) -> Iterator[str]:
+    """Every entry the kernel looks up to resolve `path`, in order, each link followed as
+    it would be (`..` in a link's target taken from where it resolved so far); the last is
+    where it ends. Raises OSError (a missing entry, too many links)."""
+    pending = [part for part in path.split("/") if part][::-1]
+    current, links = "/", 0
+    while pending:
+        name = pending.pop()
+        if name in (".", ".."):
+            current = current if name == "." else posixpath.dirname(current)
+            continue
+        entry = posixpath.join(current, name)
+        yield entry
+        if not stat.S_ISLNK(os.lstat(entry).st_mode):
+            current = entry
+            continue
+        links += 1
+        if links > MAX_LINKS:
+            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP))
+        target = os.readlink(entry)
+        current = "/" if target.startswith("/") else current
+        pending += [part for part in target.split("/") if part][::-1]
+    yield current
+
+
+def _changer(path: str, directory: bool) -> str:
+    """Who besides root and this worker may change `path` ('' when nobody): its owner, or
+    its group and others through a write bit (a sticky directory lets them add names, not
+    replace another's)."""
+    info = os.lstat(path)
+    if info.st_uid not in (0, os.geteuid()):
+        return f"owned by uid {info.st_uid}"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not (
+            directory and info.st_mode & stat.S_ISVTX):
+        return "that its group or others may write"
+    return ""
 
 
 @dataclass

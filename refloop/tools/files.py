@@ -11,6 +11,7 @@ from refloop.tools.base import ToolContext, tool
 from refloop.tools.patterns import compile_regex, glob_match, path_glob
 from refloop.tools.sandbox import (
     SKIPPED_DIRS,
+    Walk,
     check_path_text,
     is_file,
     kind,
@@ -22,7 +23,6 @@ from refloop.tools.sandbox import (
     resolve,
     shown,
     truncate_bytes,
-    walk_files,
     write_text,
 )
 
@@ -64,13 +64,14 @@ async def glob_file_search(ctx: ToolContext, args: GlobArgs) -> ToolResult:
         raise ToolError("E_PATH_ESCAPE: glob patterns are relative to the workspace")
     pattern = "/".join(part for part in args.pattern.split("/") if part not in ("", "."))
     matches = []
-    for path in walk_files(ctx.workspace):
+    walk = Walk(ctx.workspace)
+    for path in walk:
         rel = shown(relative(ctx.workspace, path))  # matched as shown: RE2 takes UTF-8 only
         if glob_match(pattern, rel) and is_file(path):
             matches.append(rel)
     first = matches[:MAX_MATCHES]
     more = f"\n[... {len(matches) - MAX_MATCHES} more ...]" if len(matches) > MAX_MATCHES else ""
-    return ToolResult(ok=True, output="\n".join(first) + more or "(no matches)",
+    return ToolResult(ok=True, output=("\n".join(first) + more or "(no matches)") + walk.note(),
                       data={"count": len(matches)})
 
 
@@ -82,7 +83,8 @@ async def grep(ctx: ToolContext, args: GrepArgs) -> ToolResult:
     found = kind(start)
     if found not in ("file", "dir"):
         raise ToolError(f"E_NOT_FOUND: '{args.path}' is not a file or directory")
-    candidates = [start] if found == "file" else walk_files(start)
+    walk = Walk(start)
+    candidates = [start] if found == "file" else walk
     deadline = time.monotonic() + GREP_BUDGET_S
     hits: list[str] = []
     for path in candidates:
@@ -103,7 +105,7 @@ async def grep(ctx: ToolContext, args: GrepArgs) -> ToolResult:
         if len(hits) > MAX_MATCHES:
             break
     more = f"\n[... more than {MAX_MATCHES} matches ...]" if len(hits) > MAX_MATCHES else ""
-    output = "\n".join(hits[:MAX_MATCHES]) + more or "(no matches)"
+    output = ("\n".join(hits[:MAX_MATCHES]) + more or "(no matches)") + walk.note()
     return ToolResult(ok=True, output=truncate_bytes(output, ctx.settings.refloop_max_output_bytes),
                       data={"count": len(hits)})
 

@@ -53,7 +53,7 @@ from refloop.settings import Settings
 from refloop.tools.cgroups import CommandGroup, Gate, accounting
 from refloop.tools.identity import Identity, command_identity, hand_over, reachable, user_namespace
 from refloop.tools.lifeline import guard
-from refloop.tools.sandbox import RESERVED
+from refloop.tools.sandbox import RESERVED, below, state_dirs
 
 SandboxMode = Literal["bwrap", "none"]
 
@@ -191,12 +191,6 @@ def _which(program: str, path: str, which: Callable[[str], str | None]) -> str:
     return which(program) or ""  # `path`: the key (which reads the same PATH)
 
 
-@functools.lru_cache(maxsize=32)
-def _resolved(paths: tuple[Path, ...]) -> tuple[Path, ...]:
-    """refloop's own directories, resolved once per worker (settings do not change)."""
-    return tuple(Path(p).resolve() for p in paths)
-
-
 @functools.cache
 def _bwrap_problem(bwrap: str) -> str:
     """Empty when the real profile runs `true`; else what went wrong (probed once)."""
@@ -206,7 +200,7 @@ def _bwrap_problem(bwrap: str) -> str:
         os.chmod(probe, 0o755)  # a root worker probes as its commands' unprivileged uid
         # As a root worker's commands start it: as an unprivileged uid (65534 here).
         identity = command_identity(os.stat(probe), 65534, 65534)
-        userns = _userns_copy(identity)
+        userns = _held_userns(identity)
         command = _bwrap_command(bwrap, Path(probe), ["true"], allow_network=False,
                                  userns_fd=userns)
         if identity is not None and userns is None:
@@ -285,10 +279,21 @@ def _may_read(path: str, reader: Identity) -> bool:
     return bool(info.st_mode & stat.S_IROTH)
 
 
-def _userns_copy(identity: Identity | None) -> int | None:
-    """A descriptor of `identity`'s user namespace for one command (closed with it)."""
-    held = user_namespace(identity) if identity is not None else None
-    return os.dup(held) if held is not None else None
+def _held_userns(identity: Identity | None) -> int | None:
+    """The worker's descriptor of `identity`'s user namespace (never closed)."""
+    return user_namespace(identity) if identity is not None else None
+
+
+class RefusedBindError(OSError):
+    """A read-only bind read from a file's content that only the root-mapped profile could
+    make: refused, never made as host root."""
+
+
+def _closing(argv: list[str], fd: str) -> list[str]:
+    """`argv` with descriptor `fd` (one digit) closed before anything of it runs."""
+    if len(argv) >= 3 and argv[:2] == ["/bin/sh", "-c"]:
+        return [*argv[:2], f"exec {fd}<&-\n{argv[2]}", *argv[3:]]
+    return ["/bin/sh", "-c", f'exec "$@" {fd}<&-', "sh", *argv]
 
 
 def _bwrap_command(bwrap: str, workspace: Path, argv: list[str], allow_network: bool,
@@ -298,10 +303,9 @@ def _bwrap_command(bwrap: str, workspace: Path, argv: list[str], allow_network: 
                    userns_fd: int | None = None, gated: bool = False,
                    reader: Identity | None = None) -> SandboxedCommand:
     """bubblewrap's argv around `argv`. With `workspace_fd` the workspace is bound from that
-    descriptor (bubblewrap closes it); else by its path. With `userns_fd` (owned by the
-    result from now on) bubblewrap joins that user namespace (`identity.user_namespace`)
-    instead of making one; `gated`: its options wait in a `Gate` until the worker admits
-    it."""
+    descriptor (bubblewrap closes it); else by its path. With `userns_fd` (the worker's
+    own, `identity.user_namespace`) bubblewrap joins that user namespace instead of making
+    one; `gated`: its options wait in a `Gate` until the worker admits it."""
     from refloop.tools.seccomp import native_filter
 
     fds: list[int] = []
@@ -310,8 +314,7 @@ def _bwrap_command(bwrap: str, workspace: Path, argv: list[str], allow_network: 
         if allow_network:
             prefix.append("--share-net")
     else:  # no user namespace below it (bubblewrap checks), nor any id but the sandbox's
-        fds.append(userns_fd)
-        prefix = ["--userns", str(userns_fd), "--assert-userns-disabled",
+        prefix = ["--userns", "", "--assert-userns-disabled",
                   "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
         if not allow_network:
             prefix.append("--unshare-net")
@@ -347,17 +350,26 @@ def _bwrap_command(bwrap: str, workspace: Path, argv: list[str], allow_network: 
         fds.append(_memfd("refloop-seccomp", program))
         prefix += ["--seccomp", str(fds[-1])]
     prefix += ["--chdir", ws]
-    if not gated:
-        return SandboxedCommand(argv=[bwrap, *prefix, "--", *argv], env={},
-                                pass_fds=tuple(fds))
+    gate = None
     try:
-        gate = Gate(prefix)  # the options travel through a pipe written at `admit`
+        gate = Gate(prefix) if gated else None  # options through a pipe written at `admit`
     except OSError:
         for fd in fds:
             os.close(fd)
         raise
-    return SandboxedCommand(argv=[bwrap, *gate.argv(), "--", *argv], env={},
-                            pass_fds=(*fds, gate.read_end), gate=gate)
+    passed = (*fds, gate.read_end) if gate is not None else tuple(fds)
+    launch: list[str] = []
+    if userns_fd is not None:
+        # bubblewrap keeps its --userns descriptor open into the command: a shell opens it
+        # as a free digit, which the command's own shell closes first (dash takes digits).
+        digit = str(min(set(range(3, 10)) - set(passed)))
+        prefix[prefix.index("--userns") + 1] = digit  # the gate's options too
+        launch = ["/bin/sh", "-c", f'exec "$@" {digit}</proc/{os.getpid()}/fd/{userns_fd}',
+                  "sh"]
+        argv = _closing(argv, digit)
+    options = gate.argv() if gate is not None else prefix
+    return SandboxedCommand(argv=[*launch, bwrap, *options, "--", *argv], env={},
+                            pass_fds=passed, gate=gate)
 
 
 @functools.lru_cache(maxsize=16)
@@ -377,13 +389,8 @@ def _system_options(mask_root_only: bool, reader: Identity | None, _period: int
 @functools.lru_cache(maxsize=64)
 def _inside(hidden: tuple[Path, ...], workspace: Path) -> tuple[Path, ...]:
     """Those of `hidden` strictly inside `workspace` and not inside another of them."""
-    return tuple(path for path in hidden if _below(path, workspace)
-                 and not any(_below(path, other) for other in hidden))
-
-
-def _below(path: Path, folder: Path) -> bool:
-    """Whether `path` is strictly inside `folder` (both absolute and normalised)."""
-    return str(path).startswith(str(folder).rstrip("/") + "/")
+    return tuple(path for path in hidden if below(path, workspace)
+                 and not any(below(path, other) for other in hidden))
 
 
 def _memfd(name: str, data: bytes) -> int:
@@ -427,8 +434,8 @@ def sandboxed_command(argv: list[str], *, workspace: Path, allow_network: bool,
                       env: Mapping[str, str], settings: Settings,
                       workspace_fd: int | None = None, accounted: bool = True,
                       overlays: Mapping[Path, bytes] | None = None,
-                      hand_over_workspace: bool = True, passes_fds: bool = True
-                      ) -> SandboxedCommand:
+                      hand_over_workspace: bool = True, passes_fds: bool = True,
+                      derived_ro: tuple[str, ...] = ()) -> SandboxedCommand:
     """How to start `argv` confined to `workspace` (or unconfined, when chosen). Start it
     with `pass_fds`, call `admit` with its pid, then `close()` it once it ended;
     `workspace_fd` (a pinned directory descriptor, owned by the result from now on) binds
@@ -437,7 +444,10 @@ def sandboxed_command(argv: list[str], *, workspace: Path, allow_network: bool,
     other, read-only content. `hand_over_workspace`: False for a command that only reads
     (its root-owned files stay root's). `passes_fds`: False for a spawner that cannot pass
     descriptors nor call `admit` (the MCP client): programs then take the identity and
-    join the group (`setpriv`, `CommandGroup.launcher`), at a higher cost."""
+    join the group (`setpriv`, `CommandGroup.launcher`), at a higher cost. `derived_ro`:
+    read-only binds read from a file's content (an MCP server's interpreter), made only
+    under an unprivileged identity: where a root worker would need its root-mapped profile
+    for them, RefusedBindError."""
     full_env = {**BASE_ENV, **env}
     limits = resource_limits(settings)
     if sandbox_mode(settings) == "none":
@@ -445,30 +455,35 @@ def sandboxed_command(argv: list[str], *, workspace: Path, allow_network: bool,
             os.close(workspace_fd)
         return SandboxedCommand(argv=limited(argv, limits), env=full_env, sandboxed=False,
                                 limits=limits)
-    hidden = _resolved((settings.refloop_data_dir, settings.index_dir, settings.journal_dir))
+    hidden = state_dirs(settings)
     group = userns = None
     gated = False
     try:
         identity = _identity_for(Path(workspace), workspace_fd, settings,
-                                 hidden if hand_over_workspace else None)
+                                 hidden if hand_over_workspace else None, derived_ro)
+        if derived_ro and identity is None and os.geteuid() == 0:
+            raise RefusedBindError(
+                f"{', '.join(derived_ro)} (read from a file) would be bound as host root, "
+                f"being out of reach of uid {settings.refloop_cmd_uid} or in a workspace "
+                "under a private directory: refused (REFLOOP_SANDBOX_RO_PATHS binds a path "
+                "by your word)")
         if accounted and accounting().kind != "none":
             group = CommandGroup.create(accounting(), limits["address_space"],
                                         limits["processes"])
         if passes_fds:
-            userns = _userns_copy(identity)
+            userns = _held_userns(identity)
             gated = group is not None
         if userns is not None and not guard(userns):  # never a command that could outlive
             raise OSError("cannot start the reaper of this worker's commands")
     except OSError:
-        for fd in (workspace_fd, userns):
-            if fd is not None:
-                os.close(fd)
+        if workspace_fd is not None:
+            os.close(workspace_fd)
         if group is not None:
             group.close()
         raise
     command = _bwrap_command(_bwrap() or "bwrap", Path(workspace),
                              limited(argv, limits), allow_network,
-                             tuple(settings.sandbox_ro_paths), hidden, workspace_fd,
+                             (*settings.sandbox_ro_paths, *derived_ro), hidden, workspace_fd,
                              tmpfs_bytes=limits["address_space"] // 2,
                              mask_root_only=identity is None and os.geteuid() == 0,
                              overlays=overlays, userns_fd=userns, gated=gated,
@@ -483,14 +498,15 @@ def sandboxed_command(argv: list[str], *, workspace: Path, allow_network: bool,
 
 
 def _identity_for(workspace: Path, workspace_fd: int | None, settings: Settings,
-                  hidden: tuple[Path, ...] | None) -> Identity | None:
+                  hidden: tuple[Path, ...] | None, also: tuple[str, ...] = ()
+                  ) -> Identity | None:
     """A root worker's commands run as an unprivileged host uid; root's entries of a
     workspace it made are handed to that uid first (refloop's own state stays root's),
-    unless `hidden` is None (a command that only reads)."""
+    unless `hidden` is None (a command that only reads). `also`: more paths it must reach."""
     info = os.fstat(workspace_fd) if workspace_fd is not None else os.stat(workspace)
     identity = command_identity(info, settings.refloop_cmd_uid, settings.refloop_cmd_gid)
     if identity is not None and not reachable(workspace, identity,
-                                              tuple(settings.sandbox_ro_paths)):
+                                              (*settings.sandbox_ro_paths, *also)):
         return None  # bubblewrap, as that uid, could not reach it (see `reachable`)
     if identity is not None and info.st_uid == 0 and hidden is not None:
         kept = set(RESERVED)  # refloop's own state, should it sit inside the workspace

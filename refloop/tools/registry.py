@@ -26,7 +26,7 @@ from refloop.tools import (  # noqa: F401  (registration)
 )
 from refloop.tools.base import IMPLEMENTATIONS, Implementation, ToolContext
 from refloop.tools.journal import Journal
-from refloop.tools.sandbox import pinned_workspace, shown
+from refloop.tools.sandbox import keeping_out, pinned_workspace, shown
 
 T = TypeVar("T")
 
@@ -44,8 +44,9 @@ async def execute_tool(call: RunToolInput, settings: Settings) -> ToolResult:
         )
         return ToolResult(ok=False, error=f"E_INVALID_ARGS: {details}")
     try:
-        # The workspace checked and held for the whole call: every open starts from it.
-        with pinned_workspace(call.workspace) as root:
+        # The workspace checked and held for the whole call: every open starts from it;
+        # refloop's own state in it is refused wherever it sits.
+        with pinned_workspace(call.workspace) as root, keeping_out(settings):
             ctx = ToolContext(root, settings, call.call_id, call.allow_network,
                               call.allow_shell_operators)
             if declaration.properties.journaled:

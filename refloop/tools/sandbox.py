@@ -15,7 +15,9 @@ it is the same directory, with no link in its path (`refloop.tools.pinning`).
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import errno
+import functools
 import os
 import posixpath
 import secrets
@@ -25,6 +27,7 @@ from pathlib import Path
 
 from refloop.contract.errors import ToolError
 from refloop.contract.text import escape_controls
+from refloop.settings import Settings
 from refloop.tools.pinning import (  # noqa: F401  (re-exported: the file tools' one import)
     _through_link,
     current_pin,
@@ -43,6 +46,37 @@ MAX_PATH_CHARS = 4096
 MAX_NAME_BYTES = 255
 # Reads of files larger than this are refused (grep skips them): nothing loads a whole disk.
 MAX_READ_FILE_BYTES = 64 * 1024 * 1024
+# How many directories down a walk (grep, glob_file_search) goes, as JSON edits' depth.
+MAX_WALK_DEPTH = 100
+# refloop's own state, resolved, for the tool call in progress (`keeping_out`).
+_STATE: contextvars.ContextVar[tuple[Path, ...]] = contextvars.ContextVar("state", default=())
+
+
+@functools.lru_cache(maxsize=32)
+def _resolved(paths: tuple[Path, ...]) -> tuple[Path, ...]:
+    return tuple(Path(p).resolve() for p in paths)
+
+
+def state_dirs(settings: Settings) -> tuple[Path, ...]:
+    """The data dir, the index and the journal, resolved (once per worker: settings do not
+    change)."""
+    return _resolved((settings.refloop_data_dir, settings.index_dir, settings.journal_dir))
+
+
+@contextlib.contextmanager
+def keeping_out(settings: Settings) -> Iterator[None]:
+    """Inside, `resolve` refuses refloop's state by its resolved path wherever it sits in the
+    workspace (`app/.refloop-data`, not only a top-level name), and walks skip it."""
+    token = _STATE.set(state_dirs(settings))
+    try:
+        yield
+    finally:
+        _STATE.reset(token)
+
+
+def below(path: Path, folder: Path) -> bool:
+    """Whether `path` is strictly inside `folder` (both absolute and normalised)."""
+    return str(path).startswith(str(folder).rstrip("/") + "/")
 
 
 def _path_error(err: OSError, raw: str, path: Path | None = None) -> ToolError:
@@ -96,7 +130,9 @@ def resolve(root: Path, raw: str) -> Path:
     if resolved != root and root not in resolved.parents:
         raise ToolError(f"E_PATH_ESCAPE: '{raw}' resolves outside the workspace")
     parts = resolved.relative_to(root).parts
-    if parts and parts[0] in RESERVED:
+    if parts and parts[0] in RESERVED or any(
+            below(state, root) and (resolved == state or below(resolved, state))
+            for state in _STATE.get()):
         raise ToolError(f"E_PATH_RESERVED: '{raw}' is refloop's internal state")
     return resolved
 
@@ -296,21 +332,72 @@ def list_entries(path: Path, raw: str) -> list[tuple[str, bool]]:
         os.close(fd)
 
 
-def walk_files(start: Path) -> Iterator[Path]:
-    """Files under a workspace directory, sorted, skipping refloop's and vendored folders;
-    directory links are not entered (the walk holds directory fds)."""
-    try:
-        fd = open_nofollow(start, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return
-    try:
-        for folder, dirs, files, _ in os.fwalk(".", dir_fd=fd):
-            dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS)
-            base = start / folder if folder != "." else start
-            for name in sorted(files):
-                yield Path(posixpath.normpath(str(base / name)))
-    finally:
-        os.close(fd)
+class Walk:
+    """Files under a workspace directory, sorted, skipping refloop's state and vendored
+    folders; directory links are never entered. Iterative, so no tree is too deep to walk:
+    it goes MAX_WALK_DEPTH directories down (paths of at most MAX_PATH_CHARS), and
+    `too_deep` counts the directories it left below that."""
+
+    def __init__(self, start: Path) -> None:
+        self.start, self.too_deep = start, 0
+
+    def note(self) -> str:
+        """What the answer misses, said plainly ('' when nothing)."""
+        if not self.too_deep:
+            return ""
+        return (f"\n[... {self.too_deep} directories more than {MAX_WALK_DEPTH} levels down "
+                "(or past the path length limit) were not searched: name a path inside them]")
+
+    def __iter__(self) -> Iterator[Path]:
+        try:
+            fd: int | None = open_nofollow(self.start, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError:
+            return
+        hidden = {state for state in _STATE.get() if below(state, self.start)}
+        folder = self.start
+        stack: list[tuple[int, Path, Iterator[str]]] = []  # the folders above, open
+        try:
+            while True:
+                if fd is not None:
+                    dirs, files = _entries(fd)
+                    for name in files:
+                        yield folder / name
+                    dirs = [d for d in dirs if d not in SKIPPED_DIRS and folder / d not in hidden]
+                    # A child's files must still be openable by path (PATH_MAX).
+                    if len(stack) >= MAX_WALK_DEPTH or len(os.fsencode(folder)) \
+                            + 2 * (MAX_NAME_BYTES + 1) > MAX_PATH_CHARS:
+                        self.too_deep += len(dirs)
+                        os.close(fd)
+                    else:
+                        stack.append((fd, folder, iter(dirs)))
+                    fd = None
+                if not stack:
+                    return
+                parent_fd, parent, rest = stack[-1]
+                name = next(rest, None)
+                if name is None:
+                    stack.pop()
+                    os.close(parent_fd)
+                    continue
+                with contextlib.suppress(OSError):  # a link now, or gone: not entered
+                    fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+                                 | os.O_CLOEXEC, dir_fd=parent_fd)
+                    folder = parent / name
+        finally:
+            for held, _, _ in stack:
+                os.close(held)
+            if fd is not None:
+                os.close(fd)
+
+
+def _entries(fd: int) -> tuple[list[str], list[str]]:
+    """(directories, everything else) of an open directory, each sorted; a link is not a
+    directory."""
+    dirs, files = [], []
+    with os.scandir(fd) as entries:
+        for entry in entries:
+            (dirs if entry.is_dir(follow_symlinks=False) else files).append(entry.name)
+    return sorted(dirs), sorted(files)
 
 
 def shown(name: str, keep: str = "") -> str:

@@ -209,7 +209,9 @@ async def test_an_mcp_server_is_one_accounted_unit(tmp_path: Path):
 
     workspace = tmp_path / "ws"
     workspace.mkdir()
-    acts = activities_for(Settings(refloop_data_dir=tmp_path / "data"), tmp_path,
+    # Its roots named: the default, the working directory (this checkout), holds the server.
+    acts = activities_for(Settings(refloop_data_dir=tmp_path / "data",
+                                   refloop_workspace_roots=str(tmp_path)), tmp_path,
                           {"annotated": ANNOTATED})
     listed = await listing(acts, workspace, "annotated")
     assert listed.tools, listed
