@@ -72,7 +72,7 @@ EVENTS: list[tuple[str, dict, list[str]]] = [
     ("moved_to_host", {"from": "h-east", "to": "h-west"},
      ["Moved from host h-east to host h-west"]),
     ("rewind", {"step": 2, "checkpoint": "c0ffee" * 10 + "abcd"},
-     ["Rewound to step 2 (checkpoint c0ffeec0ffee): the run goes on from just after that "
+     ["Rewound to checkpoint 2 (c0ffeec0ffee): the run goes on from just after that "
       "call"]),
     ("workspace_restored", {"checkpoint": "c0ffee" * 10 + "abcd", "written": 1, "removed": 2,
                             "unchanged": 7, "seconds": 0.01},
@@ -83,10 +83,10 @@ EVENTS: list[tuple[str, dict, list[str]]] = [
       "marked rewound"]),
     ("forked_from", {"task_id": "t-origin", "step": 4, "checkpoint": "c0ffee" * 10 + "abcd",
                      "instruction": "use the other library"},
-     ["Forked from t-origin at step 4 (checkpoint c0ffeec0ffee), with a new instruction: "
+     ["Forked from t-origin at checkpoint 4 (c0ffeec0ffee), with a new instruction: "
       "use the other library"]),
     ("forked", {"task_id": "t-fork", "step": 3},
-     ["A fork of this task started: t-fork, from step 3"]),
+     ["A fork of this task started: t-fork, from checkpoint 3"]),
     ("host_back", {"host": "h-west", "since": "2026-11-28T06:00:00+00:00"},
      ["Host h-west is back; the task goes on (it waited from"]),
     ("waiting_for_model", {"endpoint": "http://llm.example/v1", "error": "HTTP 503",
