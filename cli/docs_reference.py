@@ -2,20 +2,27 @@
 settings table from `refloop.settings.Settings` (each field's comment in its source is its
 meaning) and the command reference from `refloop.cli.main.build_parser`.
 
-MkDocs runs this file as a hook (mkdocs.yml `hooks:`): a page holding the line
-`<!-- refloop:settings -->` or `<!-- refloop:cli -->` gets the generated text there.
+The generated text is committed between `<!-- refloop:settings -->` (or `refloop:cli`) and
+its closing `<!-- /refloop:settings -->`, so the pages read on a code host too;
+`python -m refloop.cli.docs_reference --write` writes it again after a change, and
+tests/docs/test_reference_pages.py fails while a page is stale. MkDocs also runs this file
+as a hook (mkdocs.yml `hooks:`), so a built site always has the code's text.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import inspect
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
-MARKERS = {"<!-- refloop:settings -->": "settings", "<!-- refloop:cli -->": "cli"}
+MARKERS = {"settings": "docs/configuration.md", "cli": "docs/cli.md"}  # name: its page
+ROOT = Path(__file__).resolve().parents[1]
+USAGE_WIDTH = 90  # usage lines wrap here, whatever the terminal that writes the page
 
 
 def _cell(text: str) -> str:
@@ -124,6 +131,7 @@ def cli_markdown() -> str:
               for name, (text, _) in commands.items()]
     for name, (text, sub) in commands.items():
         sub.prog = f"refloop {name}"
+        sub.formatter_class = functools.partial(sub.formatter_class, width=USAGE_WIDTH)
         said = text or ""
         parts += ["", f"### refloop {name}", "", said[:1].upper() + said[1:] + ".", "",
                   "```text", sub.format_usage().strip(), "```", ""]
@@ -147,15 +155,41 @@ def cli_markdown() -> str:
 GENERATORS = {"settings": settings_markdown, "cli": cli_markdown}
 
 
-def on_page_markdown(markdown: str, **_: Any) -> str:
-    """MkDocs hook: each marker line becomes its generated text."""
-    for marker, name in MARKERS.items():
-        if marker in markdown:
-            markdown = markdown.replace(marker, GENERATORS[name]())
+def fill(markdown: str) -> str:
+    """Each marked block of the page with the code's text between its two markers (a lone
+    opening marker gets its closing one)."""
+    for name in MARKERS:
+        opening, closing = f"<!-- refloop:{name} -->", f"<!-- /refloop:{name} -->"
+        block = re.compile(re.escape(opening) + r"(?:.*?" + re.escape(closing) + r")?",
+                           re.DOTALL)
+        if opening in markdown:
+            text = f"{opening}\n\n{GENERATORS[name]().strip()}\n\n{closing}"
+            start = markdown.index(opening)
+            found = block.match(markdown, start)
+            markdown = markdown[:start] + text + markdown[found.end() if found else start:]
     return markdown
 
 
-if __name__ == "__main__":  # print both, to read them without building the site
-    print(settings_markdown())
-    print(cli_markdown())
-    print(Path(__file__).name)
+def on_page_markdown(markdown: str, **_: Any) -> str:
+    """MkDocs hook: the page with the code's text, stale or not."""
+    return fill(markdown)
+
+
+def stale_pages(write: bool = False) -> list[str]:
+    """The pages whose generated text is not the code's (written anew with `write`)."""
+    stale = []
+    for page in MARKERS.values():
+        path = ROOT / page
+        text = path.read_text(encoding="utf-8")
+        if fill(text) != text:
+            stale.append(page)
+            if write:
+                path.write_text(fill(text), encoding="utf-8")
+    return stale
+
+
+if __name__ == "__main__":
+    # --write: the pages anew; else print the names of stale ones (exit 1 if any)
+    written = stale_pages(write="--write" in sys.argv)
+    print("\n".join(written) or "the reference pages are the code's")
+    sys.exit(1 if written and "--write" not in sys.argv else 0)

@@ -94,6 +94,10 @@ def describe_event(event: Event) -> str:
             return f"moved from host {data.get('from')} to host {data.get('to')}"
         case "approval_required":
             return f"waiting for approval of {data.get('tool')} (call {data.get('call_id')})"
+        case "approval_decided":
+            verdict = "approved" if data.get("approved") else "rejected"
+            why = f": {data['comment']}" if data.get("comment") else ""
+            return f"call {data.get('call_id')} {verdict}{why}"
         case "quality_review":
             verdict = "PASS" if data.get("pass") else "FAIL"
             if data.get("outcome") == "unavailable":

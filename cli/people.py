@@ -115,7 +115,8 @@ class Cancelled(BaseModel):
 
 def print_json(value: BaseModel | list[BaseModel]) -> None:
     if isinstance(value, list):
-        text = json.dumps([item.model_dump(mode="json") for item in value], ensure_ascii=False)
+        text = json.dumps([item.model_dump(mode="json") for item in value],
+                          ensure_ascii=False, separators=(",", ":"))  # as model_dump_json
     else:
         text = value.model_dump_json()
     print(escape_json_controls(text))
@@ -144,9 +145,11 @@ def age(when: datetime | None) -> str:
 def line(text: str) -> None:
     """One line on stdout, fit to the terminal (its indent kept), never read as markup or
     escapes."""
-    indent = len(text) - len(text.lstrip(" "))
-    rest = fit(escape_controls(text[indent:], keep=""), max(out.width - indent, 20))
-    out.print(Text(" " * indent + rest), crop=False)
+    text = escape_controls(text, keep="")
+    if len(text) > out.width:  # cut on a word; a line that fits keeps its columns
+        indent = len(text) - len(text.lstrip(" "))
+        text = " " * indent + fit(text[indent:], max(out.width - indent, 20))
+    out.print(Text(text), crop=False)
 
 
 # ------------------------------------------------------------ reading a task
@@ -238,9 +241,13 @@ class Stack:
     @classmethod
     async def open(cls, settings: Settings, need_temporal: bool) -> Stack:
         from refloop.runtime.client import connect
-        from refloop.worker.temporal_server import find_running_address
+        from refloop.worker.temporal_server import running_server
 
-        address = settings.temporal_address or find_running_address(settings.refloop_data_dir)
+        address = settings.temporal_address
+        if address is None and (server := running_server(settings.refloop_data_dir)):
+            address = server.address
+            if server.ui_url and not settings.refloop_temporal_ui_url:  # tasks' Web UI links
+                settings = settings.model_copy(update={"refloop_temporal_ui_url": server.ui_url})
         if address is None:
             if need_temporal:
                 fail(NO_SERVER)

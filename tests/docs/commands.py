@@ -140,10 +140,22 @@ EXPECT: dict[str, Expect] = {
     "curl -N -XPOST localhost:8000/agent/interactive/task/stream -H "
     'content-type: application/json -d {"session_id": "sess-...", "task": "write report.md"}':
         Expect("event: completed"),
+    "curl -s -XPOST localhost:8000/tasks -H content-type: application/json -d "
+    '{"workspace": "/path/to/ws", "task": "write report.md", "approval_mode": "auto"}':
+        Expect('"session_id":"sess-'),
     # docs/operations.md: a task waiting for its second approval, sent back to step 1
     "refloop rewind TASK --to-step N": Expect("rewound to step 1"),
     "refloop fork TASK --at-step N --task write c.txt instead of b.txt":
         Expect("forked from"),
+    # docs/cli.md: the everyday commands beside `refloop up`, on a task waiting for approval
+    "refloop tasks": Expect("waiting_approval"),
+    "refloop inbox": Expect("approval of call 1.0: write_file"),
+    "refloop show TASK": Expect("waits for: approval of call 1.0"),
+    "refloop approve TASK": Expect("call 1.0 approved"),
+    "refloop reject TASK CALL --reason keep b.txt as it is": Expect("rejected"),
+    "refloop watch TASK": Expect(": completed"),
+    "refloop cancel TASK": Expect("cancelling"),
+    "refloop tasks --status waiting_approval --json": Expect('"status":"waiting_approval"'),
     # docs/mcp.md: mcp-server-git is a test dependency; the page's mcp.json, a git repo
     "pip install mcp-server-git": Expect("Requirement already satisfied: mcp-server-git"),
     "export REFLOOP_MCP_CONFIG=mcp.json": Expect(""),
@@ -170,6 +182,7 @@ RUN_BY = {
     "docs/temporal.md":
         "tests/e2e/test_temporal_cli.py::test_the_temporal_cli_drives_a_task_end_to_end",
     "docs/http-api.md": "tests/docs/test_doc_commands.py::test_http_api_and_rewind",
+    "docs/cli.md": "tests/docs/test_doc_commands.py::test_everyday_commands",
     "docs/operations.md": "tests/docs/test_doc_commands.py::test_http_api_and_rewind",
     "docs/mcp.md": "tests/docs/test_doc_commands.py::test_mcp_git_server",
     "docs/deploying.md": "tests/docs/test_doc_commands.py::test_certificates",
@@ -191,6 +204,9 @@ EXCLUDED: dict[str, str] = {
     "export REFLOOP_CHECKPOINT_S3_ADDRESSING=path": S3,
     "export AWS_ACCESS_KEY_ID=... AWS_SECRET_ACCESS_KEY=...": S3,
     "make test": "the suite itself, which runs this test",
+    "refloop up --port 8100 --temporal-port 7300 --ui-port 8300": "runs until Ctrl-C, on "
+        "ports other servers here may hold; tests/e2e/test_cli_people.py starts `refloop "
+        "up` with these three flags on free ports and reads the addresses it prints",
     "make soak MINUTES=40": "40 minutes; the soak (`make soak`) is its own target",
     "python -m bench.soak --minutes 3 --short": "3 minutes: longer than the whole docs "
         "check; tests/e2e/test_soak.py runs the soak's short form with its own bounds",

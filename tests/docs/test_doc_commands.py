@@ -137,7 +137,7 @@ def approval(base: str, task_id: str, after: int = 0) -> tuple[str, int]:
 def test_http_api_and_rewind(tmp_path: Path):
     """docs/http-api.md's curl commands against `refloop up` (the scripted model), then
     docs/operations.md's `refloop rewind` on a task waiting for its second approval."""
-    from tests.ui.test_console import console_and_model
+    from tests.ui.test_console import SCENARIO, console_and_model
 
     workspace = tmp_path / "ws"
     workspace.mkdir()
@@ -146,13 +146,22 @@ def test_http_api_and_rewind(tmp_path: Path):
         env = shell_env(REFLOOP_DATA_DIR=str(tmp_path / "data"))
         with DocShell(tmp_path, env, subs={"localhost:8000": f"localhost:{port}",
                                            "/path/to/ws": str(workspace)}) as shell:
-            first, second = commands("docs/http-api.md")
+            first, second, one_call = commands("docs/http-api.md")
             start = shell.run(first)
             shell.subs["sess-..."] = json.loads(start.out)["session_id"]
             stream = shell.run(second)
-            shell.assert_ran_page("docs/http-api.md")
             assert "event: quality_review" in stream.out  # the session's review ran
             assert (workspace / "report.md").read_text().endswith("Done.\n")
+            (workspace / "report.md").unlink()
+            llm.load(SCENARIO["name"], SCENARIO)  # its script again, from the start
+            task_id = json.loads(shell.run(one_call).out)["task_id"]
+            shell.assert_ran_page("docs/http-api.md")
+            for _ in range(300):
+                if httpx.get(f"{base}/tasks/{task_id}", timeout=30).json()["status"] \
+                        not in ("queued", "running"):
+                    break
+                time.sleep(0.1)
+            assert (workspace / "report.md").read_text().startswith("# Report")
 
             llm.load("rewind", {"name": "rewind", "responses": REWIND_SCENARIO})
             (tmp_path / "ws2").mkdir()
@@ -187,6 +196,45 @@ def test_http_api_and_rewind(tmp_path: Path):
             assert len(forks) == 1 and forks[0].read_text() == "one"
             for task in (task_id, fork_id):
                 httpx.post(f"{base}/tasks/{task}/cancel", timeout=30)
+
+
+@pytest.mark.slow  # a stack of its own
+def test_everyday_commands(tmp_path: Path):
+    """docs/cli.md's everyday commands beside `refloop up` (the scripted model): a task
+    waiting for its first approval listed, in the inbox and shown; approved, then its second
+    call rejected, and watched to its end; another task cancelled."""
+    from tests.e2e.test_cli_people import writes
+    from tests.ui.test_console import console_and_model
+
+    with console_and_model(tmp_path, REFLOOP_SEMANTIC_INDEX="false") as (base, llm):
+        def waiting(model: str, *files: str) -> tuple[str, int]:
+            llm.load(model, {"name": model, "responses": writes(*files)})
+            (tmp_path / model).mkdir()
+            task = httpx.post(f"{base}/tasks", timeout=30, json={
+                "workspace": str(tmp_path / model), "task": f"write {' and '.join(files)}",
+                "model": model, "approval_mode": "confirm_writes",
+                "enable_reflection": False}).json()["task_id"]
+            return task, approval(base, task)[1]
+
+        task, seq = waiting("everyday", "a.txt", "b.txt")
+        env = shell_env(REFLOOP_DATA_DIR=str(tmp_path / "data"), COLUMNS="100")
+        shown = {c.key: c for c in commands("docs/cli.md")}
+        with DocShell(tmp_path, env, subs={"TASK": task}) as shell:
+            outputs = {key: shell.run(shown[key]).out for key in (
+                "refloop tasks", "refloop inbox", "refloop show TASK", "refloop approve TASK")}
+            shell.subs["CALL"] = approval(base, task, seq)[0]  # the second write waits
+            key = "refloop reject TASK CALL --reason keep b.txt as it is"
+            outputs[key] = shell.run(shown[key]).out
+            outputs["refloop watch TASK"] = shell.run(shown["refloop watch TASK"]).out
+            assert (tmp_path / "everyday" / "a.txt").exists()
+            assert not (tmp_path / "everyday" / "b.txt").exists()
+            shell.subs["TASK"] = waiting("cancelled", "c.txt")[0]
+            listed = shell.run(shown["refloop tasks --status waiting_approval --json"])
+            assert [t["task_id"] for t in json.loads(listed.out)] == [shell.subs["TASK"]]
+            shell.run(shown["refloop cancel TASK"])
+            shell.assert_ran_page("docs/cli.md")
+    for key, out in outputs.items():  # what the page shows, to compare by eye
+        print(f"$ {key}\n{out}")
 
 
 @pytest.mark.slow  # a stack of its own

@@ -179,3 +179,32 @@ def test_cancel_and_what_is_refused(people: People):
     assert listed.returncode == 0 and "as last stored" in listed.stderr
     inbox = people.refloop("inbox", data=elsewhere)
     assert inbox.returncode == 2 and "start `refloop up`" in inbox.stderr
+
+
+def test_up_on_other_ports_prints_each_address(tmp_path: Path):
+    """The quick start's `refloop up --port --temporal-port --ui-port`: every address moved,
+    printed, the console's whole on its own line."""
+    import signal
+
+    from refloop.runtime.net import free_port
+    from tests.http_wait import wait_until_healthy
+
+    api, temporal, ui = free_port(), free_port(), free_port()
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OPENAI_BASE_URL", "TEMPORAL_ADDRESS", "DATABASE_URL")}
+    env.update({"REFLOOP_DATA_DIR": str(tmp_path / "data"), "COLUMNS": "80"})
+    log = tmp_path / "up.log"
+    with log.open("w") as stderr:
+        up = subprocess.Popen([sys.executable, "-m", "refloop", "up", "--port", str(api),
+                               "--temporal-port", str(temporal), "--ui-port", str(ui)],
+                              env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+    try:
+        wait_until_healthy(f"http://127.0.0.1:{api}", timeout_s=60)
+        printed = log.read_text()
+        assert f"Temporal 127.0.0.1:{temporal}, Web UI http://127.0.0.1:{ui}, API " \
+               f"http://127.0.0.1:{api}" in " ".join(printed.split()), printed
+        assert f"Console:\nhttp://127.0.0.1:{api}/ui/\n" in printed, printed
+        assert httpx.get(f"http://127.0.0.1:{api}/ui/", timeout=10).status_code == 200
+    finally:
+        up.send_signal(signal.SIGTERM)
+        up.wait(timeout=30)
