@@ -52,7 +52,8 @@ class People:
         return started.json()["task_id"]
 
     def status(self, task_id: str) -> str:
-        return httpx.get(f"{self.base}/tasks/{task_id}", timeout=30).json()["status"]
+        # A task started past the API has no row until its workflow records one.
+        return httpx.get(f"{self.base}/tasks/{task_id}", timeout=30).json().get("status", "")
 
     def wait(self, task_id: str, *statuses: str, within_s: float = 60) -> None:
         deadline = time.monotonic() + within_s
@@ -208,3 +209,60 @@ def test_up_on_other_ports_prints_each_address(tmp_path: Path):
     finally:
         up.send_signal(signal.SIGTERM)
         up.wait(timeout=30)
+
+
+def test_watch_follows_a_task_across_continue_as_new(people: People):
+    """A task that continues as new between its approvals: `refloop watch` started before
+    the first run ends prints every event once, in order, to the end of the last run."""
+    import asyncio
+
+    from refloop.contract.visibility import start_metadata
+    from refloop.runtime.client import connect
+    from refloop.settings import Settings
+    from refloop.worker.temporal_server import find_running_address
+    from refloop.workflows.agent import AgentTaskWorkflow
+
+    files = ("a.txt", "b.txt", "c.txt")
+    model = f"p-{uuid.uuid4().hex[:8]}"
+    people.llm.load(model, {"name": model, "responses": writes(*files)})
+    workspace = people.root / model
+    workspace.mkdir()
+    settings = Settings(refloop_data_dir=people.data)
+    task_id = f"task-{uuid.uuid4().hex[:12]}"
+    # POST /tasks sets no continue-as-new bound: the workflow is started as the API would,
+    # with a low one (a run hands over after ~40 history events)
+    inp = settings.task_input(task="write three files", workspace=str(workspace),
+                              task_id=task_id, model=model, approval_mode="confirm_writes",
+                              enable_reflection=False, host=settings.refloop_host_id,
+                              continue_as_new_after_events=40)
+
+    async def start() -> None:
+        client = await connect(find_running_address(people.data), "default")
+        await client.start_workflow(AgentTaskWorkflow.run, inp, id=task_id,
+                                    task_queue=settings.task_queue,
+                                    **start_metadata(inp.task, inp.workspace))
+
+    asyncio.run(start())
+    people.wait(task_id, "waiting_approval")
+    env = {k: v for k, v in os.environ.items() if k not in ("TEMPORAL_ADDRESS",
+                                                               "DATABASE_URL")}
+    watcher = subprocess.Popen([sys.executable, "-m", "refloop", "watch", task_id, "--json"],
+                               env={**env, "REFLOOP_DATA_DIR": str(people.data)},
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in files:
+            people.wait(task_id, "waiting_approval")
+            people.ok("approve", task_id)
+        stdout, stderr = watcher.communicate(timeout=120)
+    finally:
+        if watcher.poll() is None:
+            watcher.kill()
+    assert watcher.returncode == 0, stderr
+    events = [json.loads(line) for line in stdout.splitlines()]
+    seqs = [e["seq"] for e in events]
+    assert seqs == sorted(set(seqs)) and seqs[0] == 1, seqs  # each once, in order, from 1
+    assert sum(e["type"] == "continued_as_new" for e in events) >= 1
+    assert [e["data"]["approved"] for e in events if e["type"] == "approval_decided"] == \
+        [True] * len(files)
+    assert events[-1]["type"] == "completed"
+    assert sorted(p.name for p in workspace.iterdir()) == list(files)
