@@ -11,7 +11,7 @@ import logging
 import signal
 import sys
 
-from refloop.cli import people
+from refloop.cli import people, upgrade
 from refloop.cli.output import (
     err_console,
 )
@@ -39,7 +39,7 @@ from refloop.cli.tasks import (
 from refloop.settings import Settings, SettingsError, load_settings
 
 # Commands that only talk to a Temporal server: no worker, no server of their own.
-CLIENT_ONLY = ("history", "move", "rewind", "fork", *people.COMMANDS)
+CLIENT_ONLY = ("history", "move", "rewind", "fork", upgrade.COMMAND, *people.COMMANDS)
 # Commands that run until signalled, with their own clean-up (worker drain, servers stopped).
 LONG_LIVED = ("worker", "up", "api")
 
@@ -129,6 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
                       "original's, named <it>-fork-<id>)")
 
     sub.add_parser("worker", help="run a worker against TEMPORAL_ADDRESS")
+    upgrade.add_parser(sub)
     sub.add_parser("mcp", help="serve refloop's tasks as an MCP server over stdio "
                                "(TEMPORAL_ADDRESS, else the embedded stack)")
     for name, text in (("up", "the embedded stack: Temporal, worker and API"),
@@ -228,7 +229,8 @@ def main(argv: list[str] | None = None) -> None:
         settings = settings.model_copy(update={k: v for k, v in ports.items() if v})
         if ports["refloop_temporal_port"]:
             settings = settings.model_copy(update={"refloop_temporal_port_pinned": True})
-    if args.command in ("worker", "api", "history", "move", "rewind", "fork") \
+    if args.command in ("worker", "api", "history", "move", "rewind", "fork",
+                        upgrade.COMMAND) \
             and not settings.temporal_address:
         from refloop.worker.temporal_server import find_running_address
 
@@ -268,6 +270,8 @@ def main(argv: list[str] | None = None) -> None:
         runner = rewind_task(args, settings)
     elif args.command == "fork":
         runner = fork_task(args, settings)
+    elif args.command == upgrade.COMMAND:
+        runner = upgrade.run(args, settings)
     elif args.command in people.COMMANDS:
         runner = people.run(args, settings)
     else:

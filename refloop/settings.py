@@ -103,6 +103,11 @@ class Settings(BaseSettings):
     # A refused key (HTTP 401/403) is waited out this long at most (a key being rotated),
     # not the whole outage bound: past it the call fails, naming the endpoint.
     refloop_model_auth_wait_s: float = Field(default=300.0, gt=0)
+    # The build of the workflow code this worker runs (unset: a digest of the code); a
+    # task handed over by one build is taken over by a worker of another (`refloop drain`).
+    refloop_build_id: str | None = Field(default=None, min_length=1, max_length=128)
+    # How often a worker looks for tasks another build handed over (and at its start).
+    refloop_take_over_every_s: float = Field(default=15.0, gt=0)
     # While an endpoint is down, one request per worker probes it, at most this far apart
     # (backing off from an eighth of it; a longer Retry-After is honoured); the others go
     # once it answers, spread over up to a quarter of it.

@@ -25,6 +25,7 @@ from refloop.runtime.workspaces import workspace_roots
 from refloop.settings import Settings
 from refloop.store.db import Store, store_for
 from refloop.store.fleet import fleet_llm_rate
+from refloop.worker.handover import taking_over, workflow_build_id
 from refloop.worker.hosts import HostIdentity, guarded, host_presence
 from refloop.worker.model_endpoint import model_endpoint
 from refloop.worker.ownership import watching, worker_identity
@@ -158,8 +159,10 @@ async def serving(client: Client, settings: Settings, task_queue: str | None = N
     (the long-lived `refloop worker` and `refloop up`): the search warm-up is scheduled
     once it polls."""
     queue = task_queue or settings.task_queue
+    build = settings.refloop_build_id or workflow_build_id()
     async with build_worker(client, settings, queue, announce=True) as worker, \
             watching(client, queue, settings.store_id), \
+            taking_over(client, build, settings.refloop_take_over_every_s), \
             counting_tasks(store_for(settings.effective_database_url),
                            settings.refloop_metrics_every_s):
         timer = None

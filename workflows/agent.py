@@ -7,7 +7,7 @@ activities and applies their results to one serializable `AgentState`.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
@@ -23,7 +23,6 @@ with workflow.unsafe.imports_passed_through():
         ClassifyIntentInput,
         KeepRecordsInput,
         MakePlanInput,
-        QualityReview,
         ReadToolsInput,
         RunToolInput,
         SummarizeInput,
@@ -38,6 +37,14 @@ with workflow.unsafe.imports_passed_through():
         RewindRequest,
         RewoundCost,
     )
+    from refloop.contract.handover import (
+        HAND_OVER_UPDATE,
+        HANDED_OVER,
+        TAKE_OVER_SIGNAL,
+        HandedOver,
+        HandOverRequest,
+        TakeOver,
+    )
     from refloop.contract.hosts import CLAIM_UPDATE, CallClaim, HostMove
     from refloop.contract.messages import ChatMessage, Plan, ToolCall
     from refloop.contract.task import (
@@ -51,7 +58,7 @@ with workflow.unsafe.imports_passed_through():
     from refloop.contract.text import task_keywords
     from refloop.contract.tool_catalog import tool_specs
     from refloop.contract.tool_properties import not_run_again
-    from refloop.workflows.state import AgentState
+    from refloop.workflows.state import AgentState, TurnState
 
 from refloop.contract.policies import (
     CARRIED_EVENTS,
@@ -63,8 +70,9 @@ from refloop.contract.policies import (
 from refloop.workflows import accounting, completeness_logic, logic, triggers
 from refloop.workflows.agent_base import TaskFailed, describe_failure
 from refloop.workflows.approval_phase import ApprovalPhase, validate_decision
-from refloop.workflows.calls import Calls
+from refloop.workflows.calls import Calls, HandOverNow
 from refloop.workflows.completeness_phase import CompletenessPhase
+from refloop.workflows.handover_phase import HandOverPhase
 from refloop.workflows.host_phase import HostPhase
 from refloop.workflows.mcp_phase import McpPhase, with_mcp_reads
 from refloop.workflows.model_phase import ModelPhase, activity_stop_reason
@@ -80,12 +88,15 @@ from refloop.workflows.workspace_phase import WorkspacePhase
 # this workflow as its router (the host phase), never looked up at call time.
 @workflow.defn(name="AgentTaskWorkflow")
 class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, WorkspacePhase,
-                        VisibilityPhase, McpPhase, HostPhase, ModelPhase):
+                        VisibilityPhase, McpPhase, HostPhase, ModelPhase, HandOverPhase):
     @workflow.init
     def __init__(self, inp: TaskInput) -> None:
         self.activities = Calls(router=self)
         if inp.resume_state is not None:  # continued-as-new: the same task, a fresh history
             self.state = AgentState.model_validate(inp.resume_state)
+            # handed over: parked until another build takes it over (HandOverPhase)
+            self.state.input = self.state.input.model_copy(
+                update={"handed_over": inp.handed_over})
         else:
             self.state = AgentState(input=inp,
                                     task_id=inp.task_id or workflow.info().workflow_id)
@@ -162,7 +173,23 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
     def _validate_claim(self, claim: CallClaim) -> None:
         self._refuse_claim(claim)
 
+    @workflow.update(name=HAND_OVER_UPDATE, description="From `refloop drain`, before the "
+                     "workers of `build` stop: continue as new at the next safe point, parked "
+                     "until a worker of another build takes the task over.")
+    def hand_over(self, request: HandOverRequest) -> str:
+        self._hand_over_asked(request)
+        return "handing over"
+
+    @hand_over.validator
+    def _validate_hand_over(self, request: HandOverRequest) -> None:
+        self._refuse_hand_over(request)
+
     # ------------------------------------------------------------ signals
+
+    @workflow.signal(name=TAKE_OVER_SIGNAL, description="From a worker of a new build: a "
+                     "task handed over by another build goes on.")
+    def take_over(self, take: TakeOver) -> None:
+        self._take_over_asked(take)
 
     @workflow.signal(name=MODEL_WAIT_SIGNAL, description="From a model call: it waits for "
                      "its endpoint (the task is waiting_for_model), or the endpoint is back.")
@@ -193,6 +220,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
     @workflow.run
     async def run(self, inp: TaskInput) -> TaskResult:
         try:
+            await self._wait_for_a_new_build()  # a handed-over run: first, nothing recorded
             await self._fix_tools()
             if inp.resume_state is None:
                 if self._forking() is None:  # a fork's, once its workspace is restored
@@ -229,6 +257,11 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
             await self._react_loop()
         except TaskFailed as failure:
             return await self._finish_failed(failure.stop_reason, failure.message)
+        except HandOverNow:  # a waiting call was taken back
+            if self.state.calls.turn is None:  # at the turn's model call: it is asked again
+                self.state.stats = self.state.stats.model_copy(
+                    update={"iterations": self.state.stats.iterations - 1})
+            await self._continue_handed_over()
         except ActivityError as err:
             self._account_failure(err)
             return await self._finish_failed(activity_stop_reason(err),
@@ -352,10 +385,20 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
 
     async def _react_loop(self) -> None:
         """Act, run the calls, reflect; until a final answer, the budget, or the cap."""
-        inp, conversation = self.state.input, self.state.conversation
+        conversation = self.state.conversation
         if conversation.ref is None and not conversation.unsent_turns:
             await self._adopt_workspace_context(self.tool_names)
             self._start_conversation()
+        self._in_loop = True
+        try:
+            await self._loop()
+        finally:
+            self._in_loop = False
+
+    async def _loop(self) -> None:
+        inp, conversation = self.state.input, self.state.conversation
+        if self.state.calls.turn is not None:  # handed over mid-turn: its calls go on
+            await self._finish_turn(self.state.calls.turn)
         # A continued run resumes after the last completed iteration.
         for iteration in range(self.state.stats.iterations + 1, inp.max_iterations + 1):
             self.state.stats = self.state.stats.model_copy(update={"iterations": iteration})
@@ -371,12 +414,8 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
                 self._append(ChatMessage(role="assistant", content=conversation.answer))
                 return
             self._append(logic.assistant_tool_message(act.content, calls, structured))
-            reflection = await self._run_calls(calls, iteration, structured)
-            await self._keep_records()
-            # One injection point for review-driven and early reflection (no duplicates).
-            message = triggers.guidance(self._fire_triggers(iteration), reflection)
-            if message:
-                self._append(ChatMessage(role="user", content=message))
+            await self._finish_turn(TurnState(iteration=iteration, structured=structured,
+                                              calls=calls))
             await self._maybe_continue_as_new()
         raise TaskFailed(
             "max_iterations",
@@ -420,17 +459,29 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
         parsed = logic.parse_text_tool_call(act.content, f"text_{iteration}", every_form=True)
         return [parsed] if parsed else []
 
-    async def _run_calls(self, calls: list[ToolCall], iteration: int,
-                         structured: bool) -> str | None:
+    async def _finish_turn(self, turn: TurnState) -> None:
+        """Run the turn's calls from `turn.next_index` on, then reflect on the turn."""
+        self.state.calls.turn = turn
+        reflection = await self._run_calls(turn)
+        await self._keep_records()
+        # One injection point for review-driven and early reflection (no duplicates).
+        message = triggers.guidance(self._fire_triggers(turn.iteration), reflection)
+        if message:
+            self._append(ChatMessage(role="user", content=message))
+        self.state.calls.turn = None
+
+    async def _run_calls(self, turn: TurnState) -> str | None:
         """Run the turn's calls one at a time (with review on, each edit is reviewed before
-        the next call); their results go back to the model. Returns the review reflection."""
-        reviews: list[QualityReview] = []
-        for index, call in enumerate(calls):
-            result = await self._run_tool_call(call, iteration, index)
+        the next call); their results go back to the model. Returns the review reflection.
+        The turn in the state says how far it got (a hand-over goes on from there)."""
+        for index in range(turn.next_index, len(turn.calls)):
+            call = turn.calls[index]
+            result = await self._run_tool_call(call, turn.iteration, index)
             text = logic.format_tool_result(call.name, result, TOOL_RESULT_CHARS)
-            text += await self._review_feedback(call, result, reviews)
-            self._append(logic.tool_result_message(call, structured, text))
-        return self._quality_reflection(reviews)
+            text += await self._review_feedback(call, result, turn.reviews)
+            self._append(logic.tool_result_message(call, turn.structured, text))
+            turn.next_index = index + 1
+        return self._quality_reflection(turn.reviews)
 
     def _fire_triggers(self, iteration: int) -> list[triggers.Trigger]:
         inp, state = self.state.input, self.state
@@ -481,18 +532,40 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
     async def _maybe_continue_as_new(self) -> None:
         """At a step boundary, hand the whole state to a fresh run when history grows long."""
         info, inp = workflow.info(), self.state.input
+        if self.hand_over_due():
+            await self._continue_handed_over()
         threshold = inp.continue_as_new_after_events
         if not (info.is_continue_as_new_suggested()
                 or (threshold and info.get_current_history_length() > threshold)):
             return
         await workflow.wait_condition(workflow.all_handlers_finished)
-        self._stop_indexing()
         self._emit("continued_as_new", {"iteration": self.state.stats.iterations,
                                         "history_length": info.get_current_history_length()})
-        # Events keep their sequence numbers; only the recent ones travel (payload limits).
+        self._continue_as_new()
+
+    async def _continue_handed_over(self) -> NoReturn:
+        """Continue as new, parked for a worker of another build (HandOverPhase)."""
+        request = self._hand_over
+        assert request is not None
+        for wait in list(self.state.waits):  # the new run waits afresh, if it still must
+            self._end_wait(wait)
+        self.state.status = HANDED_OVER
+        self._emit(HANDED_OVER, {"build": request.build,
+                                 "iteration": self.state.stats.iterations})
+        self._show()
+        await self._record(HANDED_OVER)
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        self._continue_as_new(HandedOver(from_build=request.build,
+                                         at=workflow.now().isoformat()))
+
+    def _continue_as_new(self, handed_over: HandedOver | None = None) -> NoReturn:
+        """Hand the whole state to a fresh run. Events keep their sequence numbers; only
+        the recent ones travel (payload limits)."""
+        self._stop_indexing()
         self.state.events = self._carried_events()
         state = self.state.model_dump(mode="json")
-        workflow.continue_as_new(inp.model_copy(update={"resume_state": state}))
+        workflow.continue_as_new(self.state.input.model_copy(
+            update={"resume_state": state, "handed_over": handed_over}))
 
     async def _run_tool_call(self, call: ToolCall, iteration: int, index: int) -> ToolResult:
         self._emit(

@@ -15,6 +15,7 @@ with workflow.unsafe.imports_passed_through():
     from refloop.contract import activity_calls, policies
     from refloop.contract.activity_calls import ActivityCall
     from refloop.contract.activity_io import LLMUsageRecord
+    from refloop.contract.handover import HandOverRequest
     from refloop.contract.mcp import mcp_tool_properties
     from refloop.contract.messages import COMPLETE_STEP, ChatMessage
     from refloop.contract.task import Event, RecordTaskInput
@@ -40,20 +41,25 @@ class AgentBase:
 
     state: AgentState
     activities: Calls  # every activity and child call, routed by the workflow's router
+    _hand_over: HandOverRequest | None = None  # asked by `hand_over` (HandOverPhase)
+    _in_loop = False  # only the agent loop's waits hand over mid-way
+
+    def hand_over_due(self) -> bool:
+        """Whether the run should continue as new now (asked, and in the agent loop)."""
+        return self._hand_over is not None and self._in_loop
 
     def _show(self, status: str | None = None) -> None:
         """Refresh what the Web UI shows of the task (VisibilityPhase)."""
 
     def _visible_status(self) -> str:
-        """What a person sees: an approval waiting, else the oldest wait (each kind keeps
-        its own), else the run's status."""
+        """What a person sees: the run's status once it is not running (ended, handed
+        over), else an approval waiting, else the oldest wait (each kind keeps its own)."""
+        if self.state.status != "running":
+            return self.state.status
         if any(decision is None for decision in self.state.approvals.waiting.values()):
             return "waiting_approval"
-        if self.state.status == "running":
-            waits = sorted(self.state.waits.values(), key=lambda wait: wait.since)
-            if waits:
-                return waits[0].status
-        return self.state.status
+        waits = sorted(self.state.waits.values(), key=lambda wait: wait.since)
+        return waits[0].status if waits else self.state.status
 
     def _begin_wait(self, kind: str, status: str, reason: str, **detail: Any) -> bool:
         """The task waits for `kind` (False: it already did, or it has ended)."""

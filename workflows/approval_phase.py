@@ -13,6 +13,7 @@ with workflow.unsafe.imports_passed_through():
     from refloop.contract.tool_properties import ToolProperties
 
 from refloop.workflows.agent_base import AgentBase
+from refloop.workflows.calls import HandOverNow
 from refloop.workflows.logic import tool_call_summary
 
 
@@ -64,14 +65,15 @@ class ApprovalPhase(AgentBase):
         if not needs_approval(inp.approval_mode, call, self._tool_properties(call.name)):
             return None
         pending = self.state.approvals.waiting
-        pending[call_key] = None
-        self._emit("approval_required",
-                   {"call_id": call_key, "tool": call.name, "args": call.arguments})
+        if call_key not in pending:  # else asked before a hand-over: still the same call
+            pending[call_key] = None
+            self._emit("approval_required",
+                       {"call_id": call_key, "tool": call.name, "args": call.arguments})
         self._show()
-        await self._record("waiting_approval")
+        await self._record(self._visible_status())
         try:
             await workflow.wait_condition(
-                lambda: pending[call_key] is not None,
+                lambda: pending[call_key] is not None or self.hand_over_due(),
                 timeout=timedelta(seconds=inp.approval_timeout_s),
                 # The Web UI shows the timer by this name (else an unlabelled 10 minutes).
                 timeout_summary="waiting for approval: "
@@ -81,6 +83,8 @@ class ApprovalPhase(AgentBase):
             pending[call_key] = ApprovalDecision(
                 call_id=call_key, approved=False,
                 comment=f"no decision within {inp.approval_timeout_s:g}s")
+        if pending[call_key] is None:  # handed over while it waits: asked again after
+            raise HandOverNow()
         decision = take_decision(pending, call_key, forget=True)
         self._emit("approval_decided", decision.model_dump(mode="json"))
         self._show()

@@ -39,6 +39,11 @@ ArgT = TypeVar("ArgT", bound=BaseModel)
 ResultT = TypeVar("ResultT")
 
 
+class HandOverNow(Exception):
+    """A waiting call was taken back for a hand-over to a new build: the run continues as
+    new (refloop.workflows.handover_phase)."""
+
+
 class ActivityRouter(Protocol):
     """What a workflow says about where its activities run."""
 
@@ -65,6 +70,10 @@ class ActivityRouter(Protocol):
 
     async def model_answered(self) -> None:
         """A model call returned: a wait for its endpoint is over."""
+
+    def interrupts(self, activity: ActivityCall[Any, Any]) -> bool:
+        """Whether a call of `activity` that waits (for its endpoint, for its host) is taken
+        back now, for a hand-over."""
 
     def call_claim(self, activity: ActivityCall[Any, Any]) -> str | None:
         """The activity id of a call about to be scheduled, if a move could take it back:
@@ -103,6 +112,9 @@ class ModelQueueRouter:
 
     async def model_answered(self) -> None:
         return None
+
+    def interrupts(self, activity: ActivityCall[Any, Any]) -> bool:
+        return False
 
     def call_claim(self, activity: ActivityCall[Any, Any]) -> str | None:
         return None
@@ -200,9 +212,14 @@ async def _call(router: ActivityRouter, activity: ActivityCall[ArgT, ResultT], a
     queue = router.activity_queue(activity)
     wait = router.host_wait(activity) if queue else None
     if wait is None:
-        result = await workflow.execute_activity(
+        handle = workflow.start_activity(
             activity.name, arg, result_type=activity.result_type, summary=summary,
             task_queue=queue, **opts.kwargs())
+        await workflow.wait_condition(lambda: handle.done() or router.interrupts(activity))
+        if not handle.done():  # waiting for its endpoint: nothing of it was answered
+            handle.cancel()
+            raise HandOverNow()
+        result = await handle
         return result
     waited: timedelta | None = None
     while True:
@@ -245,12 +262,18 @@ async def _outcome(router: ActivityRouter, activity: ActivityCall[ArgT, ResultT]
     A call its host claims shows the host back at once (the call may run for long)."""
     back = waited is not None
 
+    def claimed() -> bool:
+        return claim is not None and router.claimed(claim)
+
     def settled() -> bool:
-        return handle.done() or router.host_moves() != moves or (
-            back and claim is not None and router.claimed(claim))
+        return handle.done() or router.host_moves() != moves or (back and claimed()) or (
+            router.interrupts(activity) and not claimed())
 
     try:
         await workflow.wait_condition(settled)
+        if not handle.done() and router.interrupts(activity) and not claimed():
+            handle.cancel()  # no worker of the host started it: it never ran
+            raise HandOverNow()
         if not handle.done() and router.host_moves() == moves:  # claimed: the host is back
             await router.host_waiting(False, activity, waited or timedelta(0))
             back = False

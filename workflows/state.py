@@ -20,7 +20,7 @@ from refloop.contract.activity_io import (
     ToolRecord,
 )
 from refloop.contract.mcp import McpToolInfo
-from refloop.contract.messages import ChatMessage, IntentResult, Plan
+from refloop.contract.messages import ChatMessage, IntentResult, Plan, ToolCall
 from refloop.contract.task import Event, TaskInput, TaskStats
 from refloop.contract.tool_properties import ToolProperties
 from refloop.workflows.completeness_logic import records_from_events
@@ -56,6 +56,17 @@ class ConversationState(BaseModel):
     summary: str | None = None
 
 
+class TurnState(BaseModel):
+    """A model turn whose calls are being run: a run handed over mid-turn (waiting for an
+    approval or a host) goes on from `next_index` in the next run."""
+
+    iteration: int
+    structured: bool
+    calls: list[ToolCall]
+    next_index: int = 0
+    reviews: list[QualityReview] = Field(default_factory=list)
+
+
 class CallsState(BaseModel):
     """What the tool calls did (the agent loop's tool step and its early reflection)."""
 
@@ -78,6 +89,7 @@ class CallsState(BaseModel):
     # Successful calls that may change the workspace, by tool, for honest outcomes; None in
     # state carried by earlier code (its calls are then only in its trimmed events)
     changes: dict[str, int] | None = None
+    turn: TurnState | None = None  # the turn in progress (None between turns)
     loop_records: list[LoopRecord] = Field(default_factory=list)
     triggers: TriggerState = Field(default_factory=TriggerState)
 

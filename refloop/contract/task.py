@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field
 
 from refloop.contract.activity_io import ModelEndpoint, QualityReview
 from refloop.contract.checkpoints import ForkOrigin
+from refloop.contract.handover import HandedOver
 from refloop.contract.hosts import HOST_ID_PATTERN
 from refloop.contract.messages import IntentResult, Plan, TokenUsage
 
@@ -87,6 +88,9 @@ class TaskInput(BaseModel):
     # A fork of another task at one of its steps (`refloop fork`); added later, optional:
     # None is a task of its own, as before
     fork: ForkOrigin | None = None
+    # Set by a hand-over to a new build: the run waits, recording nothing, until a worker
+    # of another build takes it over (refloop.contract.handover)
+    handed_over: HandedOver | None = None
 
 
 class WorkspaceInput(BaseModel):
