@@ -22,13 +22,14 @@ from refloop.contract.task import TaskInput
 from refloop.llm.scripted import ScriptedLLMServer
 from refloop.store import hosts as host_rows
 from refloop.store.db import store_for
-from refloop.worker.handover import drain
+from refloop.worker.handover import drain, take_over
 from refloop.worker.main import build_worker
 from refloop.worker.replay import dump_history
 from refloop.workflows.agent import AgentTaskWorkflow
 from tests.llm_fixtures import unique_scenario
 from tests.workflow.helpers import (
     CODING,
+    HISTORIES,
     SUMMARY,
     call,
     events_of,
@@ -214,3 +215,43 @@ async def test_tasks_in_five_states_finish_on_a_build_whose_loop_differs(
 
 async def _is(handle, wanted: str) -> bool:
     return await status(handle) == wanted
+
+
+async def test_golden_a_task_handed_over_while_it_waits_is_taken_over_by_another_build(
+        client, settings, scripted_llm, workspace, task_queue):
+    """The same code on both sides (two build ids): the hand-over's continue-as-new and the
+    parked run's take-over are golden histories (`make histories`)."""
+    model = unique_scenario(scripted_llm, {
+        "intent": [CODING], "plan": [plan_of("write_file")],
+        "act": [call("write_file", path="a.txt", content="a"), final("done")],
+        "summary": [SUMMARY]})
+    async with build_worker(client, settings, task_queue):
+        handle = await start(client, task_queue, TaskInput(
+            task="write a", workspace=str(workspace), model=model,
+            approval_mode="confirm_writes", enable_reflection=False))
+        await wait_until(lambda: _is(handle, "waiting_approval"), "waiting for approval")
+        report = await drain(client, "build-a", timeout_s=30, poll_s=0.2)
+        assert report.asked == [handle.id] and not report.still_running
+        assert await status(handle) == "handed_over"
+        assert await take_over(client, "build-a") == 1  # its own build: ignored
+        await asyncio.sleep(1)
+        assert await status(handle) == "handed_over"
+        assert await take_over(client, "build-b") == 1
+        await wait_until(lambda: _is(handle, "waiting_approval"), "asked again", 30)
+        events = await handle.query(AgentTaskWorkflow.events, 0)
+        assert [e.type for e in events].count("approval_required") == 1  # the same call
+        await handle.execute_update(AgentTaskWorkflow.decide_approval,
+                                    ApprovalDecision(call_id="1.0", approved=True))
+        result = await result_of(handle)
+        first = await client.get_workflow_handle(
+            handle.id, run_id=handle.first_execution_run_id).fetch_history()
+        last = await handle.fetch_history()
+    assert result.status == "completed" and (workspace / "a.txt").read_text() == "a"
+    assert [e["from_build"] for e in events_of(result, "taken_over")] == ["build-a"]
+    assert events_of(result, "handed_over")
+    assert store_for(settings.effective_database_url).get_task(handle.id).status == "completed"
+    if os.environ.get("REFLOOP_RECORD_HISTORIES"):  # `make histories`
+        (HISTORIES / "agent_task_handed_over.json").write_text(dump_history(first))
+        (HISTORIES / "agent_task_taken_over.json").write_text(dump_history(last))
+    for history in (first, last):
+        assert not nondeterministic(history)
