@@ -114,7 +114,7 @@ class TaskStart(SessionStart):
     workspace, host, prompt and model it keeps."""
 
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [
-        {"workspace": "/path/to/ws", "task": "Write report.md summarising data.csv"},
+        {"task": "Write report.md summarising data.csv", "approval_mode": "confirm_writes"},
         {"task": "Add a Summary section to report.md", "session_id": "sess-1a2b3c4d5e6f",
          "approval_mode": "confirm_writes"}]})
 

@@ -11,9 +11,11 @@ Exclusions, each with its reason (EXCLUDED and CONFIG below):
   covered by tests/api/test_hardening.py), which the schema does not express.
 - 413 counts as a correct refusal: the 1 MB cap counts bytes, field lengths count
   characters.
-- positive_data_acceptance on the two routes that take a directory (session start,
-  code-review start): a schema-valid string is still refused (422) unless it names an
-  existing directory inside REFLOOP_WORKSPACE_ROOTS, which no schema can express.
+- positive_data_acceptance on the three routes that take a directory (session start,
+  a task in one call, code-review start): a schema-valid string is still refused (422)
+  unless it names an existing directory inside REFLOOP_WORKSPACE_ROOTS, which no schema
+  can express (nor that a task in one call names a session or the session's fields, not
+  both).
 Model configs are checked in full: the document says which `api_key_env` names
 REFLOOP_MODEL_KEY_ENVS binds and to which base URLs (none bound: null only), so a
 schema-valid config is accepted whatever the operator configured (test_bound_model_keys).
@@ -45,6 +47,7 @@ load_all_checks()
 ALL_CHECKS = CHECKS.get_all()
 EXCLUDED = {  # (method, path): check names, reasons in the module docstring
     ("POST", "/agent/interactive/start"): {"positive_data_acceptance"},
+    ("POST", "/tasks"): {"positive_data_acceptance"},
     ("POST", "/code-reviews"): {"positive_data_acceptance"},
 }
 COUNTS: dict[str, dict[str, int]] = {}
