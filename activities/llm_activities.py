@@ -7,6 +7,7 @@ import asyncio
 from pydantic import TypeAdapter
 
 from refloop.activities.defn import implements
+from refloop.activities.heartbeat import heartbeating
 from refloop.activities.mcp_activities import mcp_specs
 from refloop.activities.model_calls import call_model
 from refloop.contract import activity_calls
@@ -85,7 +86,8 @@ class LLMActivities:
         # Stored before the model is asked: a database outage then fails the attempt
         # before it costs a model call, and the retry asks once.
         text = CONVERSATION.dump_json(stored).decode()
-        ref = await asyncio.to_thread(self.store.put_blob, text)
+        async with heartbeating():  # a slow database is not a lost worker
+            ref = await asyncio.to_thread(self.store.put_blob, text)
         out = await call_model(
             self.gateway.chat(
                 Purpose.act,
@@ -100,10 +102,12 @@ class LLMActivities:
         threshold = self.gateway.settings.refloop_blob_threshold_bytes
         calls = out.tool_calls
         if holds_large_string([call.arguments for call in calls], threshold):
-            calls = await asyncio.to_thread(lambda: [
-                call.model_copy(update={"arguments": offload_args(call.arguments, threshold,
-                                                                  self.store.put_blob)})
-                for call in out.tool_calls])
+            # Beating: the answer is paid for; a retry would ask the model again.
+            async with heartbeating():
+                calls = await asyncio.to_thread(lambda: [
+                    call.model_copy(update={"arguments": offload_args(
+                        call.arguments, threshold, self.store.put_blob)})
+                    for call in out.tool_calls])
         return ActResult(
             content=out.content,
             tool_calls=calls,

@@ -248,9 +248,10 @@ class McpActivities:
         if result.is_error:
             return ToolResult(ok=False, error=f"E_TOOL: {text or 'the tool reported an error'}")
         # Every MCP tool's output is windowed (`mcp_tool_properties`).
-        output = await output_for_model(text, True, inp.keywords,
-                                        self.settings.refloop_blob_threshold_bytes,
-                                        self.store.put_blob)
+        async with heartbeating():  # the call ran: a slow database must not look lost
+            output = await output_for_model(text, True, inp.keywords,
+                                            self.settings.refloop_blob_threshold_bytes,
+                                            self.store.put_blob)
         return ToolResult(ok=True, output=output,
                           data={"server": inp.server, "tool": inp.tool})
 

@@ -49,10 +49,12 @@ class ToolActivities:
 
     async def run(self, inp: RunToolInput) -> ToolResult:
         activity.logger.info("tool %s (%s)", inp.name, inp.call_id)
-        arguments = await arguments_or_refusal(inp.arguments, self.store.get_blob)
-        if isinstance(arguments, ToolResult):
-            return arguments
+        # The blob reads and writes beat too: a database slow to store a command's output
+        # must not make the call look lost (and the command be reported as interrupted).
         async with heartbeating():
+            arguments = await arguments_or_refusal(inp.arguments, self.store.get_blob)
+            if isinstance(arguments, ToolResult):
+                return arguments
             try:
                 result = await execute_tool(inp.model_copy(update={"arguments": arguments}),
                                             self.settings)
@@ -60,9 +62,9 @@ class ToolActivities:
                 raise ApplicationError(
                     str(err), type=UnknownToolError.__name__, non_retryable=True
                 ) from err
-        output = await output_for_model(
-            result.output, TOOLS[inp.name].properties.windowed, inp.keywords,
-            self.settings.refloop_blob_threshold_bytes, self.store.put_blob)
+            output = await output_for_model(
+                result.output, TOOLS[inp.name].properties.windowed, inp.keywords,
+                self.settings.refloop_blob_threshold_bytes, self.store.put_blob)
         return result.model_copy(update={"output": output})
 
     @staticmethod
