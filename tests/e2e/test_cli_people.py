@@ -266,3 +266,30 @@ def test_watch_follows_a_task_across_continue_as_new(people: People):
         [True] * len(files)
     assert events[-1]["type"] == "completed"
     assert sorted(p.name for p in workspace.iterdir()) == list(files)
+
+
+def test_watch_follows_a_task_across_a_rewind(people: People):
+    """`refloop rewind` while `refloop watch` follows: the run it goes on in is read from
+    its start, its new events printed (their numbers repeat the old run's), to the end."""
+    task = people.start("a.txt", "b.txt", approval_mode="confirm_writes")
+    people.wait(task, "waiting_approval")
+    people.ok("approve", task)
+    people.wait(task, "waiting_approval")  # b.txt waits; a.txt's checkpoint is taken
+    env = {k: v for k, v in os.environ.items() if k not in ("TEMPORAL_ADDRESS",
+                                                               "DATABASE_URL")}
+    watcher = subprocess.Popen([sys.executable, "-m", "refloop", "watch", task, "--json"],
+                               env={**env, "REFLOOP_DATA_DIR": str(people.data)},
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(3)  # the watcher has printed the first run's events
+        people.ok("rewind", task, "--to-step", "1")
+        stdout, stderr = watcher.communicate(timeout=120)
+    finally:
+        if watcher.poll() is None:
+            watcher.kill()
+    events = [json.loads(line) for line in stdout.splitlines()]
+    rewound = next(i for i, e in enumerate(events) if e["type"] == "rewind")
+    before = max(e["seq"] for e in events[:rewound])
+    assert any(e["seq"] <= before for e in events[rewound:]), [e["seq"] for e in events]
+    assert events[-1]["type"] == "completed" and watcher.returncode == 0, stderr
+    assert len({(e["seq"], e["ts"]) for e in events}) == len(events)  # none twice
