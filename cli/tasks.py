@@ -175,9 +175,11 @@ async def run_task(args: argparse.Namespace, settings: Settings) -> int:
         err_console.print(f"follow it from another terminal: refloop watch {workflow_id}")
         if args.approval_mode != "auto":
             err_console.print(Text(
-                f"Approvals ({args.approval_mode}): decide in the console's inbox (`refloop "
-                "up` on this data dir), or with `temporal workflow update execute "
-                f"--workflow-id {workflow_id} --name decide_approval`."))
+                f"Approvals ({args.approval_mode}): decide with `refloop approve "
+                f"{workflow_id}` (or `refloop reject ... --reason ...`; `refloop inbox` lists "
+                "what waits), in the console's inbox (`refloop up` on this data dir), or "
+                f"with `temporal workflow update execute --workflow-id {workflow_id} --name "
+                "decide_approval`."))
         if web_ui:
             print_link("Web UI:", web_ui)
         done = asyncio.Event()
