@@ -244,8 +244,8 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
             if inp.resume_state is None:
                 await self._check_host()
                 await self._list_mcp_tools()
-            if inp.resume_state is not None:
-                pass  # intent and plan were settled by an earlier run of this task
+            if inp.resume_state is not None:  # intent and plan settled by an earlier run
+                self._resume_indexing()
             elif (fork := self._forking()) is not None:
                 await self._adopt_fork(fork)
             elif inp.preset_plan is not None:  # a supplement child: planned by its parent

@@ -151,6 +151,7 @@ class WorkspaceState(BaseModel):
     # A call whose checkpoint failed: taken again before the next call, and no move (which
     # restores the latest checkpoint elsewhere) is accepted until it is
     unsaved_call: str | None = None
+    indexing: bool = False  # the task indexes its workspace: each later run goes on with it
 
 
 # Where each field of the earlier flat state went: old name -> (group, new name).

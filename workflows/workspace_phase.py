@@ -58,14 +58,24 @@ class WorkspacePhase(AgentBase):
                  and not self.state.input.is_supplement)  # the parent indexes shared files
         self._emit("workspace", {"context_chars": len(description.context), "indexing": index})
         if index:
-            self._indexing = self.activities.start(
-                activity_calls.INDEX_WORKSPACE,
-                WorkspaceInput(workspace=self.state.input.workspace),
-                summary=f"index workspace {self.state.input.workspace}",
-                # A cancel resolves once the worker has stopped it: the run can then end
-                # with no activity left pending (the Web UI showed "Pending Activities 1").
-                cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-            )
+            self.state.workspace.indexing = True
+            self._start_indexing()
+
+    def _start_indexing(self) -> None:
+        self._indexing = self.activities.start(
+            activity_calls.INDEX_WORKSPACE,
+            WorkspaceInput(workspace=self.state.input.workspace),
+            summary=f"index workspace {self.state.input.workspace}",
+            # A cancel resolves once the worker has stopped it: the run can then end
+            # with no activity left pending (the Web UI showed "Pending Activities 1").
+            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+        )
+
+    def _resume_indexing(self) -> None:
+        """A continued run of a task that indexes its workspace: the index goes on (the
+        previous run cancelled it at its end; unchanged files are not embedded again)."""
+        if self.state.workspace.indexing and self._indexing is None:
+            self._start_indexing()
 
     async def _checkpoint(self, call_id: str) -> dict[str, str]:
         """Checkpoint the workspace after a call that may have changed it: the id (or why

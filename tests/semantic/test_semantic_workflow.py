@@ -107,3 +107,27 @@ async def test_a_finished_task_leaves_no_pending_activity(client, settings, scri
     assert [e["status"] for e in events_of(result, "index")] == ["cancelled"]
     described = await handle.describe()
     assert list(described.raw_description.pending_activities) == []
+
+
+async def test_indexing_goes_on_after_a_continue_as_new(client, settings, scripted_llm,
+                                                        repo: Path, task_queue):
+    """Each run of a long task indexes its workspace, not only the first (a run ends by
+    cancelling its index pass; the next one starts it again)."""
+    from refloop.contract.task import TaskInput
+    from tests.workflow.helpers import run_with_history
+
+    settings = settings.model_copy(update={"refloop_semantic_index": True})
+    model = unique_scenario(scripted_llm, {
+        "intent": [CODING], "plan": [plan_of("search_semantic")],
+        "act": [*[call("read_file", path="net/retries.py") for _ in range(6)],
+                final("read it")],
+        "summary": [SUMMARY],
+    })
+    result, last_run = await run_with_history(client, settings, task_queue, TaskInput(
+        task="Where is the retry policy configured?", workspace=str(repo), model=model,
+        enable_reflection=False, continue_as_new_after_events=30))
+    assert result.status == "completed"
+    assert events_of(result, "continued_as_new")
+    scheduled = [e.activity_task_scheduled_event_attributes.activity_type.name
+                 for e in last_run.events if e.HasField("activity_task_scheduled_event_attributes")]
+    assert "refloop.workspace.index" in scheduled
