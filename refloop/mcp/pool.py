@@ -113,11 +113,15 @@ def launch_spec(server: str, config: McpServerConfig, workspace: Path,
         real = operator_path(server, "command", command, workspace, settings)
         readable += install_roots(command, real)
         interpreter = script_interpreter(real)
-        if interpreter is not None:  # read from the file: never bound as host root
+        if interpreter is not None:
             found = operator_path(server, "interpreter (its `#!` line)", interpreter,
                                   workspace, settings)
-            derived = [root for root in install_roots(interpreter, found)
-                       if root not in readable]
+            # The tree the line names is read from the file: never bound as host root. Where
+            # the operator's links lead from there is theirs, as for the command itself.
+            named = install_roots(interpreter, interpreter)
+            derived = [root for root in named if root not in readable]
+            readable += [root for root in install_roots(interpreter, found)
+                         if root not in named]
         readable += script_dirs(server, config.args, workspace, settings)
     confined = settings.model_copy(update={
         "refloop_sandbox_ro_paths": ",".join(dict.fromkeys(readable)),

@@ -291,7 +291,7 @@ class RefusedBindError(OSError):
 
 def _closing(argv: list[str], fd: str) -> list[str]:
     """`argv` with descriptor `fd` (one digit) closed before anything of it runs."""
-    if len(argv) >= 3 and argv[:2] == ["/bin/sh", "-c"]:
+    if len(argv) >= 3 and argv[0] in ("/bin/sh", "sh") and argv[1] == "-c":
         return [*argv[:2], f"exec {fd}<&-\n{argv[2]}", *argv[3:]]
     return ["/bin/sh", "-c", f'exec "$@" {fd}<&-', "sh", *argv]
 

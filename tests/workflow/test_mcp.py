@@ -300,7 +300,9 @@ async def test_worker_killed_during_mcp_call_resumes_without_repeating(
     }
     # Model answers take a second: time to freeze the server before the next call.
     model = unique_scenario(scripted_llm, responses, latency_ms=1000)
-    extra = {"REFLOOP_MCP_CONFIG": mcp_settings.refloop_mcp_config}
+    # The roots named: the default, the working directory (this checkout), holds the server.
+    extra = {"REFLOOP_MCP_CONFIG": mcp_settings.refloop_mcp_config,
+             "REFLOOP_WORKSPACE_ROOTS": mcp_settings.refloop_workspace_roots}
     workers = [spawn_worker(temporal_server, mcp_settings, task_queue, extra_env=extra)]
     stopped: list[int] = []
     try:
