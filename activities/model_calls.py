@@ -34,10 +34,6 @@ attempt_log = logging.getLogger("refloop.attempts")
 LEDGER_KEY = "refloop_ledger"
 OUTAGE_KEY = "refloop_waiting_since"  # epoch seconds: the call waits for its endpoint
 STATUS_KEY = "refloop_waiting_status"  # the HTTP status it waits out (401/403: shorter)
-WAITS_KEY = "refloop_waited_attempts"  # attempts that ended waiting, not failing
-# Attempts that fail for other reasons (a worker lost, a bug) before the call gives up;
-# attempts that only waited for the endpoint do not count.
-FAILED_ATTEMPTS = 10
 AGENT_WORKFLOW = "AgentTaskWorkflow"
 # Model calls whose policy is a small budget: they fail (open) rather than wait.
 BOUNDED_MODEL_CALLS = frozenset({activity_calls.QUALITY_REVIEW.name,
@@ -113,27 +109,23 @@ def log_failed_attempt(err: LLMError) -> None:
                         _next_retry(err))
 
 
+def _carried_details() -> dict[str, Any] | None:
+    """What an earlier attempt of this call left in its heartbeat details."""
+    for item in activity.info().heartbeat_details or ():
+        if isinstance(item, dict) and LEDGER_KEY in item:
+            return item
+    return None
+
+
 def _carried(key: str) -> Any:
     """A value an earlier attempt of this call left in its heartbeat details."""
-    for item in activity.info().heartbeat_details or ():
-        if isinstance(item, dict) and key in item:
-            return item[key]
-    return None
+    return (_carried_details() or {}).get(key)
 
 
 def _carried_wait_start() -> float | None:
     """When this call began waiting for its endpoint, as an earlier attempt beat it."""
     since = _carried(OUTAGE_KEY)
     return float(since) if isinstance(since, int | float) else None
-
-
-def _refuse_after_failed_attempts(waited_attempts: int) -> None:
-    """Past FAILED_ATTEMPTS attempts that did more than wait, the call gives up."""
-    failed = activity.info().attempt - 1 - waited_attempts
-    if failed >= FAILED_ATTEMPTS:
-        raise ApplicationError(f"gave up after {failed} failed attempts (lost workers or "
-                               "errors; the worker log has each)", type="ModelCallFailed",
-                               non_retryable=True)
 
 
 async def _tell_task(report: dict[str, Any]) -> None:
@@ -169,12 +161,9 @@ async def model_ledger() -> AsyncIterator[RequestLedger]:
     and reported with the ledger's usage."""
     ledger = _carried_ledger()
     watch = _outage_watch()
-    waited_attempts = _carried(WAITS_KEY)
-    waited_attempts = waited_attempts if isinstance(waited_attempts, int) else 0
-    _refuse_after_failed_attempts(waited_attempts)
 
     def details() -> dict[str, Any]:
-        beat: dict[str, Any] = {LEDGER_KEY: ledger.dump(), WAITS_KEY: waited_attempts}
+        beat: dict[str, Any] = {LEDGER_KEY: ledger.dump()}
         if watch is not None and watch.since is not None:
             beat[OUTAGE_KEY] = watch.since
             beat[STATUS_KEY] = watch.status
@@ -188,9 +177,11 @@ async def model_ledger() -> AsyncIterator[RequestLedger]:
             try:
                 yield ledger
             except LLMError as err:
-                if isinstance(err, EndpointWaiting):
-                    waited_attempts += 1
-                activity.heartbeat(details())  # the next attempt starts from these
+                beat = details()
+                # The next attempt starts from these; an attempt that only waited changed
+                # nothing, and the server keeps the last ones: no beat, no server write.
+                if beat != _carried_details():
+                    activity.heartbeat(beat)
                 if not isinstance(err, EndpointWaiting) or err.__cause__ is not None:
                     log_failed_attempt(err)  # a request failed (not a wait at the gate)
                 raise to_application_error(err, ledger) from err

@@ -60,11 +60,10 @@ HEARTBEAT_INTERVAL = HEARTBEAT / 3
 # (EndpointWaiting), its retry delay the next probe (`refloop.llm.outage`), so a waiting
 # call holds no worker slot; after REFLOOP_MODEL_OUTAGE_S (default 6 h; 401/403:
 # REFLOOP_MODEL_AUTH_WAIT_S) it fails with ModelUnavailable, never retried. Attempts are
-# unbounded here because waiting ones are many; the activity gives up after 10 attempts
-# that failed otherwise (a lost worker, a bug: `activities.model_calls`). Start-to-close
-# covers the requests of one attempt (up to 3 structured answers, each re-asked once when
-# cut off, each maybe picking its tool first: 12 requests of REFLOOP_LLM_TIMEOUT_S, 24 min
-# at 120 s).
+# unbounded: waiting ones are many, and a worker lost mid-call (restarts included) must not
+# use up a budget. Start-to-close covers the requests of one attempt (up to 3 structured
+# answers, each re-asked once when cut off, each maybe picking its tool first: 12 requests
+# of REFLOOP_LLM_TIMEOUT_S, 24 min at 120 s).
 LLM_CALL = ActivityOptions(
     start_to_close=timedelta(minutes=30),
     heartbeat=HEARTBEAT,
