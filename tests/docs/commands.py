@@ -147,6 +147,7 @@ EXPECT: dict[str, Expect] = {
     "refloop rewind TASK --to-step N": Expect("rewound to step 1"),
     "refloop fork TASK --at-step N --task write c.txt instead of b.txt":
         Expect("forked from"),
+    "refloop drain": Expect("asked to hand over"),
     # docs/cli.md: the everyday commands beside `refloop up`, on a task waiting for approval
     "refloop tasks": Expect("waiting_approval"),
     "refloop inbox": Expect("approval of call 1.0: write_file"),

@@ -178,8 +178,8 @@ def test_http_api_and_rewind(tmp_path: Path):
             approval(base, task_id, seq)  # the second write waits: a.txt's checkpoint is taken
             shell.subs.update({"TASK": task_id, "--to-step N": "--to-step 1",
                                "--at-step N": "--at-step 1"})
-            rewind, fork = (command for command in commands("docs/operations.md")
-                            if command.key in EXPECT)
+            rewind, fork, drain = (command for command in commands("docs/operations.md")
+                                   if command.key in EXPECT)
             rewound = shell.run(rewind)
             assert f"task {task_id} rewound to step 1" in rewound.err
             assert (tmp_path / "ws2" / "a.txt").read_text() == "one"
@@ -194,6 +194,13 @@ def test_http_api_and_rewind(tmp_path: Path):
                     break
                 time.sleep(0.1)
             assert len(forks) == 1 and forks[0].read_text() == "one"
+            # Both hand over for an upgrade; this build's worker leaves them parked.
+            shell.subs["refloop drain"] = "refloop drain --timeout 90"
+            drained = shell.run(drain)
+            assert "2 task(s) asked to hand over, 2 parked" in drained.out, drained.out
+            for task in (task_id, fork_id):
+                assert httpx.get(f"{base}/tasks/{task}", timeout=30).json()["status"] \
+                    == "handed_over"
             for task in (task_id, fork_id):
                 httpx.post(f"{base}/tasks/{task}/cancel", timeout=30)
 
