@@ -154,6 +154,18 @@ def _outage_watch() -> OutageWatch | None:
     return watch
 
 
+async def _recorded_beat(details: dict[str, Any]) -> None:
+    """Heartbeat details the server holds before this attempt fails: the SDK throttles
+    beats, and one still pending when the attempt ends is dropped, so the next attempt
+    would not see the requests this one made (their cost lost from the ledger)."""
+    info = activity.info()
+    try:
+        await activity.client().get_async_activity_handle(
+            task_token=info.task_token).heartbeat(details)
+    except Exception as err:  # noqa: BLE001 - a beat must not hide the call's own failure
+        attempt_log.warning("could not record the ledger of %s: %s", info.activity_id, err)
+
+
 @contextlib.asynccontextmanager
 async def model_ledger() -> AsyncIterator[RequestLedger]:
     """Heartbeating, with every model request of the block in a ledger carried across
@@ -181,7 +193,8 @@ async def model_ledger() -> AsyncIterator[RequestLedger]:
                 # The next attempt starts from these; an attempt that only waited changed
                 # nothing, and the server keeps the last ones: no beat, no server write.
                 if beat != _carried_details():
-                    activity.heartbeat(beat)
+                    activity.heartbeat(beat)  # a beat still pending is this one now
+                    await _recorded_beat(beat)
                 if not isinstance(err, EndpointWaiting) or err.__cause__ is not None:
                     log_failed_attempt(err)  # a request failed (not a wait at the gate)
                 raise to_application_error(err, ledger) from err

@@ -86,6 +86,9 @@ class TaskState(BaseModel):
     progress: TaskProgress | None = None
     result: dict[str, Any] | None = None
     error: str | None = None
+    # What it waits for, by kind, with why and since when ({"model": {"status":
+    # "waiting_for_model", "since": ..., "reason": "HTTP 503 ...", "detail": {...}}})
+    waiting: dict[str, Any] | None = None
     created_at: datetime
     finished_at: datetime | None = None
     # The model the task runs with and the endpoint it goes to (a model config's, else the

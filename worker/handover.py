@@ -9,7 +9,6 @@ import contextlib
 import hashlib
 import logging
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from refloop.contract.handover import (
     HandOverRequest,
     TakeOver,
 )
+from refloop.runtime.background import in_background
 
 log = logging.getLogger("refloop.worker")
 
@@ -61,8 +61,8 @@ async def take_over(client: Client, build: str) -> int:
     return taken
 
 
-@contextlib.asynccontextmanager
-async def taking_over(client: Client, build: str, every_s: float) -> AsyncIterator[None]:
+def taking_over(client: Client, build: str, every_s: float
+                ) -> contextlib.AbstractAsyncContextManager[None]:
     """While a worker runs: take over handed-over tasks at its start and every `every_s`
     (a drain may end after this worker started)."""
 
@@ -76,13 +76,7 @@ async def taking_over(client: Client, build: str, every_s: float) -> AsyncIterat
                 log.warning("could not look for handed-over tasks: %s", err)
             await asyncio.sleep(every_s)
 
-    task = asyncio.create_task(loop(), name="refloop-take-over")
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    return in_background(loop())
 
 
 @dataclass

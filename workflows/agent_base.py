@@ -104,8 +104,10 @@ class AgentBase:
                 session_id=self.state.input.session_id,
                 status=status,
                 usage=self.state.stats.model_dump(mode="json"),
+                # An ended (or handed-over) task waits for nothing, whatever was pending
                 waiting={kind: wait.model_dump(mode="json")
-                         for kind, wait in self.state.waits.items()},
+                         for kind, wait in self.state.waits.items()}
+                if self.state.status == "running" else {},
                 **fields,
             ),
             summary=f"record task: {status}",

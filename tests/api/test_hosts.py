@@ -271,7 +271,8 @@ async def test_moving_a_waiting_task_to_another_host(api, registered, scripted_l
     assert moved.json() == {"task_id": task_id, "host": new, "moved_from": old,
                             "workspace": str(copy)}
     again = await move(new)
-    assert again.status_code == 409 and "already on host" in again.text
+    # the move ended its wait for a host: nothing of it waits to be moved any more
+    assert again.status_code == 409 and "not waiting_for_host" in again.text
     sessions = store_for(api.app.state.settings.effective_database_url)
     from refloop.store.db import SessionRecord
     moved_session = sessions.get(SessionRecord, session["session_id"])

@@ -64,10 +64,12 @@ def test_run_json_offline_demo(tmp_path: Path):
 def test_bad_inputs_fail_with_one_clear_line(tmp_path: Path):
     missing = refloop("run", "x", "--workspace", str(tmp_path / "nope"), tmp_path=tmp_path)
     assert missing.returncode == 2 and "--workspace: not a directory" in missing.stderr
-    rules = refloop("run", "x", "--workspace", str(tmp_path), "--review-rules", "@nofile.txt",
-                    tmp_path=tmp_path)
+    workspace = tmp_path / "ws"  # beside the data dir (a workspace holding it is refused)
+    workspace.mkdir()
+    rules = refloop("run", "x", "--workspace", str(workspace), "--review-rules",
+                    "@nofile.txt", tmp_path=tmp_path)
     assert rules.returncode == 2 and "--review-rules: file not found" in rules.stderr
-    bad_env = refloop("run", "x", "--workspace", str(tmp_path), tmp_path=tmp_path,
+    bad_env = refloop("run", "x", "--workspace", str(workspace), tmp_path=tmp_path,
                       TEMPORAL_ADDRESS="nohostport")
     assert bad_env.returncode == 2 and "TEMPORAL_ADDRESS" in bad_env.stderr
 
@@ -181,9 +183,10 @@ def test_run_with_mcp_servers(tmp_path: Path):
     config = tmp_path / "mcp.json"
     config.write_text(json.dumps({"mcpServers": {"git": {
         "command": str(Path(sys.executable).parent / "mcp-server-git")}}}))
+    # The roots are the test's: the server's command (this venv's) must lie outside them
     done = refloop("run", "write a report", "--workspace", str(workspace), "--json",
                    "--no-reflection", "--mcp", "git", tmp_path=tmp_path,
-                   REFLOOP_MCP_CONFIG=str(config))
+                   REFLOOP_MCP_CONFIG=str(config), REFLOOP_WORKSPACE_ROOTS=str(tmp_path))
     assert done.returncode == 0, done.stderr
     listed = [e["data"] for e in json.loads(done.stdout)["events"] if e["type"] == "mcp_tools"]
     assert listed[0]["servers"] == ["git"] and "git__git_status" in listed[0]["tools"]

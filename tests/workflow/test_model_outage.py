@@ -114,6 +114,9 @@ async def outage_then_recovery(client, settings, scripted_llm, tmp_path: Path,
                              "the search attribute says waiting_for_model", timeout_s=30)
             rows = [store.get_task(h.id) for h in handles]
             assert {row.status for row in rows} == {"waiting_for_model"}
+            # Each row says why and since when (a 401 read `error: null` for hours)
+            assert all("HTTP 500" in row.waiting["model"]["reason"]
+                       and row.waiting["model"]["since"] for row in rows)
             await asyncio.sleep(error_s)
             assert await all_waiting(handles)  # still waiting, none failed
             served = []
@@ -177,6 +180,30 @@ async def test_an_outage_past_the_bound_fails_each_task_naming_the_endpoint(
         assert not events_of(result, "model_back")
         assert result.stats.model_wait_s >= 3.0  # the wait is in the stats
         assert result.stats.llm_failed_calls >= 1  # every refused request in the ledger
+
+
+async def test_a_refused_key_waits_its_own_short_bound_and_says_why_meanwhile(
+        client, settings, scripted_llm, tmp_path, task_queue):
+    """401 is waited out (a key being rotated), but for REFLOOP_MODEL_AUTH_WAIT_S, not the
+    six-hour outage bound; meanwhile the row says why the task waits, and since when."""
+    settings = settings.model_copy(update={"refloop_model_probe_s": 0.5,
+                                           "refloop_model_auth_wait_s": 4.0})
+    store = store_for(settings.effective_database_url)
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    with endpoint_fault(scripted_llm, status=401):
+        async with build_worker(client, settings, task_queue):
+            handle = await start(client, task_queue, TaskInput(
+                task="write four files", workspace=str(workspace),
+                model=four_files_scenario(scripted_llm), enable_reflection=False,
+                enable_planning=False))
+            await wait_until(lambda: all_waiting([handle]), "waiting_for_model", 30)
+            row = store.get_task(handle.id)
+            assert row.status == "waiting_for_model" and "401" in row.waiting["model"]["reason"]
+            result = await asyncio.wait_for(result_of(handle), 60)
+    assert result.status == "failed" and result.stop_reason == "model_unavailable"
+    assert "REFLOOP_MODEL_AUTH_WAIT_S (4 s)" in result.answer and "401" in result.answer
+    assert store.get_task(handle.id).waiting is None  # ended: it waits for nothing
 
 
 async def test_fifty_waiting_tasks_probe_together_and_resume_within_seconds(
