@@ -91,17 +91,22 @@ async def drain(client: Client, build: str, timeout_s: float,
     """Ask every running task that is not parked to hand over from `build`, then wait up
     to `timeout_s` until none is left running unparked."""
     report = DrainReport()
+    deadline = time.monotonic() + timeout_s
     for workflow_id in await _ids(client, NOT_PARKED):
         handle = client.get_workflow_handle(workflow_id)
         try:
-            await handle.execute_update(HAND_OVER_UPDATE, HandOverRequest(build=build),
-                                        result_type=str)
+            # A task whose workflow does not answer (its worker gone, a task failing) is
+            # reported, not waited for past the drain's own bound.
+            await asyncio.wait_for(handle.execute_update(
+                HAND_OVER_UPDATE, HandOverRequest(build=build), result_type=str),
+                max(deadline - time.monotonic(), 1.0))
             report.asked.append(workflow_id)
         except WorkflowUpdateFailedError as err:
             report.refused[workflow_id] = str(err.cause or err)
         except RPCError as err:  # ended meanwhile
             report.refused[workflow_id] = err.message
-    deadline = time.monotonic() + timeout_s
+        except TimeoutError:
+            report.refused[workflow_id] = "its workflow did not answer in time"
     while True:
         left = set(await _ids(client, NOT_PARKED)) & set(report.asked)
         if not left or time.monotonic() >= deadline:
