@@ -33,9 +33,10 @@ async def run(args: argparse.Namespace, settings: Settings) -> int:
         return 2
     build = args.build or settings.refloop_build_id or workflow_build_id()
     client = await connect(settings.temporal_address, settings.temporal_namespace)
-    report = await drain(client, build, args.timeout)
+    report = await drain(client, build, settings.task_queue, args.timeout)
     if args.json:
-        print(json.dumps({"build": build, "handed_over": report.asked,
+        print(json.dumps({"build": build, "task_queue": settings.task_queue,
+                          "handed_over": report.asked,
                           "refused": report.refused, "still_running": report.still_running}))
     else:
         print(f"build {build}: {len(report.asked)} task(s) asked to hand over, "

@@ -12,7 +12,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
 from temporalio.service import RPCError
 
 from refloop.contract import visibility
@@ -28,9 +32,18 @@ from refloop.runtime.background import in_background
 log = logging.getLogger("refloop.worker")
 
 AGENT_WORKFLOW = "AgentTaskWorkflow"
-RUNNING = f"WorkflowType = '{AGENT_WORKFLOW}' AND ExecutionStatus = 'Running'"
-PARKED = f"{RUNNING} AND {visibility.STATUS.name} = '{HANDED_OVER}'"
-NOT_PARKED = f"{RUNNING} AND {visibility.STATUS.name} != '{HANDED_OVER}'"
+# Updates in flight at once, and how long one task may take to answer its own.
+CONCURRENT_UPDATES = 32
+UPDATE_ANSWER_S = 20.0
+
+
+def running(task_queue: str, parked: bool) -> str:
+    """The visibility query of the running agent tasks of one deployment's task queue,
+    parked (handed over) or not."""
+    queue = task_queue.replace("'", "")
+    op = "=" if parked else "!="
+    return (f"WorkflowType = '{AGENT_WORKFLOW}' AND ExecutionStatus = 'Running' AND "
+            f"TaskQueue = '{queue}' AND {visibility.STATUS.name} {op} '{HANDED_OVER}'")
 
 
 def workflow_build_id() -> str:
@@ -49,11 +62,11 @@ async def _ids(client: Client, query: str) -> list[str]:
     return [execution.id async for execution in client.list_workflows(query)]
 
 
-async def take_over(client: Client, build: str) -> int:
-    """Signal every task another build handed over: they go on on this build. Returns how
-    many were signalled (a task handed over by this build ignores it)."""
+async def take_over(client: Client, build: str, task_queue: str) -> int:
+    """Signal every task of the queue another build handed over: they go on on this build.
+    Returns how many were signalled (a task handed over by this build ignores it)."""
     taken = 0
-    for workflow_id in await _ids(client, PARKED):
+    for workflow_id in await _ids(client, running(task_queue, parked=True)):
         with contextlib.suppress(RPCError):  # ended meanwhile
             await client.get_workflow_handle(workflow_id).signal(
                 TAKE_OVER_SIGNAL, TakeOver(build=build))
@@ -61,7 +74,7 @@ async def take_over(client: Client, build: str) -> int:
     return taken
 
 
-def taking_over(client: Client, build: str, every_s: float
+def taking_over(client: Client, build: str, task_queue: str, every_s: float
                 ) -> contextlib.AbstractAsyncContextManager[None]:
     """While a worker runs: take over handed-over tasks at its start and every `every_s`
     (a drain may end after this worker started)."""
@@ -69,7 +82,7 @@ def taking_over(client: Client, build: str, every_s: float
     async def loop() -> None:
         while True:
             try:
-                taken = await take_over(client, build)
+                taken = await take_over(client, build, task_queue)
                 if taken:
                     log.warning("took over %d task(s) handed over by another build", taken)
             except RPCError as err:
@@ -86,29 +99,36 @@ class DrainReport:
     still_running: list[str] = field(default_factory=list)  # not handed over in time
 
 
-async def drain(client: Client, build: str, timeout_s: float,
+async def drain(client: Client, build: str, task_queue: str, timeout_s: float,
                 poll_s: float = 1.0) -> DrainReport:
-    """Ask every running task that is not parked to hand over from `build`, then wait up
-    to `timeout_s` until none is left running unparked."""
+    """Ask every running task of the queue that is not parked to hand over from `build`,
+    then wait up to `timeout_s` until none is left running unparked."""
     report = DrainReport()
     deadline = time.monotonic() + timeout_s
-    for workflow_id in await _ids(client, NOT_PARKED):
+    gate = asyncio.Semaphore(CONCURRENT_UPDATES)
+
+    async def ask(workflow_id: str) -> None:
         handle = client.get_workflow_handle(workflow_id)
-        try:
-            # A task whose workflow does not answer (its worker gone, a task failing) is
-            # reported, not waited for past the drain's own bound.
-            await asyncio.wait_for(handle.execute_update(
-                HAND_OVER_UPDATE, HandOverRequest(build=build), result_type=str),
-                max(deadline - time.monotonic(), 1.0))
-            report.asked.append(workflow_id)
-        except WorkflowUpdateFailedError as err:
-            report.refused[workflow_id] = str(err.cause or err)
-        except RPCError as err:  # ended meanwhile
-            report.refused[workflow_id] = err.message
-        except TimeoutError:
-            report.refused[workflow_id] = "its workflow did not answer in time"
+        async with gate:
+            try:
+                # A task whose workflow does not answer (no worker polls its queue, its
+                # workflow task fails) is reported, not waited for.
+                await asyncio.wait_for(handle.execute_update(
+                    HAND_OVER_UPDATE, HandOverRequest(build=build), result_type=str),
+                    min(UPDATE_ANSWER_S, max(deadline - time.monotonic(), 1.0)))
+                report.asked.append(workflow_id)
+            except WorkflowUpdateFailedError as err:
+                report.refused[workflow_id] = str(err.cause or err)
+            except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
+                report.refused[workflow_id] = "its workflow did not answer in time (is a " \
+                    "worker of this build polling its queue?)"
+            except RPCError as err:  # ended meanwhile
+                report.refused[workflow_id] = err.message
+
+    await asyncio.gather(*(ask(workflow_id) for workflow_id
+                           in await _ids(client, running(task_queue, parked=False))))
     while True:
-        left = set(await _ids(client, NOT_PARKED)) & set(report.asked)
+        left = set(await _ids(client, running(task_queue, parked=False))) & set(report.asked)
         if not left or time.monotonic() >= deadline:
             report.still_running = sorted(left)
             return report

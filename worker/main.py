@@ -162,7 +162,7 @@ async def serving(client: Client, settings: Settings, task_queue: str | None = N
     build = settings.refloop_build_id or workflow_build_id()
     async with build_worker(client, settings, queue, announce=True) as worker, \
             watching(client, queue, settings.store_id), \
-            taking_over(client, build, settings.refloop_take_over_every_s), \
+            taking_over(client, build, queue, settings.refloop_take_over_every_s), \
             counting_tasks(store_for(settings.effective_database_url),
                            settings.refloop_metrics_every_s):
         timer = None

@@ -193,15 +193,21 @@ def test_http_api_and_rewind(tmp_path: Path):
                     break
                 time.sleep(0.1)
             assert len(forks) == 1 and forks[0].read_text() == "one"
-            # Both hand over for an upgrade; this build's worker leaves them parked.
+            # A task waiting for its approval hands over for an upgrade; this build's own
+            # worker leaves it parked.
+            llm.load("rewind", {"name": "rewind", "responses": REWIND_SCENARIO})
+            (tmp_path / "ws3").mkdir()
+            waiting = httpx.post(f"{base}/tasks", timeout=30, json={
+                "workspace": str(tmp_path / "ws3"), "model": "rewind", "task": "write a.txt",
+                "approval_mode": "confirm_writes", "enable_reflection": False}).json()
+            approval(base, waiting["task_id"])
             shell.subs["refloop drain"] = "refloop drain --timeout 90"
             drained = shell.run(drain)
-            assert "2 task(s) asked to hand over, 2 parked" in drained.out, drained.out
-            for task in (task_id, fork_id):
-                assert httpx.get(f"{base}/tasks/{task}", timeout=30).json()["status"] \
-                    == "handed_over"
+            assert "parked for the next build" in drained.out, drained.out
+            assert httpx.get(f"{base}/tasks/{waiting['task_id']}", timeout=30).json()[
+                "status"] == "handed_over"
             shell.assert_ran_page("docs/operations.md")
-            for task in (task_id, fork_id):
+            for task in (task_id, fork_id, waiting["task_id"]):
                 httpx.post(f"{base}/tasks/{task}/cancel", timeout=30)
 
 

@@ -160,7 +160,7 @@ async def five_states(temporal_server, client, settings, scripted_llm, tmp_path,
             assert any(e.type == "tool_call" and e.data["tool"] == "run_cmd"
                        for e in tool_events)
             assert not (spaces["model"] / "b.txt").exists()  # its model call is in flight
-            report = await drain(client, "build-a", timeout_s=60, poll_s=0.5)
+            report = await drain(client, "build-a", task_queue, timeout_s=60, poll_s=0.5)
             assert not report.refused, report.refused
             names = {h.id: name for name, h in handles.items()}
             assert not report.still_running, [
@@ -239,13 +239,13 @@ async def test_golden_a_task_handed_over_while_it_waits_is_taken_over_by_another
             task="write a", workspace=str(workspace), model=model,
             approval_mode="confirm_writes", enable_reflection=False))
         await wait_until(lambda: _is(handle, "waiting_approval"), "waiting for approval")
-        report = await drain(client, "build-a", timeout_s=30, poll_s=0.2)
+        report = await drain(client, "build-a", task_queue, timeout_s=30, poll_s=0.2)
         assert report.asked == [handle.id] and not report.still_running
         assert await status(handle) == "handed_over"
-        assert await take_over(client, "build-a") == 1  # its own build: ignored
+        assert await take_over(client, "build-a", task_queue) == 1  # its own build: ignored
         await asyncio.sleep(1)
         assert await status(handle) == "handed_over"
-        assert await take_over(client, "build-b") == 1
+        assert await take_over(client, "build-b", task_queue) == 1
         await wait_until(lambda: _is(handle, "waiting_approval"), "asked again", 30)
         events = await handle.query(AgentTaskWorkflow.events, 0)
         assert [e.type for e in events].count("approval_required") == 1  # the same call
