@@ -59,6 +59,7 @@ class CompletenessPhase(AgentBase):
             max_supplements=inp.reflection_max_supplements,
         )
         summary = f"completeness check {round_number}"
+        missing_files: list[str] = []
         try:
             # The files are looked at on the task's host; the judge runs on the model
             # queue, under the fleet's rate limit.
@@ -67,11 +68,20 @@ class CompletenessPhase(AgentBase):
                 ClaimedFilesInput(workspace=inp.workspace,
                                   claimed_files=check.claimed_files),
                 summary=f"claimed files {round_number}")
+            missing_files = list(found.missing)
             result = await self.activities.call(
                 activity_calls.JUDGE_COMPLETENESS,
                 check.model_copy(update={"decisive": found.missing}), summary=summary)
         except ActivityError as err:
             self._account_failure(err)
+            if missing_files:  # found missing on disk: no judge is needed to say so
+                self.state.reflection.last_verdict = {
+                    "trigger": "completeness", "round": round_number, "is_complete": False,
+                    "analysis": describe_failure(err)[:300], "fail_open": False,
+                    "missing_count": len(missing_files), "supplements_count": 0,
+                    "missing_aspects": missing_files}
+                self._emit("reflection", self.state.reflection.last_verdict)
+                return []
             # Fail open: the work is done; an unreachable judge must not undo it.
             self._emit("reflection", {"trigger": "completeness", "round": round_number,
                                       "is_complete": True, "fail_open": True,

@@ -219,3 +219,22 @@ async def test_judge_sees_tool_calls_made_before_a_continue_as_new(
     judge = json.dumps(requests(scripted_llm, model, "completeness")[0]["body"]["messages"])
     assert "early-marker.txt" in judge
     assert judge.count("list_dir") >= len(fillers)
+
+
+async def test_a_claimed_file_found_missing_is_incomplete_even_when_the_judge_fails(
+        client, settings, scripted_llm, workspace, task_queue):
+    """The judge failing open never undoes what the disk said: an answer claiming a file
+    that is not there ends `incomplete`, naming it."""
+    (workspace / "data.txt").write_text("x\n")
+    model = unique_scenario(scripted_llm, {
+        "intent": [CODING], "plan": [plan_of("read_file")],
+        "act": [call("read_file", path="data.txt"), call("complete_step", step=1,
+                                                           summary="read it"),
+                final("Done: I wrote summary.md with the summary.")],
+        "completeness": [{"status": 400, "body": {"error": {"message": "no"}}}],
+        "summary": [SUMMARY],
+    })
+    result = await run(client, settings, task_queue, model, workspace)
+    assert result.status == "incomplete", result.answer
+    assert any("summary.md" in item for item in result.missing), result.missing
+    assert not (workspace / "summary.md").exists()
