@@ -13,10 +13,8 @@ from refloop.contract.messages import COMPLETE_STEP, Plan
 from refloop.contract.task import Event, ReviewCounts, TaskStats
 from refloop.workflows.accounting import merged_usage
 
-# The marker the supplement planner looks for in its objective. Runs recorded before the
-# `english-supplement-marker` patch carry the original Chinese one (`LEGACY_...`).
+# The marker the supplement planner looks for in its objective.
 SUPPLEMENT_HEADER = "Missing actions to supplement:"
-LEGACY_SUPPLEMENT_HEADER = "【需要补充的操作】"
 _CLAIMED_FILE = re.compile(
     r"(?<![\w/.-])((?:[\w.-]+/)*[\w-][\w.-]*\.(?:md|txt|json|ya?ml|toml|csv|py|js|ts|html|css|"
     r"ini|cfg|rst|sh|sql|xml))(?![\w/-])"

@@ -366,12 +366,6 @@ def successful_edits(events: Iterable[Event], edit_tools: set[str]) -> int:
     return successful_calls(events, lambda tool, arguments: is_edit(tool, arguments, edit_tools))
 
 
-def last_completeness_verdict(events: Iterable[Event]) -> dict[str, Any] | None:
-    verdicts = [e.data for e in events
-                if e.type == "reflection" and e.data.get("trigger") == "completeness"]
-    return verdicts[-1] if verdicts else None
-
-
 def asks_for_change(task: str) -> bool:
     """The task's own words ask for files to change ("Create hello.txt ..."); read only
     when the model could not classify it. A question about a change ("How do I fix

@@ -71,15 +71,6 @@ def reflect_on_quality_results(
     return "Reflection on the quality reviews:\n" + "\n".join(parts)
 
 
-def count_failure(failures: dict[str, int], review: QualityReview, max_rounds: int
-                  ) -> tuple[dict[str, int], bool]:
-    """Count a failed review per file; True when this failure reaches the cap."""
-    if review.passed or review.outcome == "unavailable":
-        return failures, False
-    updated = {**failures, review.file_path: failures.get(review.file_path, 0) + 1}
-    return updated, updated[review.file_path] >= max_rounds
-
-
 def carried_reviews(reviews: list[QualityReview], new: list[QualityReview],
                     keep: int | None) -> list[QualityReview]:
     """The reviews a task carries after `new` ones: the last `keep` (None: all, as runs

@@ -81,7 +81,6 @@ def test_successful_edits_skip_views_and_failures():
         ev(6, "tool_result", id="c", tool="apply_patch", ok=True),
     ]
     assert logic.successful_edits(events, EDITS) == 1
-    assert logic.last_completeness_verdict(events) is None
 
 
 def test_success_rate_is_undefined_without_attempts():
