@@ -39,6 +39,7 @@ from refloop.contract.checkpoints import (
 from refloop.runtime.workspaces import workspace_roots
 from refloop.settings import Settings
 from refloop.store.db import Store, TaskCheckpointRecord
+from refloop.tools.journal import Journal
 from refloop.tools.pinning import open_workspace
 
 log = logging.getLogger("refloop.checkpoints")
@@ -79,6 +80,7 @@ class CheckpointActivities:
         self.max_file_bytes = settings.refloop_checkpoint_file_mb * 1024 * 1024
         self.objects = objects or object_store_for(settings, store.engine)
         self.hints = _Hints()
+        self.journal_dir = settings.journal_dir
 
     def _checkpoint(self, inp: CheckpointInput) -> CheckpointResult:
         root, fd = open_workspace(inp.workspace)
@@ -125,6 +127,9 @@ class CheckpointActivities:
                                    non_retryable=True) from None
         finally:
             os.close(fd)
+        if inp.discard_calls:  # the journal lives on this host, beside the workspace
+            Journal(root, self.journal_dir, inp.discard_calls[0]).discard(
+                inp.discard_calls)
         return RestoreResult(written=stats.written, removed=stats.removed,
                              unchanged=stats.unchanged, seconds=round(stats.seconds, 3))
 

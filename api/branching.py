@@ -1,10 +1,11 @@
 """Rewind and fork, as `refloop rewind` / `refloop fork` and `POST /tasks/{id}/rewind` /
 `/fork` do them: one core each, so the CLI and the API refuse and succeed alike.
 
-- Rewind: a running task is told the checkpoint (a signal), then its run is reset to just
-  after it (Temporal's reset, signals reapplied): the reset run restores its workspace and
-  goes on from there. The old run's history is complete once reset, so the cost of the
-  calls it took out is then exact: sent to the new run, kept in its ledger marked rewound.
+- Rewind: an update of the running task (`rewind`), which validates the step and, at its
+  next safe point, puts back its workspace, conversation and progress together, then
+  answers; refused or failed, nothing changed. The cost of the calls it took back stays in
+  the ledger, marked rewound. The update has an id of its own: when Temporal does not
+  answer, it is asked again with that id, so the answer is the rewind's, never a guess.
 - Fork: a new task in a new workspace, restored from a step's checkpoint, carrying the
   original's plan, progress and conversation up to that step (`refloop.checkpoints.fork`
   decides what); linked both ways (the fork's input, memo and `forked_from` event; the
@@ -18,27 +19,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import TypeAdapter, ValidationError
-from temporalio.api.common.v1 import WorkflowExecution
-from temporalio.api.enums.v1 import ResetReapplyType
 from temporalio.api.history.v1 import HistoryEvent
-from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from refloop.checkpoints.fork import carried_to, forked_conversation, usage_after
-from refloop.checkpoints.rewind import CannotRewind, choose, reset_point, run_checkpoints
+from refloop.checkpoints.fork import carried_to, forked_conversation
+from refloop.checkpoints.rewind import CannotRewind, payload_fields
 from refloop.contract.checkpoints import (
     ForkOrigin,
     ForkTaken,
     RewindRequest,
-    RewoundCost,
 )
 from refloop.contract.hosts import HostRefused, UnknownHost, check_host
 from refloop.contract.messages import ChatMessage
@@ -51,6 +49,8 @@ from refloop.store.hosts import list_hosts
 from refloop.workflows.agent import AgentTaskWorkflow
 
 CONVERSATION = TypeAdapter(list[ChatMessage])
+# How long a rewind is asked again (the same update) while Temporal does not answer
+REWIND_RETRY_S = 30.0
 ONLY_RUNNING = ("only a running task can be rewound; fork it from that step instead "
                 "(`refloop fork TASK --at-step N`, POST /tasks/{id}/fork): a new task goes "
                 "on from there and this one stays as it ended")
@@ -87,8 +87,10 @@ class Rewound:
     task_id: str
     step: int
     checkpoint_id: str
-    run_id: str
-    rewound_tokens: int  # the cost the reset took out of the run, kept marked rewound
+    call_id: str  # the call after which the checkpoint was taken
+    run_id: str  # the run, which goes on (a rewind starts none)
+    edits_taken_back: int
+    rewound_tokens: int  # the cost of the calls taken back, kept marked rewound
 
 
 @dataclass(frozen=True)
@@ -121,57 +123,71 @@ async def _latest_run(client: Client, task_id: str) -> tuple[str, WorkflowExecut
     except RPCError as err:
         raise _refused(task_id, err) from None
     status = described.status or WorkflowExecutionStatus.RUNNING
-    return described.run_id or "", status, list(history.events)
+    events = await decoded_events(client, list(history.events))
+    return described.run_id or "", status, events
+
+
+async def decoded_events(client: Client, events: list[HistoryEvent]) -> list[HistoryEvent]:
+    """The events with the client's payload codec undone (if it has one) on the payloads
+    rewind and fork read; the payload converter reads them after."""
+    codec = client.data_converter.payload_codec
+    if codec is None:
+        return events
+    for event in events:
+        for payloads in payload_fields(event):
+            if payloads.payloads:
+                decoded = await codec.decode(list(payloads.payloads))
+                del payloads.payloads[:]
+                payloads.payloads.extend(decoded)
+    return events
+
+
+def _rewind_refused(task_id: str, err: WorkflowUpdateFailedError) -> BranchRefused:
+    cause = err.cause
+    message = cause.message if isinstance(cause, ApplicationError) else str(cause or err)
+    if "no step" in message or "no workspace checkpoint" in message:
+        return BadStep(f"task {task_id} not rewound: {message}")
+    return BranchRefused(f"task {task_id} not rewound: {message}")
 
 
 async def rewind(client: Client, task_id: str, step: int) -> Rewound:
-    """Put a running task back to its `step`th checkpoint (of its current run)."""
-    run_id, status, events = await _latest_run(client, task_id)
+    """Put a running task back to its `step`th checkpoint (of its current run). Waits for
+    the task's next safe point (its current tool call ends first)."""
+    run_id, status, _ = await _latest_run(client, task_id)
     if status != WorkflowExecutionStatus.RUNNING:
         raise BranchRefused(f"task {task_id} has ended ({status.name.lower()}): "
                             + ONLY_RUNNING)
-    try:
-        chosen = choose(run_checkpoints(events), step)
-        point = reset_point(events, chosen)
-    except CannotRewind as err:
-        raise BadStep(f"task {task_id} not rewound: {err}") from None
-    try:
-        await client.get_workflow_handle(task_id, run_id=run_id).signal(
-            AgentTaskWorkflow.rewind_workspace,
-            RewindRequest(checkpoint_id=chosen.checkpoint_id, step=chosen.step))
-        reset = await client.workflow_service.reset_workflow_execution(
-            ResetWorkflowExecutionRequest(
-                namespace=client.namespace,
-                workflow_execution=WorkflowExecution(workflow_id=task_id, run_id=run_id),
-                reason=f"refloop rewind to step {chosen.step} (after call {chosen.call_id})",
-                workflow_task_finish_event_id=point, request_id=str(uuid.uuid4()),
-                reset_reapply_type=ResetReapplyType.RESET_REAPPLY_TYPE_SIGNAL))
-    except RPCError as err:
-        raise _refused(task_id, err) from None
-    tokens = await _keep_rewound_cost(client, task_id, run_id, reset.run_id, point,
-                                      chosen.step)
-    return Rewound(task_id, chosen.step, chosen.checkpoint_id, reset.run_id, tokens)
+    handle = client.get_workflow_handle(task_id, run_id=run_id)
+    update_id = f"rewind-{uuid.uuid4()}"
+    deadline = time.monotonic() + REWIND_RETRY_S
+    while True:
+        try:
+            done = await handle.execute_update(AgentTaskWorkflow.rewind,
+                                               RewindRequest(step=step), id=update_id)
+            break
+        except WorkflowUpdateFailedError as err:
+            raise _rewind_refused(task_id, err) from None
+        except RPCError as err:
+            silent = err.status in (RPCStatusCode.UNAVAILABLE,
+                                    RPCStatusCode.DEADLINE_EXCEEDED)
+            if not silent or time.monotonic() > deadline:
+                if silent:  # accepted or not: the task's events say which
+                    raise TemporalSilent(
+                        f"Temporal did not answer ({err.message}); the rewind may still "
+                        f"happen: `refloop show {task_id}` says whether the task was "
+                        "rewound") from None
+                raise _refused(task_id, err) from None
+            await asyncio.sleep(1.0)  # the same update id: never a second rewind
+    return Rewound(task_id, done.step, done.checkpoint_id, done.call_id, run_id,
+                   done.calls_taken_back, done.rewound_tokens)
 
 
-async def _keep_rewound_cost(client: Client, task_id: str, old_run: str, new_run: str,
-                             point: int, step: int) -> int:
-    """The old run's cost after the reset point, told to the new run (the rewind stands
-    whatever happens here: a lost figure is not a reason to fail it)."""
-    try:
-        history = await client.get_workflow_handle(task_id, run_id=old_run).fetch_history()
-        usage, by_model = usage_after(list(history.events), point)
-        if usage.calls or usage.total_tokens:
-            await client.get_workflow_handle(task_id, run_id=new_run).signal(
-                AgentTaskWorkflow.rewound_cost,
-                RewoundCost(step=step, usage=usage, usage_by_model=by_model))
-    except RPCError:
-        return 0
-    return usage.total_tokens
-
-
-def _started_input(events: list[HistoryEvent]) -> TaskInput:
+def _started_input(client: Client, events: list[HistoryEvent]) -> TaskInput:
+    """The task's input, through the client's data converter (codec undone before)."""
     started = events[0].workflow_execution_started_event_attributes
-    return TaskInput.model_validate(json.loads(started.input.payloads[0].data))
+    read = client.data_converter.payload_converter.from_payloads(
+        list(started.input.payloads), [TaskInput])
+    return TaskInput.model_validate(read[0])
 
 
 def fork_workspace(raw: str | None, original: TaskInput, fork_id: str, store: Store,
@@ -206,10 +222,10 @@ async def fork(client: Client, store: Store, settings: Settings, task_id: str, s
     _, status, events = await _latest_run(client, task_id)
     try:
         carried = carried_to(events, step)
-        original = _started_input(events)
+        original = _started_input(client, events)
     except CannotRewind as err:
         raise BadStep(f"task {task_id} not forked: {err}") from None
-    except (ValidationError, ValueError, IndexError) as err:
+    except (ValidationError, ValueError, IndexError, RuntimeError) as err:
         raise BranchRefused(f"task {task_id} not forked: its start cannot be read "
                             f"({err})") from None
     fork_id = f"task-{uuid.uuid4().hex[:12]}"

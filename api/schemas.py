@@ -159,8 +159,10 @@ class TaskRewound(BaseModel):
     task_id: str
     step: int
     checkpoint: str
-    run_id: str  # the run that goes on from the step
-    rewound_tokens: int  # the cost the rewind took out of the run: kept, marked rewound
+    call_id: str  # the call after which that checkpoint was taken
+    run_id: str  # the task's run, which goes on from the step (a rewind starts none)
+    edits_taken_back: int
+    rewound_tokens: int  # the cost of the calls taken back: kept, marked rewound
 
 
 class ForkBody(BaseModel):

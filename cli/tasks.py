@@ -269,8 +269,9 @@ async def rewind_task(args: argparse.Namespace, settings: Settings) -> int:
         fail(err.message if err.message.startswith(f"task {args.task}")
              else f"task {args.task} not rewound: {err.message}")
     err_console.print(f"task {args.task} rewound to step {done.step} (checkpoint "
-                      f"{done.checkpoint_id[:12]}); it goes on in run {done.run_id}"
-                      + (f"; {done.rewound_tokens} tokens of the calls taken out stay in "
+                      f"{done.checkpoint_id[:12]}, after call {done.call_id}): "
+                      f"{done.edits_taken_back} later edit(s) taken back; it goes on from there"
+                      + (f"; {done.rewound_tokens} tokens of the calls taken back stay in "
                          "its ledger, marked rewound" if done.rewound_tokens else ""))
     return 0
 

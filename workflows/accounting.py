@@ -36,17 +36,24 @@ def add_usage(stats: TaskStats, record: LLMUsageRecord) -> TaskStats:
     )
 
 
-def add_rewound(stats: TaskStats, usage: TokenUsage,
-                by_model: dict[str, TokenUsage]) -> TaskStats:
-    """The cost of calls a rewind took out of the run: still in the totals and the ledger
-    (they were paid for), and counted apart as rewound."""
+def usage_since(now: TokenUsage, then: TokenUsage) -> TokenUsage:
+    """The usage added between two readings of the same running total."""
+    return TokenUsage.model_validate({
+        name: round(value - getattr(then, name), 9) if isinstance(value, float)
+        else value - getattr(then, name)
+        for name, value in now.model_dump().items()})
+
+
+def mark_rewound(stats: TaskStats, usage_then: TokenUsage,
+                 by_model_then: dict[str, TokenUsage]) -> TaskStats:
+    """A rewind to a point whose totals were `usage_then`: what was spent since stays in
+    the totals and the ledger (it was paid for) and is counted apart as rewound."""
+    by_model = {model: usage_since(usage, by_model_then.get(model, TokenUsage()))
+                for model, usage in stats.usage_by_model.items()}
     return stats.model_copy(update={
-        "llm_calls": stats.llm_calls + usage.calls,
-        "llm_failed_calls": stats.llm_failed_calls + usage.failed_calls,
-        "usage": stats.usage.add(usage),
-        "usage_by_model": merged_usage(stats.usage_by_model, by_model),
-        "rewound_usage": stats.rewound_usage.add(usage),
-        "rewound_by_model": merged_usage(stats.rewound_by_model, by_model),
+        "rewound_usage": stats.rewound_usage.add(usage_since(stats.usage, usage_then)),
+        "rewound_by_model": merged_usage(stats.rewound_by_model,
+                                         {m: u for m, u in by_model.items() if u.calls}),
     })
 
 

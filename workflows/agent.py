@@ -30,12 +30,11 @@ with workflow.unsafe.imports_passed_through():
     )
     from refloop.contract.checkpoints import (
         FORK_TAKEN_SIGNAL,
-        REWIND_SIGNAL,
-        REWOUND_COST_SIGNAL,
+        REWIND_UPDATE,
         ForkOrigin,
         ForkTaken,
         RewindRequest,
-        RewoundCost,
+        Rewound,
     )
     from refloop.contract.handover import (
         HAND_OVER_UPDATE,
@@ -70,13 +69,14 @@ from refloop.contract.policies import (
 from refloop.workflows import accounting, completeness_logic, logic, triggers
 from refloop.workflows.agent_base import TaskFailed, describe_failure
 from refloop.workflows.approval_phase import ApprovalPhase, validate_decision
-from refloop.workflows.calls import Calls, HandOverNow
+from refloop.workflows.calls import Calls, InterruptNow
 from refloop.workflows.completeness_phase import CompletenessPhase
 from refloop.workflows.handover_phase import HandOverPhase
 from refloop.workflows.host_phase import HostPhase
 from refloop.workflows.mcp_phase import McpPhase, with_mcp_reads
 from refloop.workflows.model_phase import ModelPhase, activity_stop_reason
 from refloop.workflows.review_phase import QualityReviewPhase
+from refloop.workflows.rewind_phase import RewindPhase
 from refloop.workflows.visibility_phase import VisibilityPhase
 from refloop.workflows.workspace_phase import WorkspacePhase
 
@@ -87,8 +87,9 @@ from refloop.workflows.workspace_phase import WorkspacePhase
 # is explicit: every activity and child goes through `self.activities`, built here with
 # this workflow as its router (the host phase), never looked up at call time.
 @workflow.defn(name="AgentTaskWorkflow")
-class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, WorkspacePhase,
-                        VisibilityPhase, McpPhase, HostPhase, ModelPhase, HandOverPhase):
+class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, RewindPhase,
+                        WorkspacePhase, VisibilityPhase, McpPhase, HostPhase, ModelPhase,
+                        HandOverPhase):
     @workflow.init
     def __init__(self, inp: TaskInput) -> None:
         self.activities = Calls(router=self)
@@ -184,6 +185,17 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
     def _validate_hand_over(self, request: HandOverRequest) -> None:
         self._refuse_hand_over(request)
 
+    @workflow.update(name=REWIND_UPDATE, description="From `refloop rewind`: put the task "
+                     'back to checkpoint `step` of its run ({"step": 2}): its workspace, '
+                     "conversation and plan progress together, at its next safe point; "
+                     "refused or failed, nothing changes.")
+    async def rewind(self, request: RewindRequest) -> Rewound:
+        return await self._rewind_asked(request)
+
+    @rewind.validator
+    def _validate_rewind(self, request: RewindRequest) -> None:
+        self._refuse_rewind(request)
+
     # ------------------------------------------------------------ signals
 
     @workflow.signal(name=TAKE_OVER_SIGNAL, description="From a worker of a new build: a "
@@ -195,20 +207,6 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
                      "its endpoint (the task is waiting_for_model), or the endpoint is back.")
     async def model_wait(self, report: ModelWaitReport) -> None:
         await self._model_wait_reported(report)
-
-    @workflow.signal(name=REWIND_SIGNAL, description="From `refloop rewind`: put the "
-                     "workspace back to this checkpoint before the next call.")
-    def rewind_workspace(self, request: RewindRequest) -> None:
-        self._rewind_asked(request)
-
-    @workflow.signal(name=REWOUND_COST_SIGNAL, description="From `refloop rewind`, after "
-                     "the reset: the cost of the calls it took out of the run, kept in the "
-                     "ledger marked rewound.")
-    def rewound_cost(self, cost: RewoundCost) -> None:
-        self.state.stats = accounting.add_rewound(self.state.stats, cost.usage,
-                                                  cost.usage_by_model)
-        self._emit("rewound_cost", {"step": cost.step, "tokens": cost.usage.total_tokens,
-                                    "calls": cost.usage.calls})
 
     @workflow.signal(name=FORK_TAKEN_SIGNAL, description="From `refloop fork`: a task was "
                      "forked from one of this task's steps.")
@@ -257,7 +255,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
             await self._react_loop()
         except TaskFailed as failure:
             return await self._finish_failed(failure.stop_reason, failure.message)
-        except HandOverNow:  # a waiting call was taken back
+        except InterruptNow:  # a waiting call was taken back for a hand-over
             if self.state.calls.turn is None:  # at the turn's model call: it is asked again
                 self.state.stats = self.state.stats.model_copy(
                     update={"iterations": self.state.stats.iterations - 1})
@@ -391,9 +389,28 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
             self._start_conversation()
         self._in_loop = True
         try:
-            await self._loop()
+            while not await self._loop_until_rewound():
+                pass
         finally:
             self._in_loop = False
+
+    async def _loop_until_rewound(self) -> bool:
+        """The loop, until it ends (True) or stops for a rewind (False: it goes on from the
+        point put back, or from where it stopped if the rewind failed)."""
+        try:
+            await self._loop()
+            ended = True
+        except InterruptNow:
+            if not self.rewind_due():
+                raise  # a hand-over
+            ended = False
+        if not self.rewind_due():
+            return True
+        if not ended and self.state.calls.turn is None:  # stopped at the turn's model call
+            self.state.stats = self.state.stats.model_copy(
+                update={"iterations": self.state.stats.iterations - 1})
+        rewound = await self._rewind_now()
+        return ended and not rewound
 
     async def _loop(self) -> None:
         inp, conversation = self.state.input, self.state.conversation
@@ -402,7 +419,8 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
         # A continued run resumes after the last completed iteration.
         for iteration in range(self.state.stats.iterations + 1, inp.max_iterations + 1):
             self.state.stats = self.state.stats.model_copy(update={"iterations": iteration})
-            await self._restore_if_rewound()
+            if self.rewind_due():
+                raise InterruptNow()
             act = await self._act(iteration)
             if act.abnormal:
                 self._reject_abnormal_output(act, iteration)
@@ -481,6 +499,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
             text += await self._review_feedback(call, result, turn.reviews)
             self._append(logic.tool_result_message(call, turn.structured, text))
             turn.next_index = index + 1
+            self._keep_rewind_point(turn)
         return self._quality_reflection(turn.reviews)
 
     def _fire_triggers(self, iteration: int) -> list[triggers.Trigger]:
@@ -532,13 +551,17 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
     async def _maybe_continue_as_new(self) -> None:
         """At a step boundary, hand the whole state to a fresh run when history grows long."""
         info, inp = workflow.info(), self.state.input
-        if self.hand_over_due():
+        if self._hand_over is not None:
             await self._continue_handed_over()
         threshold = inp.continue_as_new_after_events
         if not (info.is_continue_as_new_suggested()
                 or (threshold and info.get_current_history_length() > threshold)):
             return
-        await workflow.wait_condition(workflow.all_handlers_finished)
+        # a rewind's update waits for the loop: it is done first, the next turn continues
+        await workflow.wait_condition(
+            lambda: workflow.all_handlers_finished() or self.rewind_due())
+        if self.rewind_due():
+            return
         self._emit("continued_as_new", {"iteration": self.state.stats.iterations,
                                         "history_length": info.get_current_history_length()})
         self._continue_as_new()
@@ -588,8 +611,10 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
         return result
 
     async def _execute_call(self, call: ToolCall, iteration: int, index: int) -> ToolResult:
-        await self._restore_if_rewound()
+        if self.rewind_due():
+            raise InterruptNow()
         await self._checkpoint_again()
+        self._keep_rewind_point(self.state.calls.turn)
         result = await self._dispatch(call, iteration, index)
         checkpoint = {}
         if logic.checkpoint_after(call.name, call.arguments, result.ok,
@@ -635,6 +660,8 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Wo
 
     async def _run_builtin(self, call: ToolCall, iteration: int, index: int) -> ToolResult:
         inp = self.state.input
+        if call.name in self.edit_tools:
+            self._journaled_calls().append(self._call_id(iteration, index))
         try:
             return await self.activities.call(
                 activity_calls.run_tool(call.name),

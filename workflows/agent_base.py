@@ -15,6 +15,7 @@ with workflow.unsafe.imports_passed_through():
     from refloop.contract import activity_calls, policies
     from refloop.contract.activity_calls import ActivityCall
     from refloop.contract.activity_io import LLMUsageRecord
+    from refloop.contract.checkpoints import RewindRequest
     from refloop.contract.handover import HandOverRequest
     from refloop.contract.mcp import mcp_tool_properties
     from refloop.contract.messages import COMPLETE_STEP, ChatMessage
@@ -42,11 +43,13 @@ class AgentBase:
     state: AgentState
     activities: Calls  # every activity and child call, routed by the workflow's router
     _hand_over: HandOverRequest | None = None  # asked by `hand_over` (HandOverPhase)
-    _in_loop = False  # only the agent loop's waits hand over mid-way
+    _rewind: RewindRequest | None = None  # accepted by `rewind`, not yet done (RewindPhase)
+    _in_loop = False  # only the agent loop's waits are interrupted mid-way
 
-    def hand_over_due(self) -> bool:
-        """Whether the run should continue as new now (asked, and in the agent loop)."""
-        return self._hand_over is not None and self._in_loop
+    def interrupt_due(self) -> bool:
+        """Whether the agent loop's waits should stop now: a hand-over to a new build or a
+        rewind was asked (the waiting call is taken back; it never ran)."""
+        return (self._hand_over is not None or self._rewind is not None) and self._in_loop
 
     def _show(self, status: str | None = None) -> None:
         """Refresh what the Web UI shows of the task (VisibilityPhase)."""

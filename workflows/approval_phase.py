@@ -13,7 +13,7 @@ with workflow.unsafe.imports_passed_through():
     from refloop.contract.tool_properties import ToolProperties
 
 from refloop.workflows.agent_base import AgentBase
-from refloop.workflows.calls import HandOverNow
+from refloop.workflows.calls import InterruptNow
 from refloop.workflows.logic import tool_call_summary
 
 
@@ -73,7 +73,7 @@ class ApprovalPhase(AgentBase):
         await self._record(self._visible_status())
         try:
             await workflow.wait_condition(
-                lambda: pending[call_key] is not None or self.hand_over_due(),
+                lambda: pending[call_key] is not None or self.interrupt_due(),
                 timeout=timedelta(seconds=inp.approval_timeout_s),
                 # The Web UI shows the timer by this name (else an unlabelled 10 minutes).
                 timeout_summary="waiting for approval: "
@@ -84,7 +84,7 @@ class ApprovalPhase(AgentBase):
                 call_id=call_key, approved=False,
                 comment=f"no decision within {inp.approval_timeout_s:g}s")
         if pending[call_key] is None:  # handed over while it waits: asked again after
-            raise HandOverNow()
+            raise InterruptNow()
         decision = take_decision(pending, call_key, forget=True)
         self._emit("approval_decided", decision.model_dump(mode="json"))
         self._show()

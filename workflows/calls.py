@@ -39,9 +39,9 @@ ArgT = TypeVar("ArgT", bound=BaseModel)
 ResultT = TypeVar("ResultT")
 
 
-class HandOverNow(Exception):
-    """A waiting call was taken back for a hand-over to a new build: the run continues as
-    new (refloop.workflows.handover_phase)."""
+class InterruptNow(Exception):
+    """A waiting call was taken back: for a hand-over to a new build (the run continues as
+    new, refloop.workflows.handover_phase) or a rewind (refloop.workflows.rewind_phase)."""
 
 
 class ActivityRouter(Protocol):
@@ -218,7 +218,7 @@ async def _call(router: ActivityRouter, activity: ActivityCall[ArgT, ResultT], a
         await workflow.wait_condition(lambda: handle.done() or router.interrupts(activity))
         if not handle.done():  # waiting for its endpoint: nothing of it was answered
             handle.cancel()
-            raise HandOverNow()
+            raise InterruptNow()
         result = await handle
         return result
     waited: timedelta | None = None
@@ -273,7 +273,7 @@ async def _outcome(router: ActivityRouter, activity: ActivityCall[ArgT, ResultT]
         await workflow.wait_condition(settled)
         if not handle.done() and router.interrupts(activity) and not claimed():
             handle.cancel()  # no worker of the host started it: it never ran
-            raise HandOverNow()
+            raise InterruptNow()
         if not handle.done() and router.host_moves() == moves:  # claimed: the host is back
             await router.host_waiting(False, activity, waited or timedelta(0))
             back = False

@@ -18,6 +18,7 @@ from typing import Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    from refloop.contract import activity_calls
     from refloop.contract.activity_calls import ActivityCall
     from refloop.contract.handover import HANDED_OVER, HandOverRequest, TakeOver
 
@@ -33,6 +34,8 @@ class HandOverPhase(AgentBase):
         if self._parked():
             raise ValueError("the task is already handed over; a worker of another build "
                              "takes it over")
+        if self._rewind is not None:
+            raise ValueError("a rewind of the task is under way; hand it over once it is done")
 
     def _hand_over_asked(self, request: HandOverRequest) -> None:
         if self._hand_over is None:
@@ -60,11 +63,17 @@ class HandOverPhase(AgentBase):
         await self._record(self._visible_status())
 
     def interrupts(self, activity: ActivityCall[Any, Any]) -> bool:
-        """Whether a call that waits is taken back for the hand-over: a model call waiting
-        for its endpoint, a workspace call waiting for its host (its router checks no host
-        claimed it)."""
-        if not self.hand_over_due():
+        """Whether a call that waits is taken back for a hand-over or a rewind: a model
+        call waiting for its endpoint, a workspace call waiting for its host (its router
+        checks no host claimed it). A rewind takes back only calls that come before a tool
+        call runs: the turn's model call (the conversation goes back before it) and a tool
+        waiting for its host; a review or checkpoint of a call that ran is let finish, so
+        the point after it is kept."""
+        if not self.interrupt_due():
             return False
         waits = self.state.waits
+        if self._rewind is not None:
+            return activity.name == activity_calls.ACT.name or (
+                activity.name.startswith(activity_calls.TOOL_PREFIX) and "host" in waits)
         return (activity.runs_on == "model" and "model" in waits) or (
             activity.runs_on == "workspace" and "host" in waits)

@@ -14,7 +14,6 @@ with workflow.unsafe.imports_passed_through():
         CheckpointInput,
         ForkOrigin,
         RestoreInput,
-        RewindRequest,
     )
     from refloop.contract.task import IndexReport, WorkspaceDescription, WorkspaceInput
 
@@ -31,6 +30,8 @@ class WorkspacePhase(AgentBase):
     _describing: workflow.ActivityHandle[WorkspaceDescription] | None = None
     _indexing: workflow.ActivityHandle[IndexReport] | None = None
     _cancelled_index: workflow.ActivityHandle[IndexReport] | None = None
+    # (call id, checkpoint id) of a checkpoint its rewind point is not yet kept for
+    _unpointed: tuple[str, str] | None = None
 
     def _begin_describing(self) -> None:
         """Fresh runs: describe the workspace while intent and plan are worked out."""
@@ -95,6 +96,7 @@ class WorkspacePhase(AgentBase):
             return {"checkpoint_error": describe_failure(err)[:300]}
         self.state.workspace.last_checkpoint = taken.checkpoint_id
         self.state.workspace.unsaved_call = None
+        self._unpointed = (call_id, taken.checkpoint_id)
         return {"checkpoint": taken.checkpoint_id}
 
     async def _checkpoint_again(self) -> None:
@@ -103,10 +105,6 @@ class WorkspacePhase(AgentBase):
         if unsaved is not None:
             taken = await self._checkpoint(unsaved)
             self._emit("checkpoint_retaken", {"call": unsaved, **taken})
-
-    def _rewind_asked(self, request: RewindRequest) -> None:
-        self.state.workspace.rewind_to = request.checkpoint_id
-        self._emit("rewind", {"step": request.step, "checkpoint": request.checkpoint_id})
 
     async def after_move(self) -> None:
         """A task moved to another host: its latest checkpoint put there before the call

@@ -365,9 +365,11 @@ async def decide(task_id: TaskId, body: ApprovalBody, client: ClientDep,
 
 REWIND_RESPONSES = {
     404: {"description": "No such agent task"},
-    409: {"description": "The task has ended (fork it instead) or Temporal refused the "
-                         "reset"},
+    409: {"description": "The task has ended or is not in its agent loop (fork it "
+                         "instead), or the workspace could not be put back (nothing changed)"},
     422: {"description": "No such step: the task's current run took fewer checkpoints"},
+    503: {"description": "Temporal did not answer: the rewind may still happen (the "
+                         "task's events say)"},
 }
 FORK_RESPONSES = {
     404: {"description": "No such agent task"},
@@ -383,16 +385,19 @@ def refused(err: branching.BranchRefused) -> HTTPException:
 @tasks.post("/{task_id}/rewind", response_model=TaskRewound, responses=REWIND_RESPONSES)
 async def rewind_task(task_id: TaskId, body: RewindBody, client: ClientDep,
                       store: StoreDep) -> TaskRewound:
-    """Put a running task back to its Nth workspace checkpoint: its files as they were
-    after that call, and its run reset to go on from there (as `refloop rewind`). The
-    calls taken out keep their cost in the task's stats, marked rewound."""
+    """Put a running task back to its Nth workspace checkpoint: its files, conversation
+    and plan progress as they were after that call, then it goes on from there (as
+    `refloop rewind`). Answers once done, at the task's next safe point. The calls taken
+    back keep their cost in the task's stats, marked rewound."""
     row = await task_row(store, task_id, kind="agent")
     try:
         done = await branching.rewind(client, row.workflow_id, body.to_step)
     except branching.BranchRefused as err:
         raise refused(err) from err
     return TaskRewound(task_id=task_id, step=done.step, checkpoint=done.checkpoint_id,
-                       run_id=done.run_id, rewound_tokens=done.rewound_tokens)
+                       call_id=done.call_id, run_id=done.run_id,
+                       edits_taken_back=done.edits_taken_back,
+                       rewound_tokens=done.rewound_tokens)
 
 
 @tasks.post("/{task_id}/fork", response_model=TaskForked, status_code=202,

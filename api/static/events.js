@@ -156,8 +156,14 @@ const DESCRIBE = {
     e(d.endpoint || "its endpoint")} answers again after ${Math.round(d.waited_s || 0)} s; the task goes on`,
   cls: "pass" }),
   moved_to_host: (d) => `Moved from host ${e(d.from || "(none)")} to host ${e(d.to)}`,
-  rewind: (d) => ({ html: `<span class="event-title">Rewound</span> to checkpoint ${e(d.step)} (${
-    e(String(d.checkpoint || "").slice(0, 12))}): the run goes on from just after that call`, cls: "warn" }),
+  rewind: (d) => ({ html: `<span class="event-title">Rewind asked</span> to checkpoint ${e(d.step)}: the task stops at its next safe point to put it back`, cls: "warn" }),
+  rewound: (d) => ({ html: `<span class="event-title">Rewound</span> to checkpoint ${e(d.step)} (${
+    e(String(d.checkpoint || "").slice(0, 12))}): files, conversation and plan progress as they were just after that call; ${
+    plural(d.edits_taken_back || 0, "edit")} taken back, ${plural(d.written || 0, "path")} written, ${
+    plural(d.removed || 0, "path")} removed${d.rewound_tokens ? `; the ${plural(d.rewound_calls || 0, "model call")} taken back (${
+    plural(d.rewound_tokens, "token")}) stay in the task's stats, marked rewound` : ""}`, cls: "warn" }),
+  rewind_failed: (d) => ({ html: `<span class="event-title">Rewind to checkpoint ${e(d.step)} failed</span>: ${
+    e(d.error || "")}`, cls: "fail" }),
   rewound_cost: (d) => `The rewound steps cost ${plural(d.tokens || 0, "token")} in ${
     plural(d.calls || 0, "model call")}: kept in the task's stats, marked rewound`,
   forked_from: (d) => `<span class="event-title">Forked</span> from <a href="task.html?id=${

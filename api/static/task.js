@@ -106,7 +106,11 @@ function show(event) {
   if (["workspace_restored", "forked_from"].includes(event.type) && d.checkpoint) {
     lastCheckpoint = d.checkpoint;
   }
-  if (["rewind", "workspace_restored", "continued_as_new"].includes(event.type)) refreshPoints();
+  if (event.type === "rewound") {  // the calls waiting then were taken back
+    lastCheckpoint = d.checkpoint;
+    pending.forEach((_, callId) => dropApproval(callId));
+  }
+  if (["rewound", "workspace_restored", "continued_as_new"].includes(event.type)) refreshPoints();
   if (event.type === "reflection_exec") children().catch(() => {});
   if (FINAL.includes(event.type)) finish();
 }
@@ -203,7 +207,7 @@ $("#branch-form").addEventListener("submit", async (event) => {
     const done = await api(`/tasks/${taskId}/${kind}`, { method: "POST", body: JSON.stringify(body) });
     dialog.close();
     if (kind === "fork") location.href = `task.html?id=${encodeURIComponent(done.task_id)}`;
-    else follow(true);  // the reset run tells its events afresh
+    else refreshPoints();  // the task's events go on: a "rewound" card follows
   } catch (error) {
     const detail = error.body && error.body.detail;
     $("#branch-error").textContent = typeof detail === "string" ? detail

@@ -1,8 +1,6 @@
 """What a fork carries from the task it branches off, read from the original run's history:
 the checkpoint of step N, the plan and the plan steps marked done up to it, and the
-conversation up to and including step N's call (its result, as the model read it); and what
-a rewind took out of a run (the cost of the calls after the reset point, which the ledger
-keeps, marked rewound).
+conversation up to and including step N's call (its result, as the model read it).
 
 Plain functions over history events and messages: the CLI and the API share them, and they
 are tested on built histories.
@@ -14,9 +12,15 @@ from dataclasses import dataclass, field
 
 from temporalio.api.history.v1 import HistoryEvent
 
-from refloop.checkpoints.rewind import RunCheckpoint, _payload_json, choose, run_checkpoints
+from refloop.checkpoints.rewind import (
+    RunCheckpoint,
+    _payload_json,
+    choose,
+    effective_events,
+    run_checkpoints,
+)
 from refloop.contract import activity_calls
-from refloop.contract.messages import ChatMessage, Plan, TokenUsage
+from refloop.contract.messages import ChatMessage, Plan
 
 COMPLETE_STEP = "complete_step"  # the plan's own step marker (handled inside the workflow)
 # A step whose results the original run never sent back to the model (it ended first)
@@ -127,6 +131,7 @@ def turns_up_to(sent: list[dict] | None, calls: list[dict], content: str | None,
 
 def carried_to(events: list[HistoryEvent], step: int) -> Carried:
     """What a fork at `step` (1-based, the run's checkpoints in order) carries."""
+    events = effective_events(events)  # what rewinds took back is not carried
     chosen = choose(run_checkpoints(events), step)
     _, index = call_position(chosen.call_id)
     acts, plans = _acts_and_plans(events)
@@ -162,22 +167,3 @@ def forked_conversation(stored: list[ChatMessage], turns: list[ChatMessage],
             "This task was forked from the step above; from here, follow this new "
             f"instruction:\n{instruction}")))
     return messages
-
-
-def usage_after(events: list[HistoryEvent], point: int) -> tuple[TokenUsage,
-                                                                  dict[str, TokenUsage]]:
-    """The model usage of calls a reset to `point` takes out of a run: every completed
-    activity's usage record after it, in total and by model."""
-    total, by_model = TokenUsage(), {}
-    for event in events:
-        if event.event_id > point and event.HasField(
-                "activity_task_completed_event_attributes"):
-            record = _payload_json(event.activity_task_completed_event_attributes.result
-                                   ).get("usage")
-            if not isinstance(record, dict) or not isinstance(record.get("usage"), dict):
-                continue
-            usage = TokenUsage.model_validate(record["usage"])
-            model = str(record.get("model") or "unknown")
-            total = total.add(usage)
-            by_model[model] = by_model[model].add(usage) if model in by_model else usage
-    return total, by_model

@@ -1,6 +1,6 @@
-"""Rewinding a task to one of its checkpoints, read from its run's history: which
-checkpoints the run took (in order, each after which call), and the point a Temporal reset
-goes back to so that the run goes on right after that checkpoint.
+"""A task's checkpoints, read from its run's history: which checkpoints the run took (in
+order, each after which call), as its rewinds left them; rewind and fork name them by that
+order.
 
 Plain functions over the history's events: the CLI and the API share them, and they are
 tested on recorded histories.
@@ -8,12 +8,13 @@ tested on recorded histories.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from temporalio.api.history.v1 import HistoryEvent
+from temporalio.converter import PayloadConverter
 
 from refloop.contract import activity_calls
+from refloop.contract.checkpoints import REWIND_UPDATE
 
 
 class CannotRewind(ValueError):
@@ -29,17 +30,34 @@ class RunCheckpoint:
 
 
 def _payload_json(payloads) -> dict:
+    """The first payload of a `Payloads`, through the SDK's payload converter (JSON as the
+    workers write it; a codec, if the client has one, is undone before: `decoded_payloads`)."""
     if not payloads.payloads:
         return {}
     try:
-        value = json.loads(payloads.payloads[0].data)
-    except ValueError:
+        value = PayloadConverter.default.from_payload(payloads.payloads[0])
+    except (ValueError, RuntimeError, TypeError):
         return {}
     return value if isinstance(value, dict) else {}
 
 
-def run_checkpoints(events: list[HistoryEvent]) -> list[RunCheckpoint]:
-    """The checkpoints this run took, oldest first."""
+def payload_fields(event: HistoryEvent) -> list:
+    """The `Payloads` of an event that rewind and fork read."""
+    if event.HasField("activity_task_scheduled_event_attributes"):
+        return [event.activity_task_scheduled_event_attributes.input]
+    if event.HasField("activity_task_completed_event_attributes"):
+        return [event.activity_task_completed_event_attributes.result]
+    if event.HasField("workflow_execution_started_event_attributes"):
+        return [event.workflow_execution_started_event_attributes.input]
+    if event.HasField("workflow_execution_update_accepted_event_attributes"):
+        return [event.workflow_execution_update_accepted_event_attributes
+                .accepted_request.input.args]
+    if event.HasField("workflow_execution_update_completed_event_attributes"):
+        return [event.workflow_execution_update_completed_event_attributes.outcome.success]
+    return []
+
+
+def _checkpoints_in(events: list[HistoryEvent]) -> list[RunCheckpoint]:
     calls: dict[int, str] = {}  # scheduled event id -> the call it followed
     found: list[RunCheckpoint] = []
     for event in events:
@@ -58,15 +76,33 @@ def run_checkpoints(events: list[HistoryEvent]) -> list[RunCheckpoint]:
     return found
 
 
-def reset_point(events: list[HistoryEvent], checkpoint: RunCheckpoint) -> int:
-    """The workflow task that took in the checkpoint's completion: a reset to it runs that
-    task again, so the run goes on from just after the checkpoint."""
+def effective_events(events: list[HistoryEvent]) -> list[HistoryEvent]:
+    """The run's events as its rewinds left it: a rewind to step N that succeeded takes out
+    everything between checkpoint N's completion and the rewind's answer (the calls it took
+    back and their checkpoints), as the run itself forgot them."""
+    rewinds: set[int] = set()  # accepted event ids of rewind updates
+    kept: list[HistoryEvent] = []
     for event in events:
-        if event.event_id > checkpoint.completed_event_id and event.HasField(
-                "workflow_task_completed_event_attributes"):
-            return event.event_id
-    raise CannotRewind(f"step {checkpoint.step}'s checkpoint has not been taken in by the "
-                       "run yet; try again in a moment")
+        if event.HasField("workflow_execution_update_accepted_event_attributes"):
+            accepted = event.workflow_execution_update_accepted_event_attributes
+            if accepted.accepted_request.input.name == REWIND_UPDATE:
+                rewinds.add(event.event_id)
+        elif event.HasField("workflow_execution_update_completed_event_attributes"):
+            done = event.workflow_execution_update_completed_event_attributes
+            step = _payload_json(done.outcome.success).get("step")
+            if done.accepted_event_id in rewinds and isinstance(step, int):
+                checkpoints = _checkpoints_in(kept)
+                if 1 <= step <= len(checkpoints):
+                    cut = checkpoints[step - 1].completed_event_id
+                    kept = [e for e in kept if e.event_id <= cut]
+        kept.append(event)
+    return kept
+
+
+def run_checkpoints(events: list[HistoryEvent]) -> list[RunCheckpoint]:
+    """The checkpoints this run took, oldest first, as its rewinds left them: the steps a
+    rewind or a fork names."""
+    return _checkpoints_in(effective_events(events))
 
 
 def choose(checkpoints: list[RunCheckpoint], step: int) -> RunCheckpoint:

@@ -38,17 +38,9 @@ class RestoreInput(BaseModel):
     # A fork's new workspace: refused unless the directory is new or empty, so a fork never
     # overwrites files it did not make (added later: False, as before)
     fresh: bool = False
-
-
-# A task told to put its workspace back to one of its checkpoints (`refloop rewind` sends it
-# just before resetting the run to the point after that checkpoint; the reset run receives
-# it again and restores before it goes on).
-REWIND_SIGNAL = "rewind_workspace"
-
-
-class RewindRequest(BaseModel):
-    checkpoint_id: str = Field(pattern=CHECKPOINT_ID)
-    step: int = Field(ge=1)
+    # A rewind: the edit journal's entries of the calls it takes back, dropped once the
+    # tree is restored (an undo after the rewind never undoes a call that is gone)
+    discard_calls: list[str] = Field(default_factory=list)
 
 
 class RestoreResult(BaseModel):
@@ -58,16 +50,27 @@ class RestoreResult(BaseModel):
     seconds: float
 
 
-# After a rewind's reset: the cost of the calls the reset took out of the run, kept in the
-# task's ledger and marked rewound (sent to the new run; the old run's history is complete
-# by then, so the figure is exact).
-REWOUND_COST_SIGNAL = "rewound_cost"
+# A running task put back to one of its run's checkpoints, inside the run (an update: the
+# task validates the step, restores its workspace, conversation and progress together at
+# its next safe point, and answers; refused or failed, nothing changed).
+REWIND_UPDATE = "rewind"
 
 
-class RewoundCost(BaseModel):
-    step: int = Field(ge=1)  # the step rewound to
-    usage: TokenUsage = Field(default_factory=TokenUsage)
-    usage_by_model: dict[str, TokenUsage] = Field(default_factory=dict)
+class RewindRequest(BaseModel):
+    step: int = Field(ge=1)  # the run's checkpoints, counted from 1 as `refloop rewind` does
+
+
+class Rewound(BaseModel):
+    """What a rewind did: the step and checkpoint it went back to, the call after which
+    that checkpoint was taken, and the calls it took back (their cost stays in the ledger,
+    counted apart as rewound)."""
+
+    step: int
+    checkpoint_id: str
+    call_id: str
+    calls_taken_back: int
+    rewound_tokens: int
+    restored: RestoreResult
 
 
 class ForkOrigin(BaseModel):

@@ -127,3 +127,22 @@ class Journal:
             and e["result"].get("data", {}).get("edit_kind") != "undo"
         ]
         return sorted(done, key=lambda e: e["created_ns"], reverse=True)
+
+    def discard(self, call_ids: list[str]) -> int:
+        """A rewind took these calls back: their entries go, and an entry one of them
+        undid is undoable again (the undo is gone with them). Returns the entries dropped."""
+        gone = set(call_ids)
+        dropped = 0
+        for call_id in call_ids:
+            entry = self.load(call_id)
+            if entry is None:
+                continue
+            data = (entry.get("result") or {}).get("data") or {}
+            undid = data.get("undone_call") or (
+                data.get("patch_id") if data.get("edit_kind") == "undo" else None)
+            if undid and undid not in gone and (earlier := self.load(undid)) is not None:
+                earlier["undone"] = False
+                self.save(earlier)
+            self._path(call_id).unlink(missing_ok=True)
+            dropped += 1
+        return dropped

@@ -185,12 +185,14 @@ def test_rewind_and_fork_numbered_as_the_api_after_a_cli_rewind(tmp_path):
                                   "--to-step", "1"], env=env, capture_output=True, text=True,
                                  timeout=120)
         assert rewound.returncode == 0, rewound.stderr
-        # The console follows the reset run: one checkpoint left, offered as the API has it
+        # The console follows the same run: the approval taken back goes, one checkpoint
+        # is left, offered as the API has it
         expect(page.locator(".approval")).to_contain_text("d.md", timeout=SLOW_MS)
-        expect(page.locator('.event[data-event="rewind"]')).to_contain_text(
+        expect(page.locator('.event[data-event="rewound"]')).to_contain_text(
             "Rewound to checkpoint 1")
+        expect(page.locator('.event[data-event="rewound"]')).to_contain_text(
+            "1 edit taken back")
         expect(rewinds).to_have_count(1)
-        expect(page.locator(".event", has_text="b.md")).to_have_count(0)
         rewinds.first.click()
         expect(page.locator("#branch-title")).to_have_text("Rewind to checkpoint 1?")
         page.get_by_role("button", name="Confirm").click()

@@ -71,9 +71,18 @@ EVENTS: list[tuple[str, dict, list[str]]] = [
       "Start a worker there, or move the task to another host."]),
     ("moved_to_host", {"from": "h-east", "to": "h-west"},
      ["Moved from host h-east to host h-west"]),
-    ("rewind", {"step": 2, "checkpoint": "c0ffee" * 10 + "abcd"},
-     ["Rewound to checkpoint 2 (c0ffeec0ffee): the run goes on from just after that "
-      "call"]),
+    ("rewind", {"step": 2},
+     ["Rewind asked to checkpoint 2: the task stops at its next safe point to put it "
+      "back"]),
+    ("rewound", {"step": 2, "checkpoint": "c0ffee" * 10 + "abcd", "call": "t.r.3.0",
+                 "edits_taken_back": 2, "rewound_tokens": 1200, "rewound_calls": 3,
+                 "written": 1, "removed": 2, "unchanged": 7, "seconds": 0.01},
+     ["Rewound to checkpoint 2 (c0ffeec0ffee): files, conversation and plan progress as "
+      "they were just after that call; 2 edits taken back, 1 path written, 2 paths "
+      "removed; the 3 model calls taken back (1200 tokens) stay in the task's stats, "
+      "marked rewound"]),
+    ("rewind_failed", {"step": 2, "error": "the workspace could not be put back"},
+     ["Rewind to checkpoint 2 failed: the workspace could not be put back"]),
     ("workspace_restored", {"checkpoint": "c0ffee" * 10 + "abcd", "written": 1, "removed": 2,
                             "unchanged": 7, "seconds": 0.01},
      ["Workspace put back to checkpoint c0ffeec0ffee: 1 path written, 2 paths removed, "

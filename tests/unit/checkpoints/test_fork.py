@@ -1,5 +1,5 @@
-"""What a fork carries from the original run up to its step, and what a rewind takes out:
-decided from the run's history by plain functions."""
+"""What a fork carries from the original run up to its step, the checkpoints as a run's
+rewinds left them, and what a rewind counts as rewound: decided by plain functions."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from temporalio.api.history.v1 import (
     ActivityTaskCompletedEventAttributes,
     ActivityTaskScheduledEventAttributes,
     HistoryEvent,
+    WorkflowExecutionUpdateAcceptedEventAttributes,
+    WorkflowExecutionUpdateCompletedEventAttributes,
     WorkflowTaskCompletedEventAttributes,
 )
 
@@ -19,20 +21,21 @@ from refloop.checkpoints.fork import (
     call_position,
     carried_to,
     forked_conversation,
-    usage_after,
 )
-from refloop.checkpoints.rewind import CannotRewind
+from refloop.checkpoints.rewind import CannotRewind, run_checkpoints
 from refloop.contract import activity_calls
+from refloop.contract.checkpoints import REWIND_UPDATE
 from refloop.contract.messages import ChatMessage, TokenUsage
 from refloop.contract.task import TaskStats
-from refloop.workflows.accounting import add_rewound
+from refloop.workflows.accounting import mark_rewound, usage_since
 
 PLAN = {"task_type": "coding", "steps": [{"goal": "write a", "tool": "write_file"},
                                           {"goal": "write b and c", "tool": "write_file"}]}
 
 
 def payloads(value: dict) -> Payloads:
-    return Payloads(payloads=[Payload(data=json.dumps(value).encode())])
+    return Payloads(payloads=[Payload(metadata={"encoding": b"json/plain"},
+                                      data=json.dumps(value).encode())])
 
 
 class History:
@@ -52,6 +55,24 @@ class History:
             event_id=self._next(), activity_task_completed_event_attributes=(
                 ActivityTaskCompletedEventAttributes(scheduled_event_id=scheduled,
                                                      result=payloads(result)))))
+
+    def update(self, name: str, arg: dict, result: dict | None) -> None:
+        """An update accepted, then answered (`result`) or failed (None)."""
+        accepted = self._next()
+        self.events.append(HistoryEvent(
+            event_id=accepted, workflow_execution_update_accepted_event_attributes=(
+                WorkflowExecutionUpdateAcceptedEventAttributes())))
+        request = self.events[-1].workflow_execution_update_accepted_event_attributes
+        request.accepted_request.input.name = name
+        request.accepted_request.input.args.CopyFrom(payloads(arg))
+        completed = WorkflowExecutionUpdateCompletedEventAttributes(accepted_event_id=accepted)
+        if result is None:
+            completed.outcome.failure.message = "refused"
+        else:
+            completed.outcome.success.CopyFrom(payloads(result))
+        self.events.append(HistoryEvent(
+            event_id=self._next(),
+            workflow_execution_update_completed_event_attributes=completed))
 
     def workflow_task(self) -> None:
         self.events.append(HistoryEvent(
@@ -177,25 +198,54 @@ def test_call_positions_are_read_from_the_call_id():
         call_position("nonsense")
 
 
-def test_a_rewind_takes_out_the_cost_after_its_point_by_model():
-    events = a_run()
-    point = len(events) - 3  # just before the last model turn was scheduled
-    total, by_model = usage_after(events, point)
-    assert total.total_tokens == 40 and total.calls == 1
-    assert set(by_model) == {"m2"}
-    everything, _ = usage_after(events, 0)
-    assert everything.total_tokens == 75
+def rewound_run() -> list[HistoryEvent]:
+    """`a_run` rewound to step 1 once it took checkpoint 3, then a new turn: write d.txt
+    (checkpoint 2 of the run as the rewind left it); a failed rewind changes nothing."""
+    h = History()
+    h.events = a_run()
+    h.update(REWIND_UPDATE, {"step": 1}, {"step": 1, "checkpoint_id": "a" * 64})
+    h.update(REWIND_UPDATE, {"step": 1}, None)
+    h.workflow_task()
+    h.activity(activity_calls.ACT, {"messages": SECOND_TURN, "conversation_ref": "R1"},
+               {"tool_calls": [tool_call("c5", "write_file", path="d.txt", content="d")],
+                "conversation_ref": "R4", "usage": usage(30)})
+    checkpoint(h, "wf.run1x.2.0", "d")
+    h.workflow_task()
+    return h.events
 
 
-def test_rewound_cost_stays_in_the_totals_and_is_counted_apart():
-    stats = TaskStats(usage=TokenUsage(total_tokens=100, calls=3),
-                      usage_by_model={"m1": TokenUsage(total_tokens=100, calls=3)})
-    cost = TokenUsage(total_tokens=40, calls=1)
-    after = add_rewound(stats, cost, {"m1": cost})
-    assert after.usage.total_tokens == 140 and after.llm_calls == 1
-    assert after.usage_by_model["m1"].total_tokens == 140
-    assert after.rewound_usage.total_tokens == 40
-    assert after.rewound_by_model["m1"].calls == 1
+def test_a_rewind_takes_its_later_checkpoints_out_of_the_runs_numbering():
+    points = run_checkpoints(rewound_run())
+    assert [(p.step, p.checkpoint_id[0]) for p in points] == [(1, "a"), (2, "d")]
+    assert [p.step for p in run_checkpoints(a_run())] == [1, 2, 3]  # no rewind: all
+
+
+def test_a_fork_after_a_rewind_carries_the_run_as_the_rewind_left_it():
+    carried = carried_to(rewound_run(), 2)
+    assert carried.checkpoint.checkpoint_id == "d" * 64
+    assert carried.conversation_ref == "R4"
+    assert [c.id for c in carried.turns[0].tool_calls] == ["c5"]
+    assert carried.completed_steps == [1]  # marked before the point; nothing taken back
+
+
+def test_usage_since_a_point_is_the_difference_of_the_running_totals():
+    then = TokenUsage(total_tokens=100, calls=3)
+    now = TokenUsage(total_tokens=140, calls=4, failed_calls=1)
+    since = usage_since(now, then)
+    assert (since.total_tokens, since.calls, since.failed_calls) == (40, 1, 1)
+
+
+def test_rewound_cost_stays_in_the_totals_and_is_counted_apart_by_model():
+    then = TokenUsage(total_tokens=100, calls=3)
+    stats = TaskStats(usage=TokenUsage(total_tokens=160, calls=5),
+                      usage_by_model={"m1": TokenUsage(total_tokens=120, calls=4),
+                                      "m2": TokenUsage(total_tokens=40, calls=1)})
+    after = mark_rewound(stats, then, {"m1": then})
+    assert after.usage == stats.usage  # paid for: the totals keep it
+    assert after.rewound_usage.total_tokens == 60 and after.rewound_usage.calls == 2
+    assert after.rewound_by_model["m1"].calls == 1 and after.rewound_by_model["m2"].calls == 1
+    again = mark_rewound(after, after.usage, after.usage_by_model)  # nothing spent since
+    assert again.rewound_usage == after.rewound_usage
 
 
 def test_a_fork_restores_only_into_a_new_or_empty_directory(tmp_path):

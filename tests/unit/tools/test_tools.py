@@ -238,6 +238,46 @@ async def test_crash_mid_apply_restores_then_applies_once(ws):
     assert result.ok and (ws / "a.txt").read_text() == "one\ntwo\nthree\nfour\n"
 
 
+async def test_a_rewind_drops_the_journal_of_the_calls_it_took_back(ws):
+    """After a rewind, an undo never undoes a call that is gone, and an edit an undo that
+    is gone had undone can be undone again."""
+    task = "task-rw"
+    ids = [f"{task}.0123abcd.{i}.0" for i in range(1, 5)]
+    edit = {"command": "str_replace", "path": "a.txt"}
+    assert (await run(ws, "str_replace_based_edit_tool", call_id=ids[0], old_str="one",
+                      new_str="ONE", **edit)).ok
+    assert (await run(ws, "str_replace_based_edit_tool", call_id=ids[1], old_str="two",
+                      new_str="TWO", **edit)).ok
+    undo = await run(ws, "str_replace_based_edit_tool", call_id=ids[2], command="undo_edit",
+                     path="a.txt")
+    assert undo.ok and undo.data["undone_call"] == ids[1]
+    # Rewound to just after the first edit: the tree is put back (as the restore does)
+    # and the second edit and the undo are taken back with their journal entries
+    (ws / "a.txt").write_text("ONE\ntwo\nthree\n")
+    journal = Journal(ws.resolve(), SETTINGS.journal_dir, ids[0])
+    assert journal.discard([ids[1], ids[2]]) == 2
+    again = await run(ws, "str_replace_based_edit_tool", call_id=ids[3], command="undo_edit",
+                      path="a.txt")
+    assert again.ok and again.data["undone_call"] == ids[0]  # not the edit taken back
+    assert (ws / "a.txt").read_text() == "one\ntwo\nthree\n"
+    assert journal.discard(["nothing-here.0123abcd.9.9"]) == 0
+
+
+async def test_a_discarded_undo_makes_the_edit_it_undid_undoable_again(ws):
+    task = "task-rw2"
+    ids = [f"{task}.0123abcd.{i}.0" for i in range(1, 4)]
+    assert (await run(ws, "str_replace_based_edit_tool", call_id=ids[0],
+                      command="str_replace", path="a.txt", old_str="one", new_str="ONE")).ok
+    assert (await run(ws, "str_replace_based_edit_tool", call_id=ids[1],
+                      command="undo_edit", path="a.txt")).ok
+    (ws / "a.txt").write_text("ONE\ntwo\nthree\n")  # back to just after the edit
+    Journal(ws.resolve(), SETTINGS.journal_dir, ids[0]).discard([ids[1]])
+    undo = await run(ws, "str_replace_based_edit_tool", call_id=ids[2], command="undo_edit",
+                     path="a.txt")
+    assert undo.ok and undo.data["undone_call"] == ids[0]
+    assert (ws / "a.txt").read_text() == "one\ntwo\nthree\n"
+
+
 # ---------------------------------------------------------------- commands
 
 
