@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from refloop.contract.messages import Plan, TokenUsage
+from refloop.contract.messages import Plan
 
 # A checkpoint id: the sha256 of its manifest.
 CHECKPOINT_ID = r"^[0-9a-f]{64}$"
