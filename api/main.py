@@ -32,6 +32,7 @@ from refloop.api.housekeeping import keep_house
 from refloop.api.mcp_server import McpDeps, build_mcp_server, http_endpoint
 from refloop.api.openapi import ERROR_RESPONSES, install_docs
 from refloop.api.reconcile import reconcile_all
+from refloop.api.routes import budget as budget_routes
 from refloop.api.routes import code_reviews, health, prompts, reviews, task_review, tasks
 from refloop.api.routes import hosts as host_routes
 from refloop.contract.text import escape_json_controls
@@ -152,6 +153,6 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
     app.include_router(health.router)
     for router in (tasks.interactive, tasks.tasks, prompts.prompts, prompts.model_configs,
                    reviews.router, code_reviews.router, host_routes.router,
-                   task_review.router):
+                   task_review.router, budget_routes.router):
         app.include_router(router, dependencies=secured, responses=ERROR_RESPONSES)
     return app

@@ -25,7 +25,7 @@ from refloop.store.db import TERMINAL_STATUSES, Store, TaskRecord, as_utc, utcno
 log = logging.getLogger("refloop.api")
 T = TypeVar("T")
 OPEN_STATUSES = ("queued", "running", "waiting_approval", "waiting_for_host",
-                 "waiting_for_model", "handed_over")
+                 "waiting_for_model", "waiting_for_budget", "handed_over")
 # A row is written just before its workflow starts: a missing workflow only means "lost"
 # once the row is older than this.
 START_GRACE = timedelta(seconds=15)

@@ -23,6 +23,10 @@ def _integral_float(value: Any) -> Any:
 # Request bodies are strict (no "1" for 1, no 0 for false), but JSON's 5.0 is the integer 5.
 JsonInt = Annotated[int, BeforeValidator(_integral_float), Strict()]
 DbId = Annotated[JsonInt, Field(ge=1, le=DB_ID_MAX)]
+# A number of dollars: JSON's 5 is 5.0 (strict bodies take no "5")
+JsonFloat = Annotated[float, BeforeValidator(
+    lambda value: float(value) if isinstance(value, int) and not isinstance(value, bool)
+    else value), Strict()]
 SafeId = Annotated[str, Field(pattern=ID_PATTERN, max_length=128)]
 
 
@@ -68,6 +72,10 @@ class TaskCreate(BaseModel):
     approval_mode: ApprovalMode | None = None
     enable_reflection: bool | None = None
     max_iterations: JsonInt = Field(default=20, ge=1, le=500)
+    # The task's spend limit, its children's spend included; at it the task waits
+    # `waiting_for_budget` until POST /tasks/{id}/budget raises it
+    max_cost_usd: JsonFloat | None = Field(default=None, gt=0)
+    max_tokens: JsonInt | None = Field(default=None, gt=0)
     # MCP servers for this task; None: the session's
     mcp_servers: list[McpServerName] | None = Field(default=None, max_length=16)
 
@@ -109,6 +117,13 @@ class TaskState(BaseModel):
     # only) the tasks forked from this one
     forked_from: dict[str, Any] | None = None
     forks: list[dict[str, Any]] = Field(default_factory=list)
+    # Spend in USD at REFLOOP_MODEL_PRICES: the task's with its children's, and its own;
+    # `unpriced_calls`: answered calls of models with no price (counted in tokens only)
+    cost_usd: float | None = None
+    own_cost_usd: float | None = None
+    unpriced_calls: int = 0
+    # Its limit now ({max_cost_usd, max_tokens, cost_usd, tokens, waiting}); None: none
+    budget: dict[str, Any] | None = None
 
 
 class TaskStart(SessionStart):
@@ -125,6 +140,8 @@ class TaskStart(SessionStart):
     session_id: SafeId | None = None
     enable_reflection: bool | None = None
     max_iterations: JsonInt = Field(default=20, ge=1, le=500)
+    max_cost_usd: JsonFloat | None = Field(default=None, gt=0)  # as TaskCreate's
+    max_tokens: JsonInt | None = Field(default=None, gt=0)
 
 
 class TaskStarted(TaskAccepted):
@@ -288,3 +305,23 @@ class Health(BaseModel):
     temporal: bool
     database: bool
     detail: dict[str, str] = Field(default_factory=dict)
+
+
+class BudgetBody(BaseModel):
+    """A task's new spend limit: totals with its children's spend, not increments; one
+    left out stays as it was. Refused (409) below what the task has spent."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [
+        {"max_cost_usd": 5.0}, {"max_tokens": 2000000}]})
+
+    max_cost_usd: JsonFloat | None = Field(default=None, gt=0)
+    max_tokens: JsonInt | None = Field(default=None, gt=0)
+
+
+class TaskBudget(BaseModel):
+    task_id: str
+    max_cost_usd: float | None = None
+    max_tokens: int | None = None
+    cost_usd: float  # spent so far, its children's included
+    tokens: int
+    waiting: bool  # still waiting_for_budget: the new limit does not cover its next call

@@ -96,7 +96,8 @@ def status_frame(status: str, **data: object) -> str:
 
 # Events that change what the task is doing: the stream tells the new status.
 STATUS_AFTER = {"approval_required": "waiting_approval", "approval_decided": "running",
-                "waiting_for_model": "waiting_for_model", "model_back": "running"}
+                "waiting_for_model": "waiting_for_model", "model_back": "running",
+                "waiting_for_budget": "waiting_for_budget", "budget_resumed": "running"}
 
 
 async def live_status(client: Client, workflow_id: str) -> str | None:

@@ -20,7 +20,7 @@ from temporalio.client import Client
 from refloop.api.reconcile import OPEN_STATUSES, refresh, within
 from refloop.api.schemas import TaskState
 from refloop.contract import visibility
-from refloop.contract.task import TaskProgress
+from refloop.contract.task import TaskProgress, TaskStats
 from refloop.settings import Settings
 from refloop.store.db import TERMINAL_STATUSES, Store, TaskRecord
 from refloop.workflows.agent import AgentTaskWorkflow
@@ -60,6 +60,25 @@ def forked_from(inp: dict[str, Any]) -> dict[str, Any] | None:
     return {"task_id": fork.get("task_id"), "step": fork.get("step")}
 
 
+def spend(row: TaskRecord, progress: TaskProgress | None) -> dict[str, Any]:
+    """Its cost (with its children's, and its own), unpriced calls, and its limit now:
+    live from the workflow's progress, else as last stored."""
+    stats = progress.stats if progress is not None else \
+        TaskStats.model_validate(row.usage) if row.usage else None
+    inp: dict[str, Any] = row.input or {}
+    budget: dict[str, Any] | None = None
+    if progress is not None and progress.budget is not None:
+        budget = progress.budget.model_dump()
+    elif inp.get("max_cost_usd") or inp.get("max_tokens"):  # as the task began
+        budget = {"max_cost_usd": inp.get("max_cost_usd"), "max_tokens": inp.get("max_tokens")}
+    if stats is None:
+        return {"budget": budget}
+    usage = stats.usage
+    return {"cost_usd": usage.cost_usd,
+            "own_cost_usd": round(usage.cost_usd - stats.children_usage.cost_usd, 9),
+            "unpriced_calls": usage.unpriced_calls, "budget": budget}
+
+
 def public(row: TaskRecord, settings: Settings, **fields: Any) -> TaskState:
     model, endpoint = used_model(row, settings)
     inp: dict[str, Any] = row.input or {}
@@ -70,7 +89,7 @@ def public(row: TaskRecord, settings: Settings, **fields: Any) -> TaskState:
             "task": task if isinstance(task, str) else None, "host": inp.get("host"),
             "tokens": stored_tokens(row), "duration_s": row.duration_s,
             "web_ui": web_ui_link(settings, row.workflow_id),
-            "forked_from": forked_from(inp)}
+            "forked_from": forked_from(inp), **spend(row, fields.get("progress"))}
     return TaskState(**{**row.model_dump(), **told, **fields})
 
 

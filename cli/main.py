@@ -11,7 +11,7 @@ import logging
 import signal
 import sys
 
-from refloop.cli import people, upgrade
+from refloop.cli import budget, people, upgrade
 from refloop.cli.output import (
     err_console,
 )
@@ -39,7 +39,8 @@ from refloop.cli.tasks import (
 from refloop.settings import Settings, SettingsError, load_settings
 
 # Commands that only talk to a Temporal server: no worker, no server of their own.
-CLIENT_ONLY = ("history", "move", "rewind", "fork", upgrade.COMMAND, *people.COMMANDS)
+CLIENT_ONLY = ("history", "move", "rewind", "fork", upgrade.COMMAND, budget.COMMAND,
+               *people.COMMANDS)
 # Commands that run until signalled, with their own clean-up (worker drain, servers stopped).
 LONG_LIVED = ("worker", "up", "api")
 
@@ -90,6 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
                      "another machine's: --workspace is an absolute path on its disk, "
                      "checked against its roots in the hosts table")
     run.add_argument("--save-history", metavar="FILE", help="write the event history")
+    run.add_argument("--max-cost-usd", type=float, metavar="USD",
+                     help="the task's spend limit in USD, its children's included (at "
+                          "REFLOOP_MODEL_PRICES); at it the task waits for `refloop budget`")
+    run.add_argument("--max-tokens", type=int, metavar="N",
+                     help="the task's token limit, its children's included")
     run.add_argument("--mcp", metavar="NAMES",
                      help="MCP servers whose tools the task may use, e.g. git,time "
                           "(names in the REFLOOP_MCP_CONFIG file)")
@@ -130,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("worker", help="run a worker against TEMPORAL_ADDRESS")
     upgrade.add_parser(sub)
+    budget.add_parser(sub)
     sub.add_parser("mcp", help="serve refloop's tasks as an MCP server over stdio "
                                "(TEMPORAL_ADDRESS, else the embedded stack)")
     for name, text in (("up", "the embedded stack: Temporal, worker and API"),
@@ -274,6 +281,8 @@ def main(argv: list[str] | None = None) -> None:
         runner = upgrade.run(args, settings)
     elif args.command in people.COMMANDS:
         runner = people.run(args, settings)
+    elif args.command == budget.COMMAND:
+        runner = budget.run(args, settings)
     else:
         runner = replay_histories(args)
     if args.command in ("run", "review"):

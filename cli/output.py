@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.text import Text
 
 from refloop.contract.messages import TokenUsage
-from refloop.contract.task import Event, TaskResult
+from refloop.contract.task import Event, TaskResult, TaskStats
 from refloop.contract.text import escape_controls, escape_json_controls
 
 err_console = Console(stderr=True, highlight=False)
@@ -85,6 +85,14 @@ def describe_event(event: Event) -> str:
         case "waiting_for_model":
             return (f"waiting for the model at {data.get('endpoint')}: {data.get('error')} "
                     "(tried again until it answers)")
+        case "waiting_for_budget":
+            return (f"waiting for budget: {data.get('reason')} (raise it with `refloop budget "
+                    "TASK --max-cost-usd X` or `--max-tokens N`)")
+        case "budget_raised":
+            return (f"limit set: ${data.get('max_cost_usd') or '-'} / "
+                    f"{data.get('max_tokens') or '-'} tokens")
+        case "budget_resumed":
+            return f"the limit covers the next call: going on after {data.get('waited_s'):.0f} s"
         case "model_back":
             return (f"the model at {data.get('endpoint')} answers again after "
                     f"{data.get('waited_s') or 0:.0f} s")
@@ -189,6 +197,19 @@ def emit_result(result: TaskResult, as_json: bool) -> None:
         f"{failed_calls_note(stats.usage)}, {stats.tool_calls} tool calls, "
         f"{stats.usage.total_tokens} tokens"
     )
+    print(f"cost: {cost_line(stats)}")
+
+
+def cost_line(stats: TaskStats) -> str:
+    """"$0.11 ($0.03 of it by supplement children)", and what no price covers."""
+    usage, children = stats.usage, stats.children_usage
+    text = f"${usage.cost_usd:.4f}"
+    if children.cost_usd:
+        text += f" (${children.cost_usd:.4f} of it by supplement children)"
+    if usage.unpriced_calls:
+        text += (f"; {usage.unpriced_calls} model calls unpriced (a model not in "
+                 "REFLOOP_MODEL_PRICES: counted in tokens only)")
+    return text
 
 
 def failed_calls_note(usage: TokenUsage) -> str:

@@ -28,7 +28,7 @@ from refloop.settings import Settings
 COMMANDS = ("tasks", "show", "watch", "inbox", "approve", "reject", "cancel")
 NO_SERVER = ("no Temporal server: start `refloop up` (or run a task) on this data dir, or "
              "set TEMPORAL_ADDRESS")
-WAITING = ("waiting_approval", "waiting_for_host")
+WAITING = ("waiting_approval", "waiting_for_host", "waiting_for_budget")
 out = Console(highlight=False, soft_wrap=False)
 
 
@@ -67,12 +67,13 @@ def add_commands(sub: Any) -> None:
 class Waiting(BaseModel):
     """One thing a task waits for: a call's approval, a host, or a model endpoint."""
 
-    kind: Literal["approval", "host", "model"]
+    kind: Literal["approval", "host", "model", "budget"]
     call_id: str | None = None
     tool: str | None = None
     args: dict[str, Any] | None = None
     host: str | None = None
     endpoint: str | None = None
+    reason: str | None = None  # a budget wait's: what was spent of which limit
 
 
 class PlanStepShown(BaseModel):
@@ -88,6 +89,9 @@ class Spend(BaseModel):
     completion_tokens: int = 0
     model_calls: int = 0
     tool_calls: int = 0
+    cost_usd: float = 0.0  # with its children's
+    own_cost_usd: float = 0.0
+    unpriced_calls: int = 0  # answered calls of a model with no price
 
 
 class TaskShown(TaskState):
@@ -159,6 +163,9 @@ def waits_of(state: TaskState, events: list[Event]) -> list[Waiting]:
     """What the task waits for now: each approval asked and not yet decided, its host."""
     if state.status == "waiting_for_host":
         return [Waiting(kind="host", host=state.host)]
+    if state.status == "waiting_for_budget":
+        told = [e for e in events if e.type == "waiting_for_budget"]
+        return [Waiting(kind="budget", reason=told[-1].data.get("reason") if told else None)]
     if state.status == "waiting_for_model":
         told = [e for e in events if e.type == "waiting_for_model"]
         return [Waiting(kind="model", endpoint=told[-1].data.get("endpoint") if told else None)]
@@ -223,7 +230,9 @@ def spend_of(state: TaskState) -> Spend:
     usage = stats.usage
     return Spend(total_tokens=usage.total_tokens or state.tokens or 0,
                  prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
-                 model_calls=stats.llm_calls, tool_calls=stats.tool_calls)
+                 model_calls=stats.llm_calls, tool_calls=stats.tool_calls,
+                 cost_usd=usage.cost_usd, unpriced_calls=usage.unpriced_calls,
+                 own_cost_usd=round(usage.cost_usd - stats.children_usage.cost_usd, 9))
 
 
 # ------------------------------------------------------------ talking to the stack
@@ -341,6 +350,7 @@ async def show_task(args: argparse.Namespace, stack: Stack) -> int:
     line(f"tokens: {spend.total_tokens} ({spend.prompt_tokens} prompt, "
          f"{spend.completion_tokens} completion) in {spend.model_calls} model calls; "
          f"{spend.tool_calls} tool calls")
+    line(f"cost: {cost_of(spend)}")
     line(f"files changed: {', '.join(shown.files_changed) or 'none'}")
     if shown.commands_run:
         line(f"commands run: {len(shown.commands_run)} (the last: {shown.commands_run[-1]})")
@@ -356,12 +366,23 @@ async def show_task(args: argparse.Namespace, stack: Stack) -> int:
     return 0
 
 
+def cost_of(spend: Spend) -> str:
+    text = f"${spend.cost_usd:.4f}"
+    if spend.cost_usd != spend.own_cost_usd:
+        text += f" (its own ${spend.own_cost_usd:.4f}, the rest its supplement children's)"
+    if spend.unpriced_calls:
+        text += f"; {spend.unpriced_calls} model calls unpriced (tokens only)"
+    return text
+
+
 def describe_wait(wait: Waiting) -> str:
     if wait.kind == "approval":
         return (f"approval of call {wait.call_id}: {wait.tool} "
                 f"{json.dumps(wait.args, ensure_ascii=False)}")
     if wait.kind == "host":
         return f"host {wait.host} (start its worker, or `refloop move` the task)"
+    if wait.kind == "budget":
+        return f"a higher spend limit ({wait.reason}; `refloop budget` raises it)"
     return f"the model at {wait.endpoint}"
 
 
@@ -384,6 +405,8 @@ async def inbox(args: argparse.Namespace, stack: Stack) -> int:
             if wait.kind == "approval":
                 line(f"  refloop approve {item.task_id} {wait.call_id}  |  refloop reject "
                      f"{item.task_id} {wait.call_id} --reason ...")
+            elif wait.kind == "budget":
+                line(f"  refloop budget {item.task_id} --max-cost-usd X  (or --max-tokens N)")
     return 0
 
 

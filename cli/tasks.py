@@ -151,6 +151,8 @@ async def run_task(args: argparse.Namespace, settings: Settings) -> int:
         quality_review_rules=rules,
         enable_reflection=False if args.no_reflection else None,
         max_iterations=args.max_iterations,
+        max_cost_usd=args.max_cost_usd,
+        max_tokens=args.max_tokens,
         approval_mode=args.approval_mode,
         mcp_servers=mcp_servers,
         # A deployment's workers are hosts: the workspace is on this one (or --host's).

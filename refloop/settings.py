@@ -13,6 +13,7 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from refloop.contract.budget import DEFAULT_BUDGET_WAIT_S, ModelPrice, parse_prices
 from refloop.contract.hosts import HOST_ID_PATTERN
 from refloop.contract.messages import parse_max_tokens
 
@@ -103,6 +104,14 @@ class Settings(BaseSettings):
     # A refused key (HTTP 401/403) is waited out this long at most (a key being rotated),
     # not the whole outage bound: past it the call fails, naming the endpoint.
     refloop_model_auth_wait_s: float = Field(default=300.0, gt=0)
+    # Model prices, JSON: model name to {"input_usd_per_mtok": X, "output_usd_per_mtok": Y}
+    # (USD per million tokens; a model config may carry its own). Each answered call is
+    # priced from the usage its endpoint reports; a model with no price is counted in
+    # tokens only, and tasks say so.
+    refloop_model_prices: str | None = None
+    # A task at its spend limit (`max_cost_usd`, `max_tokens`) waits `waiting_for_budget`
+    # this long for a raise (`refloop budget`), then ends incomplete. Default 7 days.
+    refloop_budget_wait_s: float = Field(default=DEFAULT_BUDGET_WAIT_S, gt=0)
     # The build of the workflow code this worker runs (unset: a digest of the code); a
     # task handed over by one build is taken over by a worker of another (`refloop drain`).
     refloop_build_id: str | None = Field(default=None, min_length=1, max_length=128)
@@ -331,6 +340,20 @@ class Settings(BaseSettings):
             parse_max_tokens(value)
         return value or None
 
+    @field_validator("refloop_model_prices")
+    @classmethod
+    def _prices(cls, value: str | None) -> str | None:
+        try:
+            parse_prices(value)
+        except ValueError as err:  # a JSON error is a ValueError too
+            raise ValueError(f"model prices: {err}") from None
+        return value or None
+
+    @functools.cached_property
+    def model_prices(self) -> dict[str, ModelPrice]:
+        """REFLOOP_MODEL_PRICES, by model name."""
+        return parse_prices(self.refloop_model_prices)
+
     def review_model(self, requested: str | None = None) -> str:
         """Quality review and code review: the operator's review model, else the one the
         task asked for, else the default."""
@@ -349,6 +372,8 @@ class Settings(BaseSettings):
 
         if fields.get("host"):  # the operator's bound on waiting for the task's host
             fields.setdefault("host_wait_s", self.refloop_host_wait_s)
+        if fields.get("max_cost_usd") or fields.get("max_tokens"):  # and for a raise
+            fields.setdefault("budget_wait_s", self.refloop_budget_wait_s)
         return TaskInput(
             enable_reflection=self.enable_reflection if enable_reflection is None
             else enable_reflection,

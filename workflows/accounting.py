@@ -1,5 +1,5 @@
 """Token and call accounting of a task: usage per model and purpose, review counts, the
-usage of failed calls (from their failure or last heartbeat), the token budget. Pure
+usage of failed calls (from their failure or last heartbeat), the spend limit. Pure
 functions.
 """
 
@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from refloop.contract.activity_io import LLMUsageRecord, QualityReview
+from refloop.contract.budget import COST_DIGITS
 from refloop.contract.messages import (
     TokenUsage,
 )
@@ -87,8 +88,45 @@ def success_rate(attempted: int, succeeded: int) -> float | None:
     return round(succeeded / attempted, 3) if attempted else None
 
 
-def budget_exceeded(stats: TaskStats, budget: int | None) -> str | None:
-    if budget is None or stats.usage.total_tokens <= budget:
+def usd(amount: float) -> str:
+    return f"${amount:.4f}".rstrip("0").rstrip(".") if amount else "$0"
+
+
+def over_budget(usage: TokenUsage, max_cost_usd: float | None,
+                max_tokens: int | None) -> str | None:
+    """Why the limit does not cover the next model call (None: it does). The spend so far
+    has reached a limit, or the spend plus what a call has cost on average would pass it;
+    so the spend at the pause is at most one call past the limit."""
+    calls = max(usage.calls, 1)
+    if max_cost_usd is not None:
+        per_call = usage.cost_usd / calls
+        if usage.cost_usd >= max_cost_usd or round(usage.cost_usd + per_call,
+                                                   COST_DIGITS) > max_cost_usd:
+            return (f"spend limit: {usd(usage.cost_usd)} spent of {usd(max_cost_usd)}; the "
+                    f"next model call (about {usd(per_call)}) is not covered")
+    if max_tokens is not None:
+        per_call_tokens = usage.total_tokens / calls
+        if usage.total_tokens >= max_tokens or usage.total_tokens + per_call_tokens > max_tokens:
+            return (f"token limit: {usage.total_tokens} tokens used of {max_tokens}; the next "
+                    f"model call (about {round(per_call_tokens)} tokens) is not covered")
+    return None
+
+
+def refuse_raise(usage: TokenUsage, max_cost_usd: float | None,
+                 max_tokens: int | None) -> str | None:
+    """Why a new limit cannot be set (None: it can): it is below what was spent."""
+    if max_cost_usd is not None and max_cost_usd < usage.cost_usd:
+        return (f"the task has spent {usd(usage.cost_usd)} (its children's included): a "
+                f"limit of {usd(max_cost_usd)} is below that")
+    if max_tokens is not None and max_tokens < usage.total_tokens:
+        return (f"the task has used {usage.total_tokens} tokens (its children's included): "
+                f"a limit of {max_tokens} is below that")
+    return None
+
+
+def remaining(limit: float | None, spent: float) -> float | None:
+    """What is left of a limit for a child (never 0: a child with nothing left starts by
+    waiting for a raise)."""
+    if limit is None:
         return None
-    return (f"stopped: token budget exhausted ({stats.usage.total_tokens} tokens used, "
-            f"budget {budget})")
+    return max(round(limit - spent, COST_DIGITS), 10.0 ** -COST_DIGITS)

@@ -66,9 +66,10 @@ from refloop.contract.policies import (
     TOOL_RESULT_CHARS,
     VIOLATIONS_CARRIED,
 )
-from refloop.workflows import accounting, completeness_logic, logic, triggers
+from refloop.workflows import completeness_logic, logic, triggers
 from refloop.workflows.agent_base import TaskFailed, describe_failure
 from refloop.workflows.approval_phase import ApprovalPhase, validate_decision
+from refloop.workflows.budget_phase import BudgetPhase, BudgetWaitExpired
 from refloop.workflows.calls import Calls, InterruptNow
 from refloop.workflows.completeness_phase import CompletenessPhase
 from refloop.workflows.handover_phase import HandOverPhase
@@ -89,7 +90,7 @@ from refloop.workflows.workspace_phase import WorkspacePhase
 @workflow.defn(name="AgentTaskWorkflow")
 class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, RewindPhase,
                         WorkspacePhase, VisibilityPhase, McpPhase, HostPhase, ModelPhase,
-                        HandOverPhase):
+                        HandOverPhase, BudgetPhase):
     @workflow.init
     def __init__(self, inp: TaskInput) -> None:
         self.activities = Calls(router=self)
@@ -138,6 +139,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Re
             plan=self.state.planning.plan,
             stats=self.state.stats,
             event_count=self.state.last_seq,
+            budget=self._budget() if self._limited() else None,
         )
 
     # ------------------------------------------------------------ updates
@@ -226,6 +228,8 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Re
                 await self._record("running", input=inp.model_dump(mode="json"))
             self._show()
             return await self._run(inp)
+        except BudgetWaitExpired as unraised:  # nobody raised the limit: not done
+            return await self._finish_incomplete([unraised.reason], unraised.stop_reason)
         except asyncio.CancelledError:
             # Cancelled by a user (API/CLI): say so in the events and the DB, then stop.
             self._stop_indexing()
@@ -459,9 +463,6 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Re
         )
         self._account(act.usage)
         conversation.ref, conversation.unsent_turns = act.conversation_ref, []
-        exhausted = accounting.budget_exceeded(self.state.stats, inp.token_budget)
-        if exhausted:
-            raise TaskFailed("budget_exhausted", exhausted)
         return act
 
     def _reject_abnormal_output(self, act: ActResult, iteration: int) -> None:

@@ -68,6 +68,10 @@ class ActivityRouter(Protocol):
         """Before a waiting call goes to the host the task moved to: what that host needs
         first (the workspace put back from its latest checkpoint)."""
 
+    async def before_call(self, activity: ActivityCall[Any, Any]) -> None:
+        """Before `activity` is scheduled: a model call waits while the task's spend limit
+        does not cover it."""
+
     async def model_answered(self) -> None:
         """A model call returned: a wait for its endpoint is over."""
 
@@ -108,6 +112,9 @@ class ModelQueueRouter:
         return arg
 
     async def after_move(self) -> None:
+        return None
+
+    async def before_call(self, activity: ActivityCall[Any, Any]) -> None:
         return None
 
     async def model_answered(self) -> None:
@@ -151,6 +158,7 @@ class Calls:
                    local: bool | None = None) -> ResultT:
         """Run the activity and wait for its result. `local=False` schedules a local one
         (runs recorded before it became local replay so)."""
+        await self.router.before_call(activity)
         try:
             result = await _call(self.router, activity, arg, summary, options, local)
         except (ActivityError, ApplicationError) as err:

@@ -196,4 +196,5 @@ def merge_stats(parent: TaskStats, child: TaskStats) -> TaskStats:
         usage=parent.usage.add(child.usage),
         usage_by_purpose=merged_usage(parent.usage_by_purpose, child.usage_by_purpose),
         usage_by_model=merged_usage(parent.usage_by_model, child.usage_by_model),
+        children_usage=parent.children_usage.add(child.usage),
     )

@@ -19,10 +19,11 @@ with workflow.unsafe.imports_passed_through():
     from refloop.contract.task import TaskResult
 
 from refloop.workflows import accounting, completeness_logic, logic, review_logic
-from refloop.workflows.agent_base import AgentBase, describe_failure
+from refloop.workflows.agent_base import describe_failure
+from refloop.workflows.budget_phase import BudgetPhase
 
 
-class CompletenessPhase(AgentBase):
+class CompletenessPhase(BudgetPhase):  # a child runs on a share of the task's limit
     tool_names: list[str]
     edit_tools: set[str]
 
@@ -151,6 +152,7 @@ class CompletenessPhase(AgentBase):
             "is_supplement": True,
             "enable_reflection": False,
             "preset_plan": plan,
+            **await self._child_budget(child_id),  # a share of this task's limit
             "prior_context": completeness_logic.prior_context(
                 self.state.calls.ledger, self.state.conversation.answer,
                 earlier_calls=self.state.calls.kept_calls),

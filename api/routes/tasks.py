@@ -171,6 +171,8 @@ def task_input(body: TaskCreate, session: SessionRecord, settings: Settings,
         approval_mode=pick(body.approval_mode, session.approval_mode),
         enable_reflection=body.enable_reflection,
         max_iterations=body.max_iterations,
+        max_cost_usd=body.max_cost_usd,
+        max_tokens=body.max_tokens,
         mcp_servers=known_mcp_servers(pick(body.mcp_servers, session.mcp_servers or []),
                                       settings),
         host=session.host,
@@ -258,7 +260,8 @@ async def start_task_in_one_call(body: TaskStart, client: ClientDep, store: Stor
         fields = body.model_dump(include=set(SessionStart.model_fields))
         started = await start_session(SessionStart(**fields), store, settings)
         session_id, host = started.session_id, started.host
-        overrides = body.model_dump(include={"enable_reflection", "max_iterations"})
+        overrides = body.model_dump(include={"enable_reflection", "max_iterations",
+                                             "max_cost_usd", "max_tokens"})
     else:
         fixed = sorted(body.model_fields_set & SESSION_FIELDS)
         if fixed:

@@ -14,6 +14,7 @@ from pydantic import (
     model_serializer,
 )
 
+from refloop.contract.budget import ModelPrice
 from refloop.contract.messages import (
     ChatMessage,
     IntentResult,
@@ -41,6 +42,8 @@ class ModelEndpoint(BaseModel):
     base_url: str | None = None
     api_key_env: str | None = None
     temperature: float | None = None
+    # The config's price (None: REFLOOP_MODEL_PRICES'); added later, optional
+    price: ModelPrice | None = None
 
 
 class ClassifyIntentInput(BaseModel):

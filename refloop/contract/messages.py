@@ -93,6 +93,10 @@ class TokenUsage(BaseModel):
     # Of the calls: the server sent no usage (a cut stream, a server that never sends it),
     # so their tokens are refloop's estimate (refloop/llm/stream.py).
     estimated_calls: int = 0
+    # USD, at the model's price (refloop/contract/budget.py); answered calls of a model
+    # with no price are `unpriced_calls` instead. New: earlier usage reads 0.
+    cost_usd: float = 0.0
+    unpriced_calls: int = 0
 
     def add(self, other: TokenUsage) -> TokenUsage:
         return TokenUsage(
@@ -105,6 +109,9 @@ class TokenUsage(BaseModel):
             abandoned_max_tokens=self.abandoned_max_tokens + other.abandoned_max_tokens,
             cut_calls=self.cut_calls + other.cut_calls,
             estimated_calls=self.estimated_calls + other.estimated_calls,
+            # rounded to a nano-dollar: float sums must not drift (budget.COST_DIGITS)
+            cost_usd=round(self.cost_usd + other.cost_usd, 9),
+            unpriced_calls=self.unpriced_calls + other.unpriced_calls,
         )
 
 

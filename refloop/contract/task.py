@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from refloop.contract.activity_io import ModelEndpoint, QualityReview
+from refloop.contract.budget import BudgetState
 from refloop.contract.checkpoints import ForkOrigin
 from refloop.contract.handover import HandedOver
 from refloop.contract.hosts import HOST_ID_PATTERN
@@ -68,8 +69,13 @@ class TaskInput(BaseModel):
     approval_mode: Literal["auto", "confirm_writes", "confirm_all"] = "auto"
     approval_timeout_s: float = Field(default=600.0, gt=0)  # no decision = rejection
     max_iterations: int = Field(default=20, ge=1, le=500)
-    # Stop cleanly once the task (children included) has spent this many tokens.
-    token_budget: int | None = Field(default=None, gt=0)
+    # The task's spend limit, its children's spend included (refloop/contract/budget.py):
+    # before a model call the limit does not cover, the task waits `waiting_for_budget`
+    # until it is raised, `budget_wait_s` at most (None: 7 days), then ends incomplete.
+    # `token_budget`, the earlier name of `max_tokens`, is still read (for a release).
+    max_cost_usd: float | None = Field(default=None, gt=0)
+    max_tokens: int | None = Field(default=None, gt=0)
+    budget_wait_s: float | None = Field(default=None, gt=0)
     # Continue-as-new at a step boundary past this many history events (0: only when
     # Temporal suggests it; the test server never does).
     continue_as_new_after_events: int = Field(default=0, ge=0)
@@ -91,6 +97,17 @@ class TaskInput(BaseModel):
     # Set by a hand-over to a new build: the run waits, recording nothing, until a worker
     # of another build takes it over (refloop.contract.handover)
     handed_over: HandedOver | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _token_budget_is_max_tokens(cls, data: Any) -> Any:
+        """`token_budget` (the earlier name) is `max_tokens`."""
+        if isinstance(data, dict) and "token_budget" in data:
+            data = dict(data)
+            budget = data.pop("token_budget")
+            if data.get("max_tokens") is None:
+                data["max_tokens"] = budget
+        return data
 
 
 class WorkspaceInput(BaseModel):
@@ -161,6 +178,9 @@ class TaskStats(BaseModel):
     # still paid for; new, so runs recorded before it read 0
     rewound_usage: TokenUsage = Field(default_factory=TokenUsage)
     rewound_by_model: dict[str, TokenUsage] = Field(default_factory=dict)
+    # Of `usage`: what its supplement children spent (the rest, the task's own); new, so
+    # runs recorded before it read 0
+    children_usage: TokenUsage = Field(default_factory=TokenUsage)
 
 
 # The signal a model activity sends its task when its call starts waiting for the
@@ -216,6 +236,7 @@ class TaskProgress(BaseModel):
     plan: Plan | None = None
     stats: TaskStats
     event_count: int
+    budget: BudgetState | None = None  # its spend limit now; None: it has none
 
 
 class RecordTaskInput(BaseModel):

@@ -20,6 +20,7 @@ import openai
 from pydantic import ValidationError
 
 from refloop.contract.activity_io import LLMUsageRecord, ModelEndpoint
+from refloop.contract.budget import ModelPrice
 from refloop.contract.errors import (
     EndpointWaiting,
     InvalidModelOutput,
@@ -69,7 +70,7 @@ from refloop.llm.wire import (
     parse_json_answer,
     to_wire,
 )
-from refloop.runtime.metrics import model_request
+from refloop.runtime.metrics import model_cost, model_request
 from refloop.runtime.telemetry import tracer
 from refloop.settings import Settings
 
@@ -124,6 +125,8 @@ class LLMGateway:
     def client_for(self, endpoint: ModelEndpoint | None) -> openai.AsyncOpenAI:
         """The default client, or one for a task's model config: its base URL, and the key
         read here, on the worker, from the variable it names (never carried in a task)."""
+        if endpoint is not None and endpoint.price is not None:  # its calls at its price
+            self._price_with(endpoint.price)
         if endpoint is None or (endpoint.base_url is None and endpoint.api_key_env is None):
             return self.client
         # Model configs come from API clients: the worker's own key never goes to a URL one
@@ -145,6 +148,13 @@ class LLMGateway:
                 base_url, key or "not-needed", self.settings.refloop_llm_timeout_s)
         return self.endpoint_clients[cache_key]
 
+    @staticmethod
+    def _price_with(price: ModelPrice) -> None:
+        """The calling activity's requests are priced at a model config's price."""
+        ledger = current_ledger.get()
+        if ledger is not None:
+            ledger.price = price
+
     def _base_url_of(self, endpoint: ModelEndpoint | None) -> str:
         """Capability state and slots are keyed by the endpoint actually called."""
         return (endpoint.base_url if endpoint is not None and endpoint.base_url
@@ -163,7 +173,7 @@ class LLMGateway:
         ledger = current_ledger.get()
         cap = int(kwargs.get("max_tokens") or 0)
         if ledger is not None:
-            ledger.begin(purpose, model, cap)
+            ledger.begin(purpose, model, cap, self.settings.model_prices.get(model))
         slot = self.endpoints.slot(base_url)
         if slot is not None:
             await slot.acquire()
@@ -228,7 +238,7 @@ class LLMGateway:
             answered = answer.usage
             self._count(purpose, answer.usage)
             if ledger is not None:
-                ledger.answered(answer.usage, cap)
+                model_cost(model, purpose.value, ledger.answered(answer.usage, cap))
             return answer
         finally:
             if release is not None:

@@ -1,6 +1,6 @@
 """The request ledger: every HTTP request of one activity execution, counted as it goes
 out (failed and abandoned until its answer arrives), carried across attempts in heartbeat
-details.
+details. Each answer is priced as it arrives (its model's price, or counted unpriced).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from refloop.contract.activity_io import LLMUsageRecord
+from refloop.contract.budget import ModelPrice, priced
 from refloop.contract.messages import Purpose, TokenUsage
 
 
@@ -34,20 +35,27 @@ class RequestLedger:
     model: str | None = None
     usage: TokenUsage = field(default_factory=TokenUsage)
     on_change: Callable[[RequestLedger], None] | None = None
+    # The model's price (a task's model config's, else REFLOOP_MODEL_PRICES'); None: its
+    # answers are counted unpriced
+    price: ModelPrice | None = None
 
-    def begin(self, purpose: Purpose, model: str, max_tokens: int) -> None:
+    def begin(self, purpose: Purpose, model: str, max_tokens: int,
+              price: ModelPrice | None = None) -> None:
         """A request is about to go out: counted failed and abandoned (usage unknown, at
         most `max_tokens` generated) until its answer arrives, so an attempt killed
         mid-request is still in the ledger, heartbeated."""
         self.purpose = self.purpose or purpose.value
         self.model = self.model or model
+        self.price = self.price or price
         self.usage = self.usage.add(in_flight(max_tokens))
         self._changed()
 
-    def answered(self, usage: TokenUsage, max_tokens: int) -> None:
-        self.usage = self.usage.add(usage.model_copy(update={"calls": 0}).add(
-            settled(max_tokens, failed=False)))
+    def answered(self, usage: TokenUsage, max_tokens: int) -> float:
+        """The answer's usage, priced, into the ledger; returns its cost."""
+        answer = priced(usage.model_copy(update={"calls": 0, "cost_usd": 0.0}), self.price)
+        self.usage = self.usage.add(answer.add(settled(max_tokens, failed=False)))
         self._changed()
+        return answer.cost_usd
 
     def failed(self, max_tokens: int, abandoned: bool, received: TokenUsage | None = None
                ) -> None:
@@ -56,8 +64,9 @@ class RequestLedger:
         `received`: what a broken stream delivered before it broke (counted)."""
         if not abandoned:
             self.usage = self.usage.add(settled(max_tokens, failed=True))
-        if received is not None:
-            self.usage = self.usage.add(received.model_copy(update={"calls": 0}))
+        if received is not None:  # priced: the tokens that came are paid for
+            self.usage = self.usage.add(priced(received.model_copy(
+                update={"calls": 0, "cost_usd": 0.0}), self.price, answers=0))
         self._changed()
 
     def _changed(self) -> None:

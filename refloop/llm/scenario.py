@@ -5,7 +5,7 @@ or tool calls, plus endpoint quirks to imitate), loaded from a file or a dict.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
@@ -102,6 +102,9 @@ class Scenario(BaseModel):
     repeat: bool = False
     endpoint: EndpointQuirks = Field(default_factory=EndpointQuirks)
     responses: dict[Purpose, list[ScriptedResponse]] = Field(default_factory=dict)
+    # Every answer reports this usage ({"prompt_tokens": N, "completion_tokens": M})
+    # instead of its counted tokens: calls of a known price (spend-limit tests)
+    usage: dict[Literal["prompt_tokens", "completion_tokens"], int] | None = None
 
 
 def load_scenario(source: dict[str, Any] | str | Path, name: str | None = None) -> Scenario:

@@ -333,6 +333,9 @@ def _render(scenario: Scenario, entry: ScriptedResponse, body: dict[str, Any],
                                 and bool(message.get("tool_calls")))
     prompt = _tokens(body.get("messages", []))
     completion = runaway_tokens if overran else _tokens(message)
+    if scenario.usage is not None:  # a fixed usage: every call costs the same
+        prompt = scenario.usage.get("prompt_tokens", 0)
+        completion = scenario.usage.get("completion_tokens", 0)
     usage = {"prompt_tokens": prompt, "completion_tokens": completion,
              "total_tokens": prompt + completion}
     base = {"id": f"chatcmpl-scripted-{uuid.uuid4().hex[:12]}", "created": int(time.time()),

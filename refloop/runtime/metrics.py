@@ -13,7 +13,10 @@ refloop's own:
   the oldest task in each open status has been in it (for "waiting > 10 min" alerts);
   counted from the database every REFLOOP_METRICS_EVERY_S by each worker;
 - `refloop_model_requests{endpoint,purpose,outcome}`, `refloop_model_request_seconds
-  {endpoint}`, `refloop_model_tokens{endpoint,kind}`: every model request, from the gateway.
+  {endpoint}`, `refloop_model_tokens{endpoint,kind}`: every model request, from the gateway;
+- `refloop_model_cost_usd_total{model,purpose}`: USD spent on answered model requests at
+  REFLOOP_MODEL_PRICES, since the process started (a float gauge that only grows: the
+  SDK's counters count integers).
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ from temporalio.common import MetricMeter
 from refloop.runtime.client import RUNTIME, metrics_exporter
 
 log = logging.getLogger("refloop.metrics")
-OPEN_WAITS = ("queued", "running", "waiting_approval", "waiting_for_host", "waiting_for_model")
+OPEN_WAITS = ("queued", "running", "waiting_approval", "waiting_for_host", "waiting_for_model",
+              "waiting_for_budget")
 
 
 class Instruments:
@@ -47,6 +51,10 @@ class Instruments:
             "refloop_model_request_seconds", "model request latency by endpoint", "s")
         self.tokens = meter.create_counter(
             "refloop_model_tokens", "model tokens by endpoint and kind (prompt, completion)")
+        self.cost = meter.create_gauge_float(
+            "refloop_model_cost_usd_total", "USD spent on model requests by model and purpose "
+            "since the process started", "USD")
+        self.cost_totals: dict[tuple[str, str], float] = {}
 
 
 @functools.cache
@@ -65,6 +73,16 @@ def model_request(endpoint: str, purpose: str, outcome: str, seconds: float,
             meter.tokens.add(prompt_tokens, {"endpoint": endpoint, "kind": "prompt"})
         if completion_tokens:
             meter.tokens.add(completion_tokens, {"endpoint": endpoint, "kind": "completion"})
+
+
+def model_cost(model: str, purpose: str, cost_usd: float) -> None:
+    """An answered request's cost added to its (model, purpose) total; never raises."""
+    with contextlib.suppress(Exception):
+        meter = instruments()
+        key = (model, purpose)
+        total = round(meter.cost_totals.get(key, 0.0) + cost_usd, 9)
+        meter.cost_totals[key] = total
+        meter.cost.set(total, {"model": model, "purpose": purpose})
 
 
 def record_task_counts(counts: dict[str, tuple[int, float | None]]) -> None:

@@ -267,16 +267,19 @@ async def test_secrets_never_reach_history_or_events(client, settings, scripted_
     assert scripted_llm.requests(model=model)[0]["body"]  # the key went only to the header
 
 
-async def test_token_budget_stops_the_task_cleanly(client, settings, scripted_llm, workspace,
-                                                   task_queue):
+async def test_token_budget_pauses_the_task_and_ends_it_incomplete_unraised(
+        client, settings, scripted_llm, workspace, task_queue):
+    """`token_budget`, the earlier name of `max_tokens`: at the limit the task waits for a
+    raise (tests/workflow/test_budget.py), and ends incomplete when none comes."""
     model = unique_scenario(scripted_llm, {
         "intent": [CODING], "plan": [plan_of("list_dir")],
         "act": [call("list_dir", path=".")] * 5 + [final("done")],
     })
-    result = await run_task(client, settings, task_queue, model, workspace, token_budget=300)
-    assert result.status == "failed" and result.stop_reason == "budget_exhausted"
-    assert result.answer.startswith("stopped: token budget exhausted")
-    assert result.stats.usage.total_tokens > 300
+    result = await run_task(client, settings, task_queue, model, workspace, token_budget=300,
+                            budget_wait_s=1)
+    assert result.status == "incomplete" and result.stop_reason == "budget_wait_expired"
+    assert result.missing[0].startswith("token limit: ")
+    assert result.stats.usage.total_tokens > 0
     assert set(result.stats.usage_by_model) == {model}
     assert result.stats.usage_by_model[model].calls == result.stats.llm_calls
 

@@ -1,0 +1,195 @@
+"""A phase of the agent workflow: the task's spend limit.
+
+Before each model call, a task with a limit (`max_cost_usd`, `max_tokens`) checks that the
+limit covers the call (`accounting.over_budget`). If not, the task waits
+`waiting_for_budget` (status, search attribute, row, event) on a workflow condition: no
+model request goes out until the `raise_budget` update sets a limit that covers it. An
+unanswered wait ends the task `incomplete` after `budget_wait_s`. A task without a limit
+runs no command of this phase.
+
+Children share the limit: a supplement child starts with what is left of it, and a raise
+of the parent's limit while the child runs is passed on to the child.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from refloop.contract.activity_calls import PLAN_SUPPLEMENT, ActivityCall
+    from refloop.contract.budget import (
+        CHILD_BUDGET_SIGNAL,
+        CHILD_WAIT_SIGNAL,
+        DEFAULT_BUDGET_WAIT_S,
+        RAISE_BUDGET_UPDATE,
+        BudgetRaise,
+        BudgetState,
+        ChildBudgetWait,
+    )
+    from refloop.contract.policies import LLM_CALL, REVIEW_CALL
+
+from refloop.workflows import accounting
+from refloop.workflows.agent_base import AgentBase
+from refloop.workflows.calls import InterruptNow
+
+WAITING = "waiting_for_budget"
+
+
+class BudgetWaitExpired(Exception):
+    """Nobody raised the limit within `budget_wait_s`: the task ends incomplete."""
+
+    stop_reason = "budget_wait_expired"
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def spends(activity: ActivityCall[Any, Any]) -> bool:
+    """Whether a call asks the model (and so is paid for)."""
+    return activity.runs_on == "model" or activity.options in (LLM_CALL, REVIEW_CALL)
+
+
+class BudgetPhase(AgentBase):
+    _budget_child: str | None = None  # a supplement child that runs on a share of the limit
+
+    def _limited(self) -> bool:
+        inp = self.state.input
+        return inp.max_cost_usd is not None or inp.max_tokens is not None
+
+    def _not_covered(self) -> str | None:
+        inp = self.state.input
+        return accounting.over_budget(self.state.stats.usage, inp.max_cost_usd,
+                                      inp.max_tokens)
+
+    async def before_call(self, activity: ActivityCall[Any, Any]) -> None:
+        """Wait until the limit covers a call of `activity` (at once without a limit)."""
+        if not spends(activity):
+            return
+        if self._budget_child is not None:  # this run asks the model: its child has ended
+            self._budget_child = None
+            wait = self.state.waits.get("budget")
+            if wait is not None and "child" in wait.detail:  # (one that ended waiting)
+                self._end_wait("budget")
+        if not self._limited():
+            return
+        why = self._not_covered()
+        if why is None:
+            return
+        if self._begin_wait("budget", WAITING, why, **self._budget().model_dump()):
+            self._emit(WAITING, {"reason": why, **self._budget().model_dump()})
+            self._show()
+            await self._record(self._visible_status())
+            await self._tell_parent(waiting=True, reason=why)
+        bound = self.state.input.budget_wait_s or DEFAULT_BUDGET_WAIT_S
+        try:
+            await workflow.wait_condition(
+                lambda: self._not_covered() is None or self._budget_hand_over(),
+                timeout=timedelta(seconds=bound))
+        except TimeoutError:
+            raise BudgetWaitExpired(f"{why}; no raise came within {bound:g} s") from None
+        if self._not_covered() is not None:  # handed over: the next run waits afresh
+            raise InterruptNow()
+        wait = self._end_wait("budget")
+        if wait is not None:
+            self._emit("budget_resumed", {"waited_s": self._waited_s(wait),
+                                          **self._budget().model_dump()})
+            self._show()
+            await self._record(self._visible_status())
+            await self._tell_parent(waiting=False)
+
+    async def _tell_parent(self, waiting: bool, reason: str = "") -> None:
+        """A supplement child's wait shows on its parent, which a person raises."""
+        parent = workflow.info().parent
+        if not self.state.input.is_supplement or parent is None:
+            return
+        try:
+            await workflow.get_external_workflow_handle(parent.workflow_id).signal(
+                CHILD_WAIT_SIGNAL, ChildBudgetWait(child_id=workflow.info().workflow_id,
+                                                   waiting=waiting, reason=reason))
+        except Exception as err:  # noqa: BLE001 - the parent has ended: nobody to tell
+            workflow.logger.info("budget wait not told to the parent: %s", err)
+
+    def _budget_hand_over(self) -> bool:
+        """A hand-over takes a task waiting at its turn's model call (its turn is asked
+        again in the next run); mid-turn, the wait goes on."""
+        return self.interrupt_due() and self.state.calls.turn is None
+
+    def _budget(self) -> BudgetState:
+        inp, usage = self.state.input, self.state.stats.usage
+        return BudgetState(max_cost_usd=inp.max_cost_usd, max_tokens=inp.max_tokens,
+                           cost_usd=usage.cost_usd, tokens=usage.total_tokens,
+                           waiting="budget" in self.state.waits)
+
+    async def _child_budget(self, child_id: str) -> dict[str, Any]:
+        """A supplement child's limit: what is left of this task's, once the limit covers
+        one more call (the child's spend joins this task's when it ends)."""
+        if not self._limited():
+            return {}
+        # the child's first call stands in for its calls: it must be covered first
+        await self.before_call(PLAN_SUPPLEMENT)
+        self._budget_child = child_id
+        return self._child_share(self.state.input.max_cost_usd, self.state.input.max_tokens)
+
+    def _child_share(self, max_cost_usd: float | None,
+                     max_tokens: int | None) -> dict[str, Any]:
+        usage = self.state.stats.usage
+        left_tokens = accounting.remaining(max_tokens, usage.total_tokens)
+        return {"max_cost_usd": accounting.remaining(max_cost_usd, usage.cost_usd),
+                "max_tokens": None if left_tokens is None else max(1, int(left_tokens))}
+
+    # ------------------------------------------------------------ handlers
+
+    @workflow.update(name=RAISE_BUDGET_UPDATE, description="Set the task's spend limit: "
+                     '{"max_cost_usd": 5.0} and/or {"max_tokens": 2000000}, totals with its '
+                     "children's spend; refused below what it has spent. A task waiting "
+                     "for budget goes on once the limit covers its next call.")
+    async def raise_budget(self, new: BudgetRaise) -> BudgetState:
+        update: dict[str, Any] = {name: value for name, value in new.model_dump().items()
+                                  if value is not None}
+        self.state.input = self.state.input.model_copy(update=update)
+        self._emit("budget_raised", self._budget().model_dump())
+        if self._budget_child is not None:  # its child runs on a share: passed on
+            inp = self.state.input
+            share = BudgetRaise(**self._child_share(inp.max_cost_usd, inp.max_tokens))
+            try:
+                await workflow.get_external_workflow_handle(self._budget_child).signal(
+                    CHILD_BUDGET_SIGNAL, share)
+            except Exception as err:  # noqa: BLE001 - it ended meanwhile: nothing to pass on
+                workflow.logger.info("budget share not passed on: %s", err)
+        return self._budget()
+
+    @raise_budget.validator
+    def _validate_budget(self, new: BudgetRaise) -> None:
+        if self.state.status != "running":
+            raise ValueError(f"the task has ended ({self.state.status})")
+        refusal = accounting.refuse_raise(self.state.stats.usage, new.max_cost_usd,
+                                          new.max_tokens)
+        if refusal:
+            raise ValueError(refusal)
+
+    @workflow.signal(name=CHILD_WAIT_SIGNAL, description="From a supplement child: it "
+                     "waits for budget (this task shows waiting_for_budget), or goes on.")
+    async def child_budget_wait(self, told: ChildBudgetWait) -> None:
+        if told.waiting:
+            why = f"its supplement child {told.child_id}: {told.reason}"
+            if not self._begin_wait("budget", WAITING, why, child=told.child_id,
+                                    **self._budget().model_dump()):
+                return
+            self._emit(WAITING, {"reason": why, "child": told.child_id,
+                                 **self._budget().model_dump()})
+        elif self._end_wait("budget") is None:
+            return
+        self._show()
+        await self._record(self._visible_status())
+
+    @workflow.signal(name=CHILD_BUDGET_SIGNAL, description="From the parent task: this "
+                     "supplement child's share of its raised limit.")
+    def budget_share(self, share: BudgetRaise) -> None:
+        update = {name: value for name, value in share.model_dump().items()
+                  if value is not None}
+        self.state.input = self.state.input.model_copy(update=update)
+        self._emit("budget_raised", {**self._budget().model_dump(), "by": "parent"})
