@@ -14,6 +14,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from refloop.activities.defn import implements
+from refloop.activities.heartbeat import heartbeating
 from refloop.activities.model_calls import call_model
 from refloop.contract import activity_calls
 from refloop.contract.code_review import (
@@ -32,7 +33,7 @@ from refloop.contract.messages import ChatMessage, Purpose
 from refloop.llm.gateway import LLMGateway
 from refloop.llm.prompts import CODE_REVIEW_SYSTEM, CODE_VERIFY_SYSTEM, code_agent_messages
 from refloop.llm.wire import parse_json_answer
-from refloop.review.content import cap_content, split_diff
+from refloop.review.content import by_reference, cap_content, split_diff
 from refloop.store.db import CodeReviewContentRecord, Store
 from refloop.tools.sandbox import read_text, relative, resolve, workspace_root
 
@@ -84,15 +85,28 @@ class CodeReviewActivities:
     @implements(activity_calls.LOAD_REVIEW_CONTENT)
     async def load_content(self, inp: LoadContentInput) -> ReviewContent:
         try:
-            return await asyncio.to_thread(load, inp)
+            content = await asyncio.to_thread(load, inp)
         except (ToolError, ValueError) as err:
             raise ApplicationError(str(err), type=BadReviewInput.__name__,
                                    non_retryable=True) from err
+        async with heartbeating():  # a large file's write to the shared store
+            return await asyncio.to_thread(by_reference, content, self.store.put_blob)
+
+    async def _files(self, content: ReviewContent) -> dict[str, str]:
+        """The text under review: stored by the load (`files_ref`), or inline as results
+        recorded before carried it."""
+        if content.files_ref is None:
+            return content.files
+        async with heartbeating():
+            stored = await asyncio.to_thread(self.store.get_blob, content.files_ref)
+        files: dict[str, str] = json.loads(stored)
+        return files
 
     async def _agent(self, purpose: Purpose, system: str, inp: AgentCallInput,
                      schema: type[BaseModel]) -> AgentCallResult:
         review = inp.review.model_dump(mode="json") if inp.review else None
-        messages = code_agent_messages(system, inp.task_json, inp.content.files, review)
+        files = await self._files(inp.content)
+        messages = code_agent_messages(system, inp.task_json, files, review)
         out = await call_model(self.gateway.chat(
             purpose, messages, model=self.gateway.settings.review_model(inp.model),
             response_format={"type": "json_object"}))
@@ -132,6 +146,9 @@ class CodeReviewActivities:
         field = {"content": "content", "review": "review_result",
                  "verification": "verification_result"}[inp.stage]
         payload = {**inp.payload, "completed_at": datetime.now(UTC).isoformat()}
+        ref = payload.pop("files_ref", None)
+        if ref is not None:  # the row keeps the text itself, as it always did
+            payload["files"] = json.loads(self.store.get_blob(ref))
         row = self.store.update(CodeReviewContentRecord, inp.task_id, {field: payload})
         assert row is not None  # added above if it was missing
         self.mirror_dir.mkdir(parents=True, exist_ok=True)

@@ -116,7 +116,8 @@ class CodeReviewWorkflow(ModelQueueRouter):
             activity_calls.LOAD_REVIEW_CONTENT,
             LoadContentInput(request=request, task_id=self.task_id),
             summary="load review content")
-        await self._record("content", {"files": content.files, "skipped": content.skipped})
+        await self._record("content", {"files": content.files, "files_ref": content.files_ref,
+                                       "skipped": content.skipped})
         retry = RetryContext()
         requirements: list[str] = []
         review: ReviewOutput | None = None

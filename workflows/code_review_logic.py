@@ -53,9 +53,15 @@ def drop_hallucinated(issues: list[ReviewIssue], content: ReviewContent
     kept: list[ReviewIssue] = []
     dropped: list[ReviewIssue] = []
     for issue in issues:
-        lines = content.lines.get(normalise_path(issue.relevantFile))
-        (kept if lines and issue.suggestionLine in lines else dropped).append(issue)
+        (kept if cites_content(content, issue) else dropped).append(issue)
     return kept, dropped
+
+
+def cites_content(content: ReviewContent, issue: ReviewIssue) -> bool:
+    name, line = normalise_path(issue.relevantFile), issue.suggestionLine
+    if content.line_spans or content.files_ref is not None:
+        return any(first <= line <= last for first, last in content.line_spans.get(name, ()))
+    return line in content.lines.get(name, ())  # a result recorded before
 
 
 def review_error(output: ReviewOutput | None, invalid: str | None) -> str | None:

@@ -146,11 +146,18 @@ class VerifyOutput(BaseModel):
 
 
 class ReviewContent(BaseModel):
-    """What is under review: per-file text and the line numbers findings may cite."""
+    """What is under review: per-file text and the line numbers findings may cite.
+
+    The text goes by reference: `files_ref` names it in the blob store (a payload of
+    Temporal's stays small whatever the files weigh), and the lines are runs
+    (`line_spans`, first and last). `files` and `lines` are what results recorded before
+    carried inline."""
 
     files: dict[str, str] = Field(default_factory=dict)
     lines: dict[str, list[int]] = Field(default_factory=dict)
     skipped: list[str] = Field(default_factory=list)
+    files_ref: str | None = None
+    line_spans: dict[str, list[tuple[int, int]]] = Field(default_factory=dict)
 
 
 class LoadContentInput(BaseModel):

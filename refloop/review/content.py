@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Callable
 
 from refloop.contract.code_review import ReviewContent
 
@@ -31,6 +33,26 @@ def split_diff(diff: str) -> tuple[dict[str, str], dict[str, list[int]]]:
             lines[current].append(number)
             number += 1
     return {k: "\n".join(v) for k, v in texts.items()}, lines
+
+
+def line_spans(numbers: list[int]) -> list[tuple[int, int]]:
+    """Sorted line numbers as runs of consecutive lines (first, last)."""
+    spans: list[tuple[int, int]] = []
+    for number in sorted(set(numbers)):
+        if spans and number == spans[-1][1] + 1:
+            spans[-1] = (spans[-1][0], number)
+        else:
+            spans.append((number, number))
+    return spans
+
+
+def by_reference(content: ReviewContent, put_blob: Callable[[str], str]) -> ReviewContent:
+    """The content with its text stored (`put_blob` returns the key) and its lines as
+    runs: what crosses Temporal is the names, the key and the runs."""
+    return ReviewContent(files_ref=put_blob(json.dumps(content.files, ensure_ascii=False)),
+                         line_spans={name: line_spans(numbers)
+                                     for name, numbers in content.lines.items()},
+                         skipped=content.skipped)
 
 
 def cap_content(files: dict[str, str], lines: dict[str, list[int]], max_lines: int

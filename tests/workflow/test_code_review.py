@@ -191,3 +191,29 @@ async def test_file_review_reads_inside_the_directory(client, settings, scripted
         file_paths=["m.py"])
     assert result.status == "completed" and result.dropped_hallucinations == 0
     assert "b = 2" in bodies(scripted_llm, model, "code_review")[0]
+
+
+async def test_a_file_past_temporals_payload_limit_is_reviewed_by_reference(
+        client, settings, scripted_llm, task_queue, workspace):
+    """A 3 MB lockfile (Temporal refuses payloads over 2 MB): the text goes through the
+    shared store, so every payload of the review's history stays small, and the agents
+    and the content record still read it."""
+    line = '    "left-pad": {"version": "1.3.0", "resolved": "https://r/left-pad-1.3.0.tgz"},\n'
+    text = line * (3 * 1024 * 1024 // len(line) + 1)
+    (workspace / "package-lock.json").write_text(text)
+    last = text.count("\n")
+    result, model = await run_review(client, settings, task_queue, scripted_llm, {
+        "code_review": [review(issue("ISSUE-001", file="package-lock.json", line=last),
+                               issue("ISSUE-002", file="package-lock.json", line=last + 5))],
+        "code_verify": [verify()]},
+        review_type="file", working_directory=str(workspace), content=None,
+        file_paths=["package-lock.json"], max_content_lines=10)
+    assert result.status == "completed", result
+    assert result.dropped_hallucinations == 1  # the line past the file's end
+    assert scripted_llm.requests(model=model, purpose="code_review")  # it was asked
+    history = await client.get_workflow_handle(result.task_id).fetch_history()
+    largest = max(len(event.SerializeToString()) for event in history.events)
+    assert largest < 64 * 1024, largest
+    row = store_for(settings.effective_database_url).get(CodeReviewContentRecord,
+                                                         result.task_id)
+    assert row.content["files"]["package-lock.json"] == text

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from refloop.contract.code_review import (
     CodeReviewInput,
     RetryContext,
@@ -10,7 +12,7 @@ from refloop.contract.code_review import (
     ReviewOutput,
     VerifyOutput,
 )
-from refloop.review.content import cap_content, split_diff
+from refloop.review.content import by_reference, cap_content, line_spans, split_diff
 from refloop.workflows import code_review_logic as logic
 
 DIFF = """diff --git a/a.py b/a.py
@@ -112,3 +114,21 @@ def test_error_output_keeps_every_attempt():
     attempts = [{"attempt": n, "error": f"e{n}"} for n in (1, 2, 3)]
     out = logic.error_output("t", attempts)
     assert out["status"] == "ERROR" and out["attempts"] == attempts and "e3" in out["message"]
+
+
+def test_content_by_reference_keeps_names_and_line_runs_and_stores_the_text():
+    files, lines = split_diff(DIFF)
+    stored: dict[str, str] = {}
+
+    def put(text: str) -> str:
+        stored["k"] = text
+        return "k"
+
+    content = by_reference(cap_content(files, lines, 3000), put)
+    assert content.files == {} and content.lines == {} and content.files_ref == "k"
+    assert json.loads(stored["k"]) == files
+    assert line_spans([7, 1, 2, 3, 9, 8, 3]) == [(1, 3), (7, 9)]
+    cited = [issue(f"I-{name}-{line}", file=name, line=line)
+             for name, numbers in lines.items() for line in numbers]
+    kept, dropped = logic.drop_hallucinated(cited + [issue("far", line=10_000)], content)
+    assert kept == cited and len(dropped) == 1
