@@ -198,7 +198,18 @@ REAL_MODEL = "needs a real model endpoint; `make test-real-model` (tests/real_mo
 S3 = ("needs an S3-compatible server; tests/unit/checkpoints/test_s3_store.py runs the "
       "same settings against moto's server")
 
+BUDGET = ("a spend limit's commands name a task waiting for budget (TASK); "
+          "tests/e2e/test_budget_cli.py prices a scripted model this way and runs "
+          "`refloop budget` and the stock CLI's `raise_budget` update on such a task, "
+          "tests/api/test_budget.py POST /tasks/{id}/budget")
 EXCLUDED: dict[str, str] = {
+    'export REFLOOP_MODEL_PRICES={"gpt-4o": {"input_usd_per_mtok": 2.5, '
+    '"output_usd_per_mtok": 10}}': BUDGET,
+    "refloop budget TASK --max-cost-usd 5": BUDGET,
+    'curl -X POST localhost:8000/tasks/TASK/budget -H content-type: application/json '
+    '-d {"max_cost_usd": 5.0}': BUDGET,
+    "temporal workflow update execute --workflow-id TASK --name raise_budget --input "
+    '{"max_cost_usd": 5.0}': BUDGET,
     "pip install refloop[s3]": S3,
     "export REFLOOP_CHECKPOINT_STORE=s3://my-bucket/refloop/checkpoints": S3,
     "export REFLOOP_CHECKPOINT_S3_ENDPOINT=http://minio:9000": S3,
