@@ -10,12 +10,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from refloop.contract.budget import DEFAULT_BUDGET_WAIT_S, ModelPrice, parse_prices
 from refloop.contract.hosts import HOST_ID_PATTERN
 from refloop.contract.messages import parse_max_tokens
+from refloop.contract.window import parse_context_tokens
 
 if TYPE_CHECKING:
     from refloop.contract.task import TaskInput
@@ -129,6 +130,18 @@ class Settings(BaseSettings):
     refloop_tool_choice: str = "auto"  # auto | required | none | a tool name
     # Completion cap: one number for every purpose, or "act=2048,plan=1024" overrides
     refloop_max_tokens: str | None = None
+    # The model's context window in tokens: one number for every model, or
+    # "smollm2=4096,gpt-4o=128000" per model. Unset: the endpoint's word (llama.cpp's
+    # /props, /v1/models), its first refusal of a longer prompt, else the default below.
+    refloop_model_context_tokens: str | None = None
+    # The window assumed while nothing else says (conservative: a refusal teaches a
+    # smaller one, nothing teaches a larger one)
+    refloop_model_context_default: int = Field(default=8192, ge=1024)
+    # Compaction (docs/models.md): past this share of the prompt's room old tool outputs
+    # are masked to a line each; past the second, the older turns are summarised by the
+    # model (purpose `compact`).
+    refloop_compact_mask_at: float = Field(default=0.6, gt=0, le=1)
+    refloop_compact_summary_at: float = Field(default=0.75, gt=0, le=1)
     # Model requests in flight per endpoint on this worker (0: no limit; 1 for llama.cpp)
     refloop_llm_concurrency: int = Field(default=0, ge=0)
     # Model calls a second for the whole fleet: the Temporal server's rate limit on the model
@@ -333,11 +346,13 @@ class Settings(BaseSettings):
         parse_model_key_envs(value)
         return value or None
 
-    @field_validator("refloop_max_tokens")
+    @field_validator("refloop_max_tokens", "refloop_model_context_tokens")
     @classmethod
-    def _max_tokens(cls, value: str | None) -> str | None:
+    def _number_or_pairs(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """One number, or name=N pairs: parsed at start, so a bad one fails naming itself."""
         if value:
-            parse_max_tokens(value)
+            (parse_max_tokens if info.field_name == "refloop_max_tokens"
+             else parse_context_tokens)(value)
         return value or None
 
     @field_validator("refloop_model_prices")

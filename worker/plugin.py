@@ -91,7 +91,7 @@ def activities_for(settings: Settings, fleet: FleetView | None = None) -> Built:
                            fleet or FleetView(llm_rate_per_s=settings.refloop_llm_rate_per_s))
     checkpoints = CheckpointActivities(settings, database)
     activities = [
-        llm.classify_intent, llm.make_plan, llm.act, llm.summarize,
+        llm.classify_intent, llm.make_plan, llm.act, llm.summarize, llm.compact,
         review.quality_review, review.read_edit, review.judge_edit,
         reflection.check_completeness, reflection.check_claimed_files,
         reflection.judge_completeness, reflection.plan_supplement,

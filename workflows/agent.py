@@ -71,6 +71,7 @@ from refloop.workflows.agent_base import TaskFailed, describe_failure
 from refloop.workflows.approval_phase import ApprovalPhase, validate_decision
 from refloop.workflows.budget_phase import BudgetPhase, BudgetWaitExpired
 from refloop.workflows.calls import Calls, InterruptNow
+from refloop.workflows.compact_phase import CompactPhase
 from refloop.workflows.completeness_phase import CompletenessPhase
 from refloop.workflows.handover_phase import HandOverPhase
 from refloop.workflows.host_phase import HostPhase
@@ -90,7 +91,7 @@ from refloop.workflows.workspace_phase import WorkspacePhase
 @workflow.defn(name="AgentTaskWorkflow")
 class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, RewindPhase,
                         WorkspacePhase, VisibilityPhase, McpPhase, HostPhase, ModelPhase,
-                        HandOverPhase, BudgetPhase):
+                        HandOverPhase, BudgetPhase, CompactPhase):
     @workflow.init
     def __init__(self, inp: TaskInput) -> None:
         self.activities = Calls(router=self)
@@ -463,6 +464,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Re
         )
         self._account(act.usage)
         conversation.ref, conversation.unsent_turns = act.conversation_ref, []
+        await self._keep_within_window(act)  # CompactPhase: past a threshold, a summary
         return act
 
     def _reject_abnormal_output(self, act: ActResult, iteration: int) -> None:

@@ -65,6 +65,7 @@ from refloop.contract.policies import (
 )
 from refloop.contract.task import IndexReport, RecordTaskInput, WorkspaceDescription, WorkspaceInput
 from refloop.contract.tool_catalog import TOOLS, tool_activity_options
+from refloop.contract.window import CompactInput, CompactResult
 
 ArgT = TypeVar("ArgT", bound=BaseModel)
 ResultT = TypeVar("ResultT")
@@ -91,6 +92,9 @@ MAKE_PLAN = ActivityCall("refloop.llm.make_plan", MakePlanInput, MakePlanResult,
 ACT = ActivityCall("refloop.llm.act", ActInput, ActResult, LLM_CALL, runs_on="model")
 SUMMARIZE = ActivityCall("refloop.llm.summarize", SummarizeInput, SummarizeResult, LLM_CALL,
                          runs_on="model")
+# A summary of a conversation's older turns, when it nears the model's window
+COMPACT = ActivityCall("refloop.llm.compact", CompactInput, CompactResult, LLM_CALL,
+                       runs_on="model")
 # Reads the workspace (do the files the answer names exist?) before its model call: runs
 # recorded before the split into the two below.
 CHECK_COMPLETENESS = ActivityCall("refloop.llm.check_completeness", CompletenessInput,
@@ -166,7 +170,7 @@ def run_tool(name: str) -> ActivityCall[RunToolInput, ToolResult]:
 
 
 FIXED: tuple[ActivityCall[Any, Any], ...] = (
-    CLASSIFY_INTENT, MAKE_PLAN, ACT, SUMMARIZE, CHECK_COMPLETENESS, CHECK_CLAIMED_FILES,
+    CLASSIFY_INTENT, MAKE_PLAN, ACT, SUMMARIZE, COMPACT, CHECK_COMPLETENESS, CHECK_CLAIMED_FILES,
     JUDGE_COMPLETENESS, PLAN_SUPPLEMENT, QUALITY_REVIEW, READ_EDIT, JUDGE_EDIT, RECORD_TASK,
     RECORD_QUALITY_REVIEW, DESCRIBE_WORKSPACE, INDEX_WORKSPACE,
     MCP_LIST_TOOLS, MCP_CALL_TOOL, LOAD_REVIEW_CONTENT, REVIEW_AGENT, VERIFY_AGENT,

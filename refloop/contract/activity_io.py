@@ -89,10 +89,23 @@ class ActInput(BaseModel):
     tool_names: list[str] = Field(default_factory=list)  # specs resolved by the activity
     mcp_tools_ref: str | None = None  # blob of the task's MCP tool specs (MCP names)
     conversation_ref: str | None = None
-    max_history_messages: int = 30
+    max_history_messages: int = 400
     model: str | None = None
     endpoint: ModelEndpoint | None = None  # a model config's endpoint
     parallel_tool_calls: bool | None = None
+
+
+class ContextReport(BaseModel):
+    """How a model turn's conversation was fitted to the endpoint's window."""
+
+    window: int  # the endpoint's window, in tokens
+    budget: int  # tokens the messages may take (the window less the answer's room, tools)
+    tokens_before: int  # the conversation's estimate before the fit
+    tokens: int  # what was sent
+    masked: int = 0  # old tool outputs masked to a line each by this fit
+    windowed: int = 0  # outputs the model read only in part
+    folded: int = 0  # messages folded without a model, to make the request fit at all
+    compact_due: bool = False  # past the summary threshold: a `compact` should follow
 
 
 class ActResult(BaseModel):
@@ -102,6 +115,9 @@ class ActResult(BaseModel):
     abnormal: str | None = None  # set when the output was runaway repetition
     usage: LLMUsageRecord
     conversation_ref: str | None = None  # the stored conversation this answer replied to
+    # How the conversation was fitted to the window (refloop.llm.fitting); added later:
+    # None in runs recorded before
+    context: ContextReport | None = None
 
 
 class SummarizeInput(BaseModel):

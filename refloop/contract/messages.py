@@ -25,6 +25,8 @@ class Purpose(str, Enum):
     code_review = "code_review"
     code_verify = "code_verify"
     summary = "summary"
+    # A summary of the conversation's older turns, written when it nears the window
+    compact = "compact"
 
 
 # Completion caps by purpose: large enough for any sane answer of that kind.
@@ -38,6 +40,7 @@ DEFAULT_MAX_TOKENS: dict[str, int] = {
     Purpose.code_review.value: 4096,
     Purpose.code_verify.value: 4096,
     Purpose.summary.value: 512,
+    Purpose.compact.value: 1024,
 }
 
 

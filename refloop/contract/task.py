@@ -82,7 +82,9 @@ class TaskInput(BaseModel):
     # Set by continue-as-new: the previous run's AgentState, resumed as is.
     resume_state: dict[str, Any] | None = None
     triggers: TriggerConfig = Field(default_factory=lambda: TriggerConfig())
-    max_history_messages: int = Field(default=30, ge=4)
+    # A ceiling rarely reached: the model's window decides what the model reads
+    # (refloop.llm.fitting); it was 30, which cut a long task's early facts
+    max_history_messages: int = Field(default=400, ge=4)
     # MCP servers (names in REFLOOP_MCP_CONFIG) whose tools this task may call; none: none.
     mcp_servers: list[str] = Field(default_factory=list, max_length=16)
     # The worker host holding the workspace (REFLOOP_HOST_ID); its workspace activities run

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from refloop.llm.window import length_refusal
 
 if TYPE_CHECKING:
     from refloop.contract.errors import LLMError
@@ -26,10 +29,25 @@ NOT_ABOUT_SHAPE = frozenset({401, 403, 404, 408, 409, 429})
 MODE_WORDS = ("response_format", "json_schema", "schema")
 
 
+# Request fields a server may refuse; a 5xx naming one refused the request's shape
+# (llama-cpp-python answers an unsupported field with a 500, with or without the words
+# "validation error"): waiting cannot help, a weaker mode can.
+REQUEST_FIELDS = re.compile(r"\b(response_format|json_schema|tool_choice|tools|stream_options|"
+                            r"parallel_tool_calls)\b")
+
+
+def refuses_shape(status: int | None, body: str) -> bool:
+    """A 5xx about the request rather than the server: a validation error, or a body
+    naming a request field. A refusal for length is neither (refloop.llm.window)."""
+    if status is None or status < 500 or length_refusal(status, body) is not None:
+        return False
+    return "validation error" in body.lower() or REQUEST_FIELDS.search(body) is not None
+
+
 def rejects_mode(status: int | None, body: str) -> bool:
     """A structured-output mode was refused: any 4xx about the request, or a 5xx whose
     body names the response format (llama-cpp-python answers json_schema with a 500)."""
-    if status is None:
+    if status is None or length_refusal(status, body) is not None:
         return False
     text = body.lower()
     if 400 <= status < 500:
@@ -40,10 +58,10 @@ def rejects_mode(status: int | None, body: str) -> bool:
 def rejects_field(status: int | None, body: str, word: str) -> bool:
     """A request field (`tool_choice`, `tools`, `stream_options`, `stream`) refused: a 4xx
     naming it, or a 5xx validation error naming it (llama-cpp-python)."""
-    if status is None or word not in body.lower():
+    if status is None or word not in body.lower() or length_refusal(status, body):
         return False
     if status >= 500:
-        return "validation error" in body.lower()
+        return refuses_shape(status, body)
     return 400 <= status < 500 and status not in NOT_ABOUT_SHAPE
 
 

@@ -16,6 +16,8 @@ from datetime import UTC, datetime
 import openai
 
 from refloop.contract.errors import LLMClientError, LLMError, LLMTransportError
+from refloop.llm.endpoint import refuses_shape
+from refloop.llm.window import length_refusal
 
 log = logging.getLogger("refloop.llm")
 ERROR_CLASS_RE = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,39}")
@@ -91,10 +93,11 @@ def classify(err: Exception, endpoint: str = "the model endpoint") -> LLMError:
         headers = err.response.headers if err.response is not None else {}
         verdict = should_retry(headers)
         if verdict is None:
-            # llama-cpp-python answers a request it cannot parse with a 500 "validation
-            # error": retrying the same request cannot help.
+            # llama-cpp-python answers a request it cannot parse with a 500 ("validation
+            # error", or naming the field), and llama.cpp once answered a prompt too long
+            # for its window so: retrying the same request cannot help.
             verdict = (status in RECOVERABLE_STATUSES or status >= 500) and not (
-                status >= 500 and "validation error" in body.lower())
+                refuses_shape(status, body) or length_refusal(status, body) is not None)
         if verdict:
             error: LLMError = LLMTransportError(message, status, retry_after(headers))
         else:

@@ -43,6 +43,7 @@ from refloop.llm.failures import (
     abandoned_by,
     classify,
 )
+from refloop.llm.fitting import Budget
 from refloop.llm.ledger import current_ledger, in_flight, settled
 from refloop.llm.outage import EndpointGates, current_watch, endpoint_name, recoverable
 from refloop.llm.stream import (
@@ -61,6 +62,7 @@ from refloop.llm.tool_pick import (
     answer_picking_tool,
     stream_feature,
 )
+from refloop.llm.window import Fitter, WindowKeeper, length_refusal, wire_chars
 from refloop.llm.wire import (
     ChatOutcome,
     StructuredOutcome,
@@ -121,6 +123,11 @@ class LLMGateway:
         self.endpoint_clients: dict[tuple[str | None, str | None, str], openai.AsyncOpenAI] = {}
         # Endpoints this worker knows are down, each with its one probe (refloop.llm.outage)
         self.gates = EndpointGates(settings.refloop_model_probe_s)
+        # Each endpoint's context window and token ratio; every request fitted to it
+        self.windows = WindowKeeper(settings.refloop_model_context_tokens,
+                                    settings.refloop_model_context_default,
+                                    settings.refloop_compact_mask_at,
+                                    settings.refloop_compact_summary_at)
 
     def client_for(self, endpoint: ModelEndpoint | None) -> openai.AsyncOpenAI:
         """The default client, or one for a task's model config: its base URL, and the key
@@ -159,6 +166,18 @@ class LLMGateway:
         """Capability state and slots are keyed by the endpoint actually called."""
         return (endpoint.base_url if endpoint is not None and endpoint.base_url
                 else self.base_url)
+
+    async def budget_for(self, purpose: Purpose, messages: list[ChatMessage], *,
+                         model: str | None = None, endpoint: ModelEndpoint | None = None,
+                         tools: list[ToolSpec] | None = None) -> Budget:
+        """The room the endpoint's window leaves these messages, as `chat` fits them
+        (refloop.llm.fitting): a caller that fits a conversation itself asks first."""
+        model = (endpoint.model if endpoint else model) or self.default_model
+        return await self.windows.budget(
+            self.client_for(endpoint), self._base_url_of(endpoint), model,
+            sum(len(m.model_dump_json(exclude_none=True)) for m in messages),
+            wire_chars([[spec.wire for spec in tools or []], None]),
+            self.max_tokens[purpose.value])
 
     @property
     def json_schema_supported(self) -> bool:
@@ -276,25 +295,46 @@ class LLMGateway:
         response_format: dict[str, Any] | None = None,
         max_tokens: int | None = None,
         endpoint: ModelEndpoint | None = None,
+        fitter: Fitter | None = None,
     ) -> ChatOutcome:
         """One answer; an answer cut off at the token cap (by the server, or by refloop
         hanging up on a stream past it or still generating at the time bound) is re-asked
         once with the cut stated, and a second cut-off is InvalidModelOutput (never a
-        transport error: the same request would run away again)."""
+        transport error: the same request would run away again). The request is fitted to
+        the endpoint's window first (`fitter` shrinks the messages when they do not fit),
+        and a refusal for length is fitted again and asked again once."""
         client = self.client_for(endpoint)
         base_url = self._base_url_of(endpoint)
         if endpoint is not None:  # a task's model config: its model and temperature
             model = endpoint.model
             temperature = endpoint.temperature if temperature is None else temperature
         model = model or self.default_model
-        cap = max_tokens or self.max_tokens[purpose.value]
+        fixed = [[spec.wire for spec in tools or []], response_format]
+        request = await self.windows.fitted(client, base_url, model, messages, fixed,
+                                            max_tokens or self.max_tokens[purpose.value],
+                                            fitter)
+        cap = request.max_tokens
 
         async def answer(conversation: list[ChatMessage]) -> ChatOutcome:
             return await self._answer(purpose, conversation, model, tools, parallel_tool_calls,
                                       temperature, top_p, response_format, cap, client,
                                       base_url, endpoint)
 
-        first = await answer(messages)
+        try:
+            first = await answer(request.messages)
+        except LLMError as err:
+            refusal = length_refusal(err.status, err.body or str(err))
+            if refusal is None:
+                raise
+            # Too long for its window: never an outage, never the task's end. The window
+            # (and the ratio) it states are learnt, and the request is fitted again.
+            self.windows.refused(base_url, model, refusal, request)
+            request = await self.windows.fitted(client, base_url, model, request.messages,
+                                                fixed, cap, fitter)
+            cap = request.max_tokens
+            first = await answer(request.messages)
+        self.windows.answered(base_url, model, request, first.usage.usage)
+        messages = request.messages
         if not first.truncated:
             return first
         self._unusable(first)

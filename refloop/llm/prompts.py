@@ -25,6 +25,22 @@ SUMMARY_SYSTEM = (
     "naming the files it changed. Plain text."
 )
 
+COMPACT_SYSTEM = (
+    "You compact the older part of an AI agent's working conversation so that it can go on "
+    "within its context window. Write a dense summary the agent can continue from: what it "
+    "has found out (facts, values, names, line numbers), what it has done and changed, what "
+    "failed and why, and what it still meant to do. Keep exact identifiers. Plain text, at "
+    "most about 300 words."
+)
+
+
+def compact_messages(task: str, transcript: str) -> list[ChatMessage]:
+    return [
+        ChatMessage(role="system", content=COMPACT_SYSTEM),
+        ChatMessage(role="user", content=f"The agent's task: {task}\n\n"
+                    f"The turns to summarise:\n{transcript}"),
+    ]
+
 
 def intent_messages(task: str) -> list[ChatMessage]:
     return [

@@ -91,6 +91,15 @@ class EndpointQuirks(BaseModel):
     # id, type and name (OpenAI sends them in the first only), the legacy function_call
     # beside them
     stream_repeats_call_fields: bool = False
+    # A context window of this many tokens (the prompt counted at 3.5 characters of its
+    # JSON a token, as prompt_tokens reports it): a longer prompt, or one whose max_tokens
+    # would not fit beside it, is refused as `context_refusal` words it. Unset: 131072,
+    # stated in /v1/models, not enforced.
+    context_tokens: int | None = Field(default=None, ge=256)
+    # llama_cpp: 400 `exceed_context_size_error` with n_ctx, and GET /props states the
+    # window (the default scenario's); openai: 400 `context_length_exceeded`, "maximum
+    # context length is N tokens", and the window stated nowhere.
+    context_refusal: Literal["llama_cpp", "openai"] = "llama_cpp"
 
 
 class Scenario(BaseModel):

@@ -33,6 +33,7 @@ from refloop.llm.scenario import (
     load_scenario,
 )
 from refloop.llm.scripted_stream import RUNAWAY_TEXT, stream_answer
+from refloop.llm.scripted_window import UNENFORCED_WINDOW, length_refused, window_tokens
 from refloop.runtime.http_thread import KEEP_ALIVE_S, ThreadedServer
 from refloop.runtime.net import free_port, wait_for_port
 
@@ -155,6 +156,33 @@ def build_app(state: ScriptState) -> FastAPI:
             state.log.append(entry_log)
         return response
 
+    @app.get("/props")
+    async def props() -> Response:
+        """llama.cpp's server properties: the default scenario's window, when it is one
+        that words its refusals as llama.cpp does."""
+        scenario = state.scenario_for("")
+        quirks = scenario.endpoint if scenario is not None else None
+        if quirks is None or quirks.context_tokens is None or \
+                quirks.context_refusal != "llama_cpp":
+            return _error(404, "File Not Found", "not_found")
+        return JSONResponse({"default_generation_settings": {"n_ctx": quirks.context_tokens},
+                             "total_slots": 1})
+
+    @app.get("/v1/models")
+    @app.get("/models")
+    async def models() -> JSONResponse:
+        """Every scenario as a model; its window stated unless it hides it (openai)."""
+        with state.lock:
+            scenarios = list(state.scenarios.values())
+        data = []
+        for scenario in scenarios:
+            entry: dict[str, Any] = {"id": scenario.name, "object": "model",
+                                     "owned_by": SCRIPTED_MARKER}
+            if scenario.endpoint.context_refusal != "openai":
+                entry["context_length"] = scenario.endpoint.context_tokens or UNENFORCED_WINDOW
+            data.append(entry)
+        return JSONResponse({"object": "list", "data": data})
+
     @app.post("/_admin/scenarios/{name}")
     async def load(name: str, request: Request) -> JSONResponse:
         try:
@@ -222,6 +250,12 @@ def _answer(state: ScriptState, body: dict[str, Any], purpose_name: str | None,
     rejected = _quirk_rejection(state.scenario_for(model), body)
     if rejected is not None:
         return rejected, 0
+    quirks = (state.scenario_for(model) or Scenario()).endpoint
+    if quirks.context_tokens is not None:
+        record["prompt_tokens"] = window_tokens(body)
+        refused = length_refused(quirks, body)
+        if refused is not None:
+            return refused, 0
     text = json.dumps(body.get("messages", []), ensure_ascii=False)
     messages = body.get("messages") or []
     turn = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
@@ -331,7 +365,8 @@ def _render(scenario: Scenario, entry: ScriptedResponse, body: dict[str, Any],
     overran = entry.runaway or (scenario.endpoint.unstreamed_tools_run_away
                                 and not body.get("stream") and chooses_itself(body)
                                 and bool(message.get("tool_calls")))
-    prompt = _tokens(body.get("messages", []))
+    prompt = (window_tokens(body) if scenario.endpoint.context_tokens is not None
+              else _tokens(body.get("messages", [])))
     completion = runaway_tokens if overran else _tokens(message)
     if scenario.usage is not None:  # a fixed usage: every call costs the same
         prompt = scenario.usage.get("prompt_tokens", 0)
