@@ -272,7 +272,9 @@ async def rewind_task(args: argparse.Namespace, settings: Settings) -> int:
              else f"task {args.task} not rewound: {err.message}")
     err_console.print(f"task {args.task} rewound to step {done.step} (checkpoint "
                       f"{done.checkpoint_id[:12]}, after call {done.call_id}): "
-                      f"{done.edits_taken_back} later edit(s) taken back; it goes on from there"
+                      f"{done.edits_taken_back} later "
+                      f"{'edit' if done.edits_taken_back == 1 else 'edits'} taken back; it goes "
+                      "on from there"
                       + (f"; {done.rewound_tokens} tokens of the calls taken back stay in "
                          "its ledger, marked rewound" if done.rewound_tokens else ""))
     return 0
