@@ -19,6 +19,7 @@ from refloop.api import branching
 from refloop.checkpoints.rewind import run_checkpoints
 from refloop.contract.task import TaskInput
 from refloop.runtime.client import connect
+from refloop.store.db import store_for
 from refloop.worker.main import build_worker
 from refloop.worker.replay import dump_history
 from refloop.workflows.agent import AgentTaskWorkflow
@@ -223,3 +224,30 @@ async def test_a_rewind_answered_through_a_temporal_outage_is_reported_as_it_hap
     assert result.status == "completed"
     assert [e["step"] for e in events_of(result, "rewound")] == [1]
     assert sorted(p.name for p in workspace.iterdir()) == ["a.txt", "c.txt"]
+
+
+async def test_every_quality_review_of_a_rewound_task_keeps_its_own_row(
+        client, settings, scripted_llm, workspace, task_queue):
+    """Reviews are keyed by the task and their count: the count goes on after a rewind, so
+    a review of the rewound run never takes a row of one taken back (it was dropped)."""
+    review = {"json": {"pass": True, "reasons": [], "suggestions": "", "summary": "ok"}}
+    model = unique_scenario(scripted_llm, {
+        "intent": [CODING], "plan": [plan_of("write_file")],
+        "act": [write("a.md", "# A\n"), write("b.md", "# B\n"),
+                write("c.md", "# C\n", delay_ms=60_000),  # in flight when rewound
+                write("d.md", "# D\n"), call("complete_step", step=1, summary="ok"),
+                final("ok")],
+        "quality_review": [review] * 3, "summary": [SUMMARY],
+    })
+    async with build_worker(client, settings, task_queue):
+        workflow_id = await start_writing(client, task_queue, workspace, model,
+                                          enable_quality_review=True)
+        await checkpoints_taken(client, workflow_id, 2)
+        await branching.rewind(client, workflow_id, 1)
+        result = await client.get_workflow_handle_for(AgentTaskWorkflow.run,
+                                                      workflow_id).result()
+    assert result.status == "completed"
+    rows = store_for(settings.effective_database_url).list_quality_reviews(
+        task_id=result.task_id)
+    assert [r.file_path for r in rows] == ["a.md", "b.md", "d.md"]
+    assert result.stats.reviews.total == 3
