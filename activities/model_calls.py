@@ -20,7 +20,7 @@ from typing import Any, TypeVar, cast
 
 from temporalio import activity
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from refloop.activities.heartbeat import heartbeating
 from refloop.contract import activity_calls
@@ -56,6 +56,10 @@ def to_application_error(err: LLMError, ledger: RequestLedger | None = None) -> 
         type=type(err).__name__,
         non_retryable=not err.retryable,
         next_retry_delay=delay,
+        # A wait for a down endpoint is the plan, not a failure: the SDK logs it at debug
+        # level with no traceback (hundreds of waiting calls wrote one each per probe)
+        category=ApplicationErrorCategory.BENIGN if isinstance(err, EndpointWaiting)
+        else ApplicationErrorCategory.UNSPECIFIED,
     )
 
 
