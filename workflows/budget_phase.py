@@ -122,7 +122,9 @@ class BudgetPhase(AgentBase):
         inp, usage = self.state.input, self.state.stats.usage
         return BudgetState(max_cost_usd=inp.max_cost_usd, max_tokens=inp.max_tokens,
                            cost_usd=usage.cost_usd, tokens=usage.total_tokens,
-                           waiting="budget" in self.state.waits)
+                           # still waiting: its limit does not cover its next call
+                           waiting="budget" in self.state.waits
+                           and self._not_covered() is not None)
 
     async def _child_budget(self, child_id: str) -> dict[str, Any]:
         """A supplement child's limit: what is left of this task's, once the limit covers

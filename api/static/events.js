@@ -155,6 +155,12 @@ const DESCRIBE = {
   model_back: (d) => ({ html: `<span class="event-title">Model back</span>: ${
     e(d.endpoint || "its endpoint")} answers again after ${Math.round(d.waited_s || 0)} s; the task goes on`,
   cls: "pass" }),
+  waiting_for_budget: (d) => ({ html: `<span class="event-title">Waiting for budget</span>: ${
+    e(d.reason || "")}. No model call goes out until the limit is raised.`, cls: "warn" }),
+  budget_raised: (d) => `Limit set: ${d.max_cost_usd != null ? `$${e(d.max_cost_usd)}` : "no cost limit"}${
+    d.max_tokens != null ? `, ${e(d.max_tokens)} tokens` : ""} (spent $${e((d.cost_usd || 0).toFixed(4))})`,
+  budget_resumed: (d) => ({ html: `<span class="event-title">Budget raised</span>: the task goes on after ${
+    Math.round(d.waited_s || 0)} s`, cls: "pass" }),
   moved_to_host: (d) => `Moved from host ${e(d.from || "(none)")} to host ${e(d.to)}`,
   rewind: (d) => ({ html: `<span class="event-title">Rewind asked</span> to checkpoint ${e(d.step)}: the task stops at its next safe point to put it back`, cls: "warn" }),
   rewound: (d) => ({ html: `<span class="event-title">Rewound</span> to checkpoint ${e(d.step)} (${

@@ -1,13 +1,15 @@
 import { $, api, escapeHtml, header, streamEvents, verdict } from "./app.js";
 import { diffDetails, runPoints } from "./changes.js";
 import { describe, englishTask } from "./events.js";
+import { budgetBox, wire as wireBudget } from "./budget.js";
 import { moveBox, wire as wireMove } from "./move.js";
 
 header();
 const taskId = new URLSearchParams(location.search).get("id");
 $("#task-id").textContent = taskId;
 const seenKey = `refloop-events-${taskId}`;
-const OPEN = ["queued", "running", "waiting_approval", "waiting_for_host", "waiting_for_model"];
+const OPEN = ["queued", "running", "waiting_approval", "waiting_for_host", "waiting_for_model",
+  "waiting_for_budget"];
 const FINAL = ["completed", "failed", "lost", "cancelled", "incomplete"];
 const POLL_MS = 5000;
 const pending = new Map();  // call id -> its approval card
@@ -98,6 +100,8 @@ function show(event) {
     case "model_back": showStatus("running"); break;
     case "waiting_for_host": showStatus("waiting_for_host"); break;
     case "host_back": case "moved_to_host": showStatus("running"); break;
+    case "waiting_for_budget": showStatus("waiting_for_budget"); break;
+    case "budget_resumed": showStatus("running"); break;
     default: break;
   }
   const shown = describe(event, { verdict });
@@ -227,6 +231,7 @@ function showStatus(now) {  // any status, as the API says it
   // Only a running task can be rewound (an ended one can be forked)
   document.querySelectorAll("#events [data-checkpoint]").forEach(drawPoint);
   moveBox(taskId, now).catch(() => {});
+  budgetBox(taskId, now).catch(() => {});
 }
 
 async function facts() {
@@ -273,7 +278,9 @@ async function finish() {
   $("#answer").textContent = result.answer;
   const s = result.stats;
   const figures = { iterations: s.iterations, "model calls": s.llm_calls,
-    tokens: s.usage.total_tokens, "reviews passed": s.reviews.passed,
+    tokens: s.usage.total_tokens, "cost (USD)": (s.usage.cost_usd || 0).toFixed(4),
+    ...(s.usage.unpriced_calls ? { "model calls without a price": s.usage.unpriced_calls } : {}),
+    "reviews passed": s.reviews.passed,
     "reviews failed": s.reviews.failed, "waited for the model (s)": Math.round(s.model_wait_s || 0),
     ...(s.rewound_usage && s.rewound_usage.total_tokens
       ? { "tokens of rewound steps (in the total)": s.rewound_usage.total_tokens } : {}) };
@@ -313,6 +320,7 @@ $("#rerun").addEventListener("click", async () => {
 $("#task-changes").replaceWith(diffDetails(taskId, "Every change the task made",
   () => ({ since_start: "true", ...(lastCheckpoint ? { checkpoint: lastCheckpoint } : {}) })));
 wireMove(taskId);
+wireBudget(taskId);
 
 let seen = JSON.parse(sessionStorage.getItem(seenKey) || "[]");
 let stream = null;

@@ -9,11 +9,11 @@ import { englishTask } from "./events.js";
 header();
 // Every status the API tells today; any other it tells later is shown as it comes.
 const STATUSES = ["queued", "running", "waiting_approval", "waiting_for_host",
-  "waiting_for_model", "completed", "incomplete", "failed", "cancelled", "lost"];
+  "waiting_for_model", "waiting_for_budget", "completed", "incomplete", "failed", "cancelled", "lost"];
 const FILTERS = { status: "#f-status", kind: "#f-kind", host: "#f-host", model: "#f-model",
                   session_id: "#f-session", q: "#f-q" };
 const POLL_MS = 1000, IDLE_MAX_MS = 10000, LIMIT = 100;  // LIMIT: the API's default
-const WAITING = ["waiting_approval", "waiting_for_host"];
+const WAITING = ["waiting_approval", "waiting_for_host", "waiting_for_budget"];
 const RUNNING = ["queued", "running", "waiting_for_model"];
 
 function addStatusOption(status) {
@@ -90,15 +90,18 @@ function row(task) {
     <td>${taskLink(task, short)}<div class="muted">${escapeHtml(task.task_id)}</div></td>
     <td>${escapeHtml((task.kind || "").replaceAll("_", " "))}</td>
     <td>${escapeHtml(task.host || "—")}</td><td>${escapeHtml(task.model || "—")}</td>
-    <td class="num">${task.tokens ?? "—"}</td><td>${started(task)}</td>
+    <td class="num">${task.tokens ?? "—"}${task.cost_usd ? `<div class="muted">$${
+      task.cost_usd.toFixed(4)}</div>` : ""}</td><td>${started(task)}</td>
     <td class="num">${duration(task)}</td><td>${taskLink(task, "Open")}${web}</td></tr>`;
 }
 
 function inbox(waiting) {
   const approvals = waiting.filter((t) => t.status === "waiting_approval");
   const hosts = waiting.filter((t) => t.status === "waiting_for_host");
+  const budgets = waiting.filter((t) => t.status === "waiting_for_budget");
   $("#inbox-counts").textContent = `${approvals.length} waiting for approval · ${
-    hosts.length} waiting for a host`;
+    hosts.length} waiting for a host${budgets.length ? ` · ${budgets.length} waiting for budget`
+    : ""}`;
   $("#inbox").classList.toggle("attention", waiting.length > 0);
   const items = [
     ...approvals.map((t) => `<li class="inbox-approval">${taskLink(t, englishTask(t.task || t.task_id))}
@@ -106,7 +109,10 @@ function inbox(waiting) {
     ...hosts.map((t) => `<li class="inbox-host">${taskLink(t, englishTask(t.task || t.task_id))}
       <a class="button" href="task.html?id=${encodeURIComponent(t.task_id)}#move">Move…</a>
       <span class="muted">waits for host ${escapeHtml(t.host || "?")}: start its worker,
-      or move the task</span></li>`)];
+      or move the task</span></li>`),
+    ...budgets.map((t) => `<li class="inbox-budget">${taskLink(t, englishTask(t.task || t.task_id))}
+      <a class="button" href="task.html?id=${encodeURIComponent(t.task_id)}#budget">Raise limit…</a>
+      <span class="muted">spent $${(t.cost_usd || 0).toFixed(4)} of its limit</span></li>`)];
   $("#inbox-items").innerHTML = items.join("") || '<li class="muted">Nothing waits for you.</li>';
 }
 
