@@ -96,6 +96,13 @@ def describe_event(event: Event) -> str:
         case "model_back":
             return (f"the model at {data.get('endpoint')} answers again after "
                     f"{data.get('waited_s') or 0:.0f} s")
+        case "compacted":
+            saved = f"{data.get('tokens_before')} → {data.get('tokens_after')} tokens"
+            if data.get("kind") == "summary":
+                return (f"compacted: {data.get('turns_folded')} earlier messages summarised "
+                        f"({saved}, window {data.get('window')})")
+            return (f"{data.get('kind')} to fit the window: {data.get('masked') or 0} outputs "
+                    f"masked, {data.get('turns_folded') or 0} messages folded ({saved})")
         case "host_back":
             return f"host {data.get('host')} is back"
         case "moved_to_host":

@@ -180,6 +180,14 @@ const DESCRIBE = {
   workspace_restored: (d) => `<span class="event-title">Workspace put back</span> to checkpoint ${
     e(String(d.checkpoint || "").slice(0, 12))}: ${plural(d.written || 0, "path")} written, ${
     plural(d.removed || 0, "path")} removed, ${e(d.unchanged || 0)} unchanged`,
+  compacted: (d) => d.kind === "summary"
+    ? `<span class="event-title">Compacted</span>: ${plural(d.turns_folded || 0, "earlier message")} folded into a summary ${
+      d.by_model === false ? "listing the calls made (the model could not summarise)" : "the model wrote"}, ${
+      e(d.tokens_before)} → ${e(d.tokens_after)} tokens (window ${e(d.window)}); the notes, the files written and the plan's progress kept`
+    : `<span class="event-title">${d.kind === "folded" ? "Folded" : "Masked"}</span> to fit the model's window: ${
+      d.kind === "folded" ? `${plural(d.turns_folded || 0, "earlier message")} folded into one note`
+        : `${plural(d.masked || 0, "older tool output")} masked to a line each`}, ${
+      e(d.tokens_before)} → ${e(d.tokens_after)} tokens (window ${e(d.window)})`,
   continued_as_new: (d) => `Continued as a new run after iteration ${e(d.iteration)} (history of ${
     e(d.history_length)} events)`,
   summary: (d) => d.summary ? `<span class="event-title">Summary</span> ${e(d.summary)}`

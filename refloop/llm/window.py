@@ -38,6 +38,9 @@ PER_MESSAGE_TOKENS = 4
 
 _OPENAI_WINDOW = re.compile(r"maximum context length is (\d+) tokens", re.IGNORECASE)
 _OPENAI_PROMPT = re.compile(r"(?:resulted in|requested) (\d+) tokens", re.IGNORECASE)
+# llama-cpp-python: "Requested tokens (5000) exceed context window of 4096"
+_PY_WINDOW = re.compile(r"exceed context window of (\d+)", re.IGNORECASE)
+_PY_PROMPT = re.compile(r"Requested tokens \((\d+)\)", re.IGNORECASE)
 _N_CTX = re.compile(r'"?n_ctx"?\s*[:=]\s*(\d+)')
 _N_PROMPT = re.compile(r'"?n_prompt_tokens"?\s*[:=]\s*(\d+)')
 LENGTH_WORDS = ("exceed_context_size_error", "context_length_exceeded",
@@ -61,8 +64,8 @@ def length_refusal(status: int | None, body: str) -> LengthRefusal | None:
     text = body.lower()
     if not any(word in text for word in LENGTH_WORDS):
         return None
-    window = _OPENAI_WINDOW.search(body) or _N_CTX.search(body)
-    prompt = _N_PROMPT.search(body) or _OPENAI_PROMPT.search(body)
+    window = _OPENAI_WINDOW.search(body) or _N_CTX.search(body) or _PY_WINDOW.search(body)
+    prompt = _N_PROMPT.search(body) or _OPENAI_PROMPT.search(body) or _PY_PROMPT.search(body)
     return LengthRefusal(int(window.group(1)) if window else None,
                          int(prompt.group(1)) if prompt else None)
 
@@ -240,12 +243,17 @@ class WindowKeeper:
     async def fitted(self, client: openai.AsyncOpenAI, base_url: str, model: str,
                      messages: list[ChatMessage], fixed: Any, cap: int,
                      fitter: Fitter | None) -> FittedRequest:
-        """Sent as is when it fits with its whole cap; else the cap shrinks to the room left
-        (no lower than a quarter of the window), and the messages are fitted when that is
-        not enough (`fitter`, else the longest contents clipped)."""
+        """Sent as is when it fits with its whole cap, or when the window is only assumed;
+        else the cap shrinks to the room left (no lower than a quarter of the window), and
+        the messages are fitted when that is not enough (`fitter`, else the longest
+        contents clipped)."""
         fixed_chars = wire_chars(fixed) if fixed else 0
         message_chars = sum(len(m.model_dump_json(exclude_none=True)) for m in messages)
         budget = await self.budget(client, base_url, model, message_chars, fixed_chars, cap)
+        if self.book.of(base_url, model).source == "default":
+            # Nothing says the window: the prompt goes as it is (a long code review on a
+            # large-window endpoint is not cut to the default), and a refusal teaches it.
+            return FittedRequest(messages, cap, message_chars + fixed_chars, budget)
         used = sum(budget.tokens(m) for m in messages)
         if used > budget.prompt_tokens:
             messages = (fitter or clip_to_fit)(messages, budget)

@@ -104,6 +104,15 @@ EVENTS: list[tuple[str, dict, list[str]]] = [
       "until the endpoint answers or the outage bound is reached."]),
     ("model_back", {"endpoint": "http://llm.example/v1", "waited_s": 42.4},
      ["Model back: http://llm.example/v1 answers again after 42 s; the task goes on"]),
+    ("compacted", {"kind": "masked", "masked": 3, "turns_folded": 0, "tokens_before": 7400,
+                   "tokens_after": 5100, "window": 12000},
+     ["Masked to fit the model's window: 3 older tool outputs masked to a line each, "
+      "7400 → 5100 tokens (window 12000)"]),
+    ("compacted", {"kind": "summary", "turns_folded": 60, "tokens_before": 8348,
+                   "tokens_after": 2970, "summary_ref": "ab" * 32, "by_model": True,
+                   "window": 16000},
+     ["Compacted: 60 earlier messages folded into a summary the model wrote, 8348 → 2970 "
+      "tokens (window 16000); the notes, the files written and the plan's progress kept"]),
     ("tool_call", {"iteration": 2, "id": "b", "tool": "git__status", "args": {}},
      ["→ git__status"]),
     ("tool_result", {"iteration": 2, "id": "b", "tool": "git__status", "ok": False,

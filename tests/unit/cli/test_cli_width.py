@@ -76,6 +76,8 @@ def test_events_are_said_in_words_not_as_json():
         ("waiting_for_host", {"host": "h1", "activity": "write_file", "after_s": 60.0}),
         ("quality_review", {"file_path": "a.md", "pass": True, "outcome": "passed",
                             "summary": "good"}),
+        ("compacted", {"kind": "summary", "turns_folded": 60, "tokens_before": 8348,
+                       "tokens_after": 2970, "window": 16000}),
     ]}
     assert said["workspace"] == "workspace read: 512 characters of context; semantic index " \
         "building"
@@ -85,4 +87,6 @@ def test_events_are_said_in_words_not_as_json():
     assert said["waiting_for_host"] == "waiting for host h1: no worker of it took write_file " \
         "within 60 s"
     assert said["quality_review"] == "quality review of a.md: PASS good"
+    assert said["compacted"] == "compacted: 60 earlier messages summarised (8348 → 2970 " \
+        "tokens, window 16000)"
     assert not any("{" in text for text in said.values())

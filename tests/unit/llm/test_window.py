@@ -52,6 +52,9 @@ def test_refusals_for_length_are_read_from_both_wordings():
     assert length_refusal(400, OPENAI_REFUSAL) == LengthRefusal(8192, 9000)
     # llama.cpp once answered it with a 500: still a refusal for length, not an outage
     assert length_refusal(500, LLAMA_REFUSAL) == LengthRefusal(12000, 13001)
+    # llama-cpp-python, as the real-model lane runs it
+    assert length_refusal(400, "Requested tokens (5000) exceed context window of 4096") == \
+        LengthRefusal(4096, 5000)
     assert length_refusal(400, '{"error": "tool_choice is not supported"}') is None
     assert length_refusal(None, LLAMA_REFUSAL) is None
 
@@ -190,3 +193,15 @@ async def test_the_window_is_asked_of_the_endpoint_once_a_prompt_is_long():
         assert (known.window, known.source) == (12000, "props")
         assert known.calibrated and known.chars_per_token > 3.0
         assert all(r["status"] == 200 for r in server.requests())
+
+
+async def test_a_window_only_assumed_cuts_no_prompt(scripted_llm):
+    """Nothing states this endpoint's window (as OpenAI's): a long prompt goes whole, not cut
+    to the default; a refusal would teach the window."""
+    gateway = LLMGateway(Settings(openai_base_url=scripted_llm.base_url, openai_api_key="k"))
+    model = windowed(scripted_llm, {"summary": [{"content": "ok"}]}, context_refusal="openai")
+    await gateway.chat(Purpose.summary, long_conversation(60_000), model=model)
+    [request] = scripted_llm.requests(model=model)
+    assert request["body"]["messages"][1]["content"] == long_conversation(60_000)[1].content
+    assert request["body"]["max_tokens"] == 512
+    assert gateway.windows.book.of(gateway.base_url, model).source == "default"
