@@ -100,17 +100,22 @@ def build_mcp_server(deps: Callable[[], McpDeps]) -> MCPServer:
                          approval_mode: Literal["auto", "confirm_writes", "confirm_all"]
                          = "auto",
                          mcp_servers: list[str] | None = None, max_iterations: int = 20,
-                         model: str | None = None) -> dict[str, Any]:
-        """Start an agent task in a workspace directory; returns its task_id at once."""
+                         model: str | None = None, max_cost_usd: float | None = None,
+                         max_tokens: int | None = None) -> dict[str, Any]:
+        """Start an agent task in a workspace directory; returns its task_id at once.
+        `max_cost_usd`/`max_tokens`: its spend limit; at it the task waits
+        waiting_for_budget until POST /tasks/{id}/budget (or `refloop budget`) raises it."""
         d = deps()
         with api_errors(task=task, workspace=workspace, approval_mode=approval_mode,
-                        mcp_servers=mcp_servers, max_iterations=max_iterations, model=model):
+                        mcp_servers=mcp_servers, max_iterations=max_iterations, model=model,
+                        max_cost_usd=max_cost_usd, max_tokens=max_tokens):
             session = await tasks.start_session(
                 SessionStart(workspace=workspace, approval_mode=approval_mode, model=model),
                 d.store, d.settings)
             accepted = await tasks.start_task(
                 TaskCreate(session_id=session.session_id, task=task,
-                           max_iterations=max_iterations, mcp_servers=mcp_servers),
+                           max_iterations=max_iterations, mcp_servers=mcp_servers,
+                           max_cost_usd=max_cost_usd, max_tokens=max_tokens),
                 d.client, d.store, d.settings)
         return accepted.model_dump(mode="json")
 
