@@ -13,6 +13,7 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from refloop.contract.approvals import APPROVAL_TIMEOUT_S
 from refloop.contract.budget import DEFAULT_BUDGET_WAIT_S, ModelPrice, parse_prices
 from refloop.contract.hosts import HOST_ID_PATTERN
 from refloop.contract.messages import parse_max_tokens
@@ -171,6 +172,9 @@ class Settings(BaseSettings):
     # Seconds: a fresh session workspace still empty this long is removed (a later
     # task of the session makes it again)
     refloop_session_ttl: float = Field(default=3600.0, gt=0)
+    # How long a call waits for a person's approval, in seconds (default 3 days), unless
+    # the task or its session says otherwise; unanswered, the task ends incomplete.
+    refloop_approval_timeout_s: float = Field(default=APPROVAL_TIMEOUT_S, gt=0)
     # Completeness reflection
     # The check at a task's end: on or off; supplement actions it may ask for, rounds; the
     # judge's model (unset: the task's), temperature, top_p and re-asks
@@ -387,6 +391,8 @@ class Settings(BaseSettings):
 
         if fields.get("host"):  # the operator's bound on waiting for the task's host
             fields.setdefault("host_wait_s", self.refloop_host_wait_s)
+        if fields.get("approval_timeout_s") is None:  # neither the task nor its session
+            fields["approval_timeout_s"] = self.refloop_approval_timeout_s
         if fields.get("max_cost_usd") or fields.get("max_tokens"):  # and for a raise
             fields.setdefault("budget_wait_s", self.refloop_budget_wait_s)
         return TaskInput(

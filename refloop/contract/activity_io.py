@@ -358,6 +358,9 @@ class ApprovalDecision(BaseModel):
     call_id: str
     approved: bool
     comment: str | None = None
+    # Approved with these arguments instead of the model's (checked like the model's own,
+    # by the update's validator); None: as the model asked. Optional: updates sent before.
+    arguments: dict[str, Any] | None = None
 
 
 class RecordQualityReviewInput(BaseModel):

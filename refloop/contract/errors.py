@@ -60,6 +60,11 @@ class McpConfigError(ValueError):
     """The configuration names no such server, or cannot be read; never retried."""
 
 
+class InvalidApprovalEdit(ValueError):
+    """Arguments a person edited before approving a call that its tool would refuse: the
+    `decide_approval` update is refused with the reason, and the call still waits."""
+
+
 class BadReviewInput(ValueError):
     """A code review's input cannot be reviewed (nothing to read, a bad diff)."""
 

@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, model_validator
 
 from refloop.contract.activity_io import ModelEndpoint, QualityReview
+from refloop.contract.approvals import APPROVAL_TIMEOUT_S
 from refloop.contract.budget import BudgetState
 from refloop.contract.checkpoints import ForkOrigin
 from refloop.contract.handover import HandedOver
@@ -67,7 +68,9 @@ class TaskInput(BaseModel):
     allow_shell_operators: bool = False
     # auto | confirm_writes (writes and run_cmd wait for a decision) | confirm_all
     approval_mode: Literal["auto", "confirm_writes", "confirm_all"] = "auto"
-    approval_timeout_s: float = Field(default=600.0, gt=0)  # no decision = rejection
+    # How long a call waits for a person's decision; unanswered, the task ends incomplete
+    # naming it (REFLOOP_APPROVAL_TIMEOUT_S: 3 days, the default of tasks started without)
+    approval_timeout_s: float = Field(default=APPROVAL_TIMEOUT_S, gt=0)
     max_iterations: int = Field(default=20, ge=1, le=500)
     # The task's spend limit, its children's spend included (refloop/contract/budget.py):
     # before a model call the limit does not cover, the task waits `waiting_for_budget`

@@ -136,20 +136,97 @@ async def test_rejected_write_is_fed_back_as_denied(client, settings, scripted_l
     assert "E_DENIED" in fed_back
 
 
-async def test_no_decision_in_time_is_a_rejection(client, settings, scripted_llm, workspace,
-                                                  task_queue):
+async def test_no_decision_in_time_ends_the_task_incomplete_naming_the_call(
+        client, settings, scripted_llm, workspace, task_queue):
+    """An unanswered approval is no rejection: nothing runs after it, the model is not asked
+    again, and the task ends incomplete (never completed), naming the call."""
     model = unique_scenario(scripted_llm, scenario())
     async with build_worker(client, settings, task_queue):
         handle = await start_task(client, task_queue, workspace, model, approval_timeout_s=1)
         result = await result_of(handle)
-    decided = events_of(result, "approval_decided")[0]
-    assert decided["approved"] is False and "no decision within 1s" in decided["comment"]
+    assert result.status == "incomplete" and result.stop_reason == "approval_timeout"
+    assert result.missing == ["no decision on call 2.0 (write_file a.txt) within 1 s"]
+    expired = events_of(result, "approval_expired")[0]
+    assert expired == {"call_id": "2.0", "tool": "write_file", "waited": "1 s"}
+    assert not events_of(result, "approval_decided") and not events_of(result, "summary")
     assert not (workspace / "a.txt").exists()
+    assert len(scripted_llm.requests(model=model, purpose="act")) == 2  # not asked again
+    row = store_for(settings.effective_database_url).get_task(handle.id)
+    assert row.status == "incomplete" and "write_file a.txt" in row.error
     # The Web UI names the wait (it was an unlabelled timer).
     history = await handle.fetch_history()
     timers = [json.loads(e.user_metadata.summary.data) for e in history.events
               if e.event_type == EventType.EVENT_TYPE_TIMER_STARTED]
     assert timers == ["waiting for approval: write_file a.txt"]
+
+
+def test_the_default_wait_is_days_and_the_operator_sets_it():
+    from refloop.settings import Settings
+
+    assert TaskInput(task="t", workspace="/w").approval_timeout_s == 3 * 24 * 3600
+    settings = Settings(_env_file=None, refloop_approval_timeout_s=7200)
+    assert settings.task_input(task="t", workspace="/w").approval_timeout_s == 7200
+    assert settings.task_input(task="t", workspace="/w",
+                               approval_timeout_s=5).approval_timeout_s == 5
+    assert settings.task_input(task="t", workspace="/w",
+                               approval_timeout_s=None).approval_timeout_s == 7200
+
+
+async def test_approved_with_edited_arguments_runs_them_and_says_so(
+        client, settings, scripted_llm, workspace, task_queue):
+    """The person's arguments run, checked like the model's own: an invalid edit is refused
+    with the reason and the call still waits; the event keeps both; the model is told."""
+    model = unique_scenario(scripted_llm, scenario())
+    async with build_worker(client, settings, task_queue):
+        handle = await start_task(client, task_queue, workspace, model)
+        pending = await wait_for(handle, "approval_required")
+        key = pending["call_id"]
+        refusals = {
+            "invalid arguments for write_file: content: Field required": {"path": "b.txt"},
+            "invalid arguments for write_file: content: Input should be a valid string":
+                {"path": "b.txt", "content": 3},
+            "invalid arguments for write_file: unknown argument(s) contnet; the tool takes "
+            "path, content": {"path": "b.txt", "content": "x", "contnet": "x"},
+        }
+        for reason, arguments in refusals.items():
+            with pytest.raises(WorkflowUpdateFailedError) as refused:
+                await handle.execute_update(AgentTaskWorkflow.decide_approval, ApprovalDecision(
+                    call_id=key, approved=True, arguments=arguments))
+            assert refused.value.cause.message == reason
+            assert refused.value.cause.type == "InvalidApprovalEdit"
+        with pytest.raises(WorkflowUpdateFailedError) as refused:  # a rejection runs nothing
+            await handle.execute_update(AgentTaskWorkflow.decide_approval, ApprovalDecision(
+                call_id=key, approved=False, arguments={"path": "b.txt", "content": "x"}))
+        assert "go with an approval" in refused.value.cause.message
+        edited = {"path": "b.txt", "content": "edited by a person"}
+        assert await handle.execute_update(AgentTaskWorkflow.decide_approval, ApprovalDecision(
+            call_id=key, approved=True, arguments=edited)) == "approved"
+        result = await result_of(handle)
+    assert result.status == "completed", result.answer
+    assert (workspace / "b.txt").read_text() == "edited by a person"
+    assert not (workspace / "a.txt").exists()
+    decided = events_of(result, "approval_decided")[0]
+    assert decided["edited"] is True and decided["arguments"] == edited
+    assert decided["original_arguments"] == {"path": "a.txt", "content": "a"}
+    ran = [r for r in events_of(result, "tool_result") if r["tool"] == "write_file"][0]
+    assert ran["ok"] and ran["output"].startswith("Note: the user edited this call's")
+    told = str(scripted_llm.requests(model=model, purpose="act")[2]["body"]["messages"])
+    assert "the user edited this call" in told and "edited by a person" in told
+
+
+async def test_an_approval_without_an_edit_reads_as_before(client, settings, scripted_llm,
+                                                           workspace, task_queue):
+    """The model's own arguments sent back unchanged are no edit."""
+    model = unique_scenario(scripted_llm, scenario())
+    async with build_worker(client, settings, task_queue):
+        handle = await start_task(client, task_queue, workspace, model)
+        pending = await wait_for(handle, "approval_required")
+        await handle.execute_update(AgentTaskWorkflow.decide_approval, ApprovalDecision(
+            call_id=pending["call_id"], approved=True, arguments=pending["args"]))
+        result = await result_of(handle)
+    assert events_of(result, "approval_decided") == [
+        {"call_id": pending["call_id"], "approved": True, "comment": None}]
+    assert (workspace / "a.txt").read_text() == "a"
 
 
 async def test_cancel_records_the_run_as_cancelled(client, settings, scripted_llm, workspace,

@@ -17,10 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from refloop.contract.activity_io import ApprovalDecision
 from refloop.contract.task import TaskInput
 from refloop.mcp.config import tool_name
 from refloop.worker.main import build_worker
 from refloop.worker.replay import dump_history
+from refloop.workflows.agent import AgentTaskWorkflow
 from tests.llm_fixtures import unique_scenario
 from tests.workflow.helpers import (
     CODING,
@@ -194,12 +196,12 @@ async def test_confirm_tool_waits_for_approval(client, mcp_settings, scripted_ll
                     enable_planning=False, enable_reflection=False, mcp_servers=["git"],
                     approval_timeout_s=1)
     result, _ = await run_with_history(client, mcp_settings, task_queue, inp)
-    # Denied, nothing staged: the task ran to its end but is not done.
-    assert result.status == "incomplete" and "no call that changes the workspace" in \
-        result.missing[0], result.answer
+    # Unanswered, nothing staged: the task is not done, and says which call waited.
+    assert result.status == "incomplete" and "(git: git_add" in result.missing[0], \
+        result.missing
     required = events_of(result, "approval_required")
     assert [r["tool"] for r in required] == ["git__git_add"]  # even in auto mode
-    assert events_of(result, "tool_result")[0]["error"].startswith("E_DENIED")
+    assert not events_of(result, "tool_result")
     assert "new.txt" not in git(repo, "diff", "--cached", "--name-only")
 
 
@@ -541,8 +543,15 @@ async def test_destructive_and_unannotated_tools_wait_in_auto_mode_unless_allowe
     })
     inp = TaskInput(task="clean up", workspace=str(workspace), model=model,
                     enable_planning=False, enable_reflection=False, mcp_servers=["a"],
-                    approval_mode="auto", approval_timeout_s=1)
-    result, _ = await run_with_history(client, configured, task_queue, inp)
+                    approval_mode="auto")
+    async with build_worker(client, configured, task_queue):
+        handle = await start(client, task_queue, inp)
+        for call_id in ("1.0", "2.0"):  # each waits for a person, who says no
+            await wait_for_event(handle, lambda e, key=call_id: e.type == "approval_required"
+                                 and e.data["call_id"] == key)
+            await handle.execute_update(AgentTaskWorkflow.decide_approval, ApprovalDecision(
+                call_id=call_id, approved=False, comment="not here"))
+        result = await result_of(handle)
     assert [r["tool"] for r in events_of(result, "approval_required")] == [
         "a__wipe", "a__plain"]
     outcomes = {r["tool"]: r for r in events_of(result, "tool_result")}
