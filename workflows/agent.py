@@ -68,7 +68,7 @@ from refloop.contract.policies import (
 )
 from refloop.workflows import completeness_logic, logic, triggers
 from refloop.workflows.agent_base import TaskFailed, describe_failure
-from refloop.workflows.approval_phase import ApprovalPhase, validate_decision
+from refloop.workflows.approval_phase import ApprovalPhase, ApprovalUnanswered, with_edit_note
 from refloop.workflows.budget_phase import BudgetPhase, BudgetWaitExpired
 from refloop.workflows.calls import Calls, InterruptNow
 from refloop.workflows.compact_phase import CompactPhase
@@ -146,14 +146,15 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Re
     # ------------------------------------------------------------ updates
 
     @workflow.update(description='Approve or reject a tool call waiting for approval: '
-                     '{"call_id": "<iteration>.<index>", "approved": true, "comment": "..."}.')
+                     '{"call_id": "<iteration>.<index>", "approved": true, "comment": "..."}; '
+                     'an approval may carry edited "arguments" (checked like the model\'s).')
     async def decide_approval(self, decision: ApprovalDecision) -> str:
         self._decide(decision)
         return "approved" if decision.approved else "rejected"
 
     @decide_approval.validator
     def _validate_decision(self, decision: ApprovalDecision) -> None:
-        validate_decision(self.state.approvals.waiting, decision)
+        self._refuse_decision(decision)
 
     @workflow.update(description="Move a task waiting for a host that will never return to "
                      'another: {"host": <that host as GET /hosts lists it>}; it must be live '
@@ -260,6 +261,8 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Re
             await self._react_loop()
         except TaskFailed as failure:
             return await self._finish_failed(failure.stop_reason, failure.message)
+        except ApprovalUnanswered as unanswered:  # nobody decided: not done, never completed
+            return await self._finish_incomplete([unanswered.missing], "approval_timeout")
         except InterruptNow:  # a waiting call was taken back for a hand-over
             if self.state.calls.turn is None:  # at the turn's model call: it is asked again
                 self.state.stats = self.state.stats.model_copy(
@@ -496,8 +499,8 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Re
         the next call); their results go back to the model. Returns the review reflection.
         The turn in the state says how far it got (a hand-over goes on from there)."""
         for index in range(turn.next_index, len(turn.calls)):
-            call = turn.calls[index]
-            result = await self._run_tool_call(call, turn.iteration, index)
+            # as it ran: a person may have edited its arguments when approving it
+            call, result = await self._run_tool_call(turn.calls[index], turn.iteration, index)
             text = logic.format_tool_result(call.name, result, TOOL_RESULT_CHARS)
             text += await self._review_feedback(call, result, turn.reviews)
             self._append(logic.tool_result_message(call, turn.structured, text))
@@ -593,13 +596,14 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Re
         workflow.continue_as_new(self.state.input.model_copy(
             update={"resume_state": state, "handed_over": handed_over}))
 
-    async def _run_tool_call(self, call: ToolCall, iteration: int, index: int) -> ToolResult:
+    async def _run_tool_call(self, call: ToolCall, iteration: int, index: int
+                             ) -> tuple[ToolCall, ToolResult]:
         self._emit(
             "tool_call",
             {"iteration": iteration, "id": call.id, "tool": call.name, "args": call.arguments},
         )
         step_before = self._current_step()
-        result = await self._execute_call(call, iteration, index)
+        call, result = await self._execute_call(call, iteration, index)
         advanced = call.name == logic.COMPLETE_STEP and result.ok
         records = self.state.calls.loop_records
         records.append(triggers.LoopRecord(
@@ -611,14 +615,15 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Re
         del records[:-triggers.LOOP_WINDOW]
         if advanced:
             self.state.planning.step_started = iteration + 1
-        return result
+        return call, result
 
-    async def _execute_call(self, call: ToolCall, iteration: int, index: int) -> ToolResult:
+    async def _execute_call(self, call: ToolCall, iteration: int, index: int
+                            ) -> tuple[ToolCall, ToolResult]:
         if self.rewind_due():
             raise InterruptNow()
         await self._checkpoint_again()
         self._keep_rewind_point(self.state.calls.turn)
-        result = await self._dispatch(call, iteration, index)
+        call, result = await self._dispatch(call, iteration, index)
         checkpoint = {}
         if logic.checkpoint_after(call.name, call.arguments, result.ok,
                                   self._builtin_properties):
@@ -627,17 +632,24 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Re
         if call.name == logic.COMPLETE_STEP and result.ok:
             self._emit_step()
             self._show()
-        return result
+        return call, result
 
-    async def _dispatch(self, call: ToolCall, iteration: int, index: int) -> ToolResult:
-        """The call's result: the plan's own step marker, a refusal (constraints, approval),
-        an MCP tool, or a built-in tool's activity."""
+    async def _dispatch(self, call: ToolCall, iteration: int, index: int
+                        ) -> tuple[ToolCall, ToolResult]:
+        """The call as it ran (a person may have edited its arguments when approving it)
+        and its result: the plan's own step marker, a refusal (constraints, approval), an
+        MCP tool, or a built-in tool's activity."""
         if call.name == logic.COMPLETE_STEP:
-            return self._complete_step(call)
+            return call, self._complete_step(call)
         if (refused := self._check_constraints(call, iteration)) is not None:
-            return refused
-        if (denied := await self._await_approval(call, f"{iteration}.{index}")) is not None:
-            return denied
+            return call, refused
+        approved = await self._await_approval(call, f"{iteration}.{index}")
+        if isinstance(approved, ToolResult):  # rejected
+            return call, approved
+        return approved, with_edit_note(await self._run_approved(approved, iteration, index),
+                                        call, approved)
+
+    async def _run_approved(self, call: ToolCall, iteration: int, index: int) -> ToolResult:
         if call.name in self.state.mcp.tools:
             return await self._call_mcp(call, self._call_id(iteration, index), self.keywords)
         if call.name not in self._builtin_tools():
@@ -806,14 +818,15 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Re
     def _last_verdict(self) -> dict[str, Any] | None:
         return self.state.reflection.last_verdict
 
-    async def _finish_incomplete(self, missing: list[str]) -> TaskResult:
+    async def _finish_incomplete(self, missing: list[str],
+                                 stop_reason: str = "work_missing") -> TaskResult:
         """Ran to the end, but the work is not done: never reported as completed."""
         self._stop_indexing()
         await self._settle_indexing()
         self.state.status = "incomplete"
         self._emit("incomplete", {"missing": missing,
                                   "answer": logic.truncate(self.state.conversation.answer, 2000)})
-        result = self._result("incomplete", "work_missing", self.state.conversation.answer, missing)
+        result = self._result("incomplete", stop_reason, self.state.conversation.answer, missing)
         self._show(result.status)
         await self._record("incomplete", result=result.model_dump(mode="json"),
                            error="incomplete: " + "; ".join(missing)[:1000])
