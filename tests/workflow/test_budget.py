@@ -206,3 +206,33 @@ async def test_a_supplement_child_draws_from_the_parents_limit(
     stats = result.stats
     assert stats.usage.cost_usd == pytest.approx(0.11)
     assert stats.children_usage.cost_usd == pytest.approx(0.03)
+
+
+async def test_a_task_handed_over_while_it_waits_keeps_its_limit_and_spend(
+        client, settings, scripted_llm, workspace, task_queue):
+    """`refloop drain` takes a task waiting for budget at its turn's model call: the next
+    run (another build's) waits again with the same spend, and the raise lets it end."""
+    from refloop.worker.handover import drain, take_over
+
+    model = cent_scenario(scripted_llm, {
+        "intent": [CODING], "plan": [plan_of("list_dir")], "act": listing(3),
+        "summary": [SUMMARY]})
+    inp = TaskInput(task="list", workspace=str(workspace), model=model,
+                    enable_reflection=False, max_cost_usd=0.03)
+    async with build_worker(client, priced(settings, model), task_queue):
+        handle = await start(client, task_queue, inp)
+        await paused(handle)
+        report = await drain(client, "build-a", task_queue, timeout_s=30, poll_s=0.2)
+        assert report.asked == [handle.id] and not report.still_running
+        assert await status_of(handle) == "handed_over"
+        assert await take_over(client, "build-b", task_queue) == 1
+        await paused(handle)  # the new run: the same spend, the same limit
+        progress = await handle.query(AgentTaskWorkflow.progress)
+        assert progress.budget is not None and progress.budget.cost_usd == 0.03
+        assert progress.budget.max_cost_usd == 0.03
+        assert answered(scripted_llm, model) == 3  # the waiting turn was never asked
+        await handle.execute_update(AgentTaskWorkflow.raise_budget, BudgetRaise(max_cost_usd=1))
+        result = await result_of(handle)
+    assert result.status == "completed"
+    assert result.stats.usage.cost_usd == pytest.approx(0.01 * answered(scripted_llm, model))
+    assert events_of(result, "handed_over")
