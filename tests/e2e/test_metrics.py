@@ -6,6 +6,7 @@ model requests that led there."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import time
 from pathlib import Path
@@ -33,14 +34,17 @@ async def test_a_scrape_during_a_wait_for_approval_shows_it(scripted_llm, tmp_pa
     metrics_port = free_port()
     workspace = tmp_path / "ws"
     workspace.mkdir()
+    model = writing_scenario(scripted_llm)
     up = Up(tmp_path, scripted_llm.base_url, REFLOOP_METRICS_ADDRESS=f"127.0.0.1:{metrics_port}",
-            REFLOOP_METRICS_EVERY_S="0.5", REFLOOP_WORKSPACE_ROOTS=str(tmp_path))
+            REFLOOP_METRICS_EVERY_S="0.5", REFLOOP_WORKSPACE_ROOTS=str(tmp_path),
+            REFLOOP_MODEL_PRICES=json.dumps({model: {"input_usd_per_mtok": 1000,
+                                                     "output_usd_per_mtok": 1000}}))
     try:
         await asyncio.to_thread(up.start)
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{up.api_port}",
                                      timeout=30) as http:
             session = (await http.post("/agent/interactive/start", json={
-                "workspace": str(workspace), "model": writing_scenario(scripted_llm),
+                "workspace": str(workspace), "model": model,
                 "approval_mode": "confirm_writes"})).json()["session_id"]
             task = (await http.post("/agent/interactive/task", json={
                 "session_id": session, "task": "write r.md"})).json()["task_id"]
@@ -62,6 +66,9 @@ async def test_a_scrape_during_a_wait_for_approval_shows_it(scripted_llm, tmp_pa
                 or 0) >= 1
         assert (sample(scraped, "refloop_model_tokens", kind="prompt") or 0) > 0
         assert "refloop_model_request_seconds_bucket" in scraped
+        # What they cost at the model's price, by model and purpose
+        assert (sample(scraped, "refloop_model_cost_usd_total", model=model, purpose="act")
+                or 0) > 0
         # The Temporal SDK's own worker metrics, from the same endpoint.
         assert "temporal_worker_task_slots_available" in scraped or \
             "temporal_request" in scraped, scraped[:2000]
