@@ -23,6 +23,7 @@ def _integral_float(value: Any) -> Any:
 # Request bodies are strict (no "1" for 1, no 0 for false), but JSON's 5.0 is the integer 5.
 JsonInt = Annotated[int, BeforeValidator(_integral_float), Strict()]
 DbId = Annotated[JsonInt, Field(ge=1, le=DB_ID_MAX)]
+APPROVAL_WAIT_MAX_S = 366 * 24 * 3600.0  # a year: Temporal's timers take far more
 # A number of dollars: JSON's 5 is 5.0 (strict bodies take no "5")
 JsonFloat = Annotated[float, BeforeValidator(
     lambda value: float(value) if isinstance(value, int) and not isinstance(value, bool)
@@ -47,6 +48,9 @@ class SessionStart(BaseModel):
     model: str | None = Field(default=None, max_length=200)
     model_config_id: DbId | None = None
     approval_mode: ApprovalMode = "auto"
+    # How long a call of its tasks waits for a decision, in seconds; None: the operator's
+    # REFLOOP_APPROVAL_TIMEOUT_S (3 days). Unanswered, the task ends incomplete.
+    approval_timeout_s: JsonFloat | None = Field(default=None, gt=0, le=APPROVAL_WAIT_MAX_S)
     # MCP servers (REFLOOP_MCP_CONFIG names) the session's tasks use by default
     mcp_servers: list[McpServerName] = Field(default_factory=list, max_length=16)
     # The worker host holding the workspace (GET /hosts); omitted: the one live host whose
@@ -70,6 +74,7 @@ class TaskCreate(BaseModel):
     enable_quality_review: bool | None = None  # None: the session's setting
     quality_review_rules: str | None = Field(default=None, max_length=100_000)
     approval_mode: ApprovalMode | None = None
+    approval_timeout_s: JsonFloat | None = Field(default=None, gt=0, le=APPROVAL_WAIT_MAX_S)
     enable_reflection: bool | None = None
     max_iterations: JsonInt = Field(default=20, ge=1, le=500)
     # The task's spend limit, its children's spend included; at it the task waits
@@ -155,6 +160,9 @@ class ApprovalBody(BaseModel):
     call_id: str = Field(min_length=1, max_length=100)
     approved: bool
     comment: str | None = Field(default=None, max_length=10_000)
+    # Approve with these arguments instead of the model's: the call's whole arguments, as
+    # its `approval_required` event's `args`; refused (422) where its tool would refuse them
+    arguments: dict[str, Any] | None = None
 
 
 class ApprovalOutcome(BaseModel):

@@ -11,6 +11,7 @@ from fastapi import Path as PathParam
 from fastapi.responses import StreamingResponse
 from opentelemetry import propagate
 from temporalio.client import WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from refloop.api import branching
@@ -42,6 +43,7 @@ from refloop.api.schemas import (
 from refloop.api.sse import event_stream
 from refloop.api.task_view import TaskFilters, listed, live_state
 from refloop.contract.activity_io import ApprovalDecision, ModelEndpoint
+from refloop.contract.errors import InvalidApprovalEdit
 from refloop.contract.hosts import HostMove, HostRefused
 from refloop.contract.task import RecordTaskInput, TaskInput
 from refloop.contract.visibility import start_metadata
@@ -125,6 +127,7 @@ def _new_session(body: SessionStart, store: Store, settings: Settings, workspace
         model=model,
         model_config_id=body.model_config_id,
         approval_mode=body.approval_mode,
+        approval_timeout_s=body.approval_timeout_s,
         mcp_servers=known_mcp_servers(body.mcp_servers, settings) or None,
     ))
     return SessionStarted(session_id=session.session_id, host=session.host)
@@ -169,6 +172,7 @@ def task_input(body: TaskCreate, session: SessionRecord, settings: Settings,
         enable_quality_review=pick(body.enable_quality_review, session.enable_quality_review),
         quality_review_rules=pick(body.quality_review_rules, session.quality_review_rules),
         approval_mode=pick(body.approval_mode, session.approval_mode),
+        approval_timeout_s=pick(body.approval_timeout_s, session.approval_timeout_s),
         enable_reflection=body.enable_reflection,
         max_iterations=body.max_iterations,
         max_cost_usd=body.max_cost_usd,
@@ -346,9 +350,20 @@ async def cancel_task(task_id: TaskId, client: ClientDep, store: StoreDep) -> di
     return {"task_id": task_id, "status": "cancelling"}
 
 
-@tasks.post("/{task_id}/approvals", response_model=ApprovalOutcome)
+APPROVAL_RESPONSES = {
+    404: {"description": "No such agent task"},
+    409: {"description": "The task has ended, or the call is not waiting for a decision"},
+    422: {"description": "Edited arguments the call's tool would refuse (the reason says "
+                         "why); the call still waits"},
+}
+
+
+@tasks.post("/{task_id}/approvals", response_model=ApprovalOutcome,
+            responses=APPROVAL_RESPONSES)
 async def decide(task_id: TaskId, body: ApprovalBody, client: ClientDep,
                  store: StoreDep) -> ApprovalOutcome:
+    """Approve or reject a call waiting for approval; an approval may carry the call's
+    arguments as the person edited them."""
     row = await task_row(store, task_id, kind="agent")
     if row.status in TERMINAL_STATUSES:
         raise ended(task_id, row)
@@ -357,10 +372,16 @@ async def decide(task_id: TaskId, body: ApprovalBody, client: ClientDep,
         outcome = await handle.execute_update(
             AgentTaskWorkflow.decide_approval,
             ApprovalDecision(call_id=body.call_id, approved=body.approved,
-                             comment=body.comment),
+                             comment=body.comment, arguments=body.arguments),
         )
+    except WorkflowUpdateFailedError as err:
+        cause = err.cause
+        if isinstance(cause, ApplicationError) and cause.type == InvalidApprovalEdit.__name__:
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, cause.message) from err
+        raise HTTPException(status.HTTP_409_CONFLICT,
+                            f"call {body.call_id!r} is not awaiting a decision") from err
     # The test server reports a validator rejection as NOT_FOUND, a real one as a failure.
-    except (WorkflowUpdateFailedError, RPCError) as err:
+    except RPCError as err:
         raise HTTPException(status.HTTP_409_CONFLICT,
                             f"call {body.call_id!r} is not awaiting a decision") from err
     return ApprovalOutcome(call_id=body.call_id, outcome=outcome)

@@ -124,6 +124,9 @@ class SessionRecord(SQLModel, table=True):
     mcp_servers: list[str] | None = Field(default=None, sa_column=Column(JSON))
     # The worker host holding its workspace (added later: nullable; None: one host)
     host: str | None = None
+    # How long its tasks' calls wait for a decision (added later: nullable; None: the
+    # operator's REFLOOP_APPROVAL_TIMEOUT_S)
+    approval_timeout_s: float | None = None
 
 
 class CodeReviewContentRecord(SQLModel, table=True):
