@@ -86,6 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
                      "confirm_writes / confirm_all: each write and command (or every tool) "
                      "waits for a person's decision, given in the console's inbox, with "
                      "POST /tasks/{id}/approvals or `temporal workflow update`")
+    run.add_argument("--approval-timeout", type=float, metavar="SECONDS",
+                     help="how long a call waits for that decision (default "
+                          "REFLOOP_APPROVAL_TIMEOUT_S, 3 days); unanswered, the task ends "
+                          "incomplete")
     run.add_argument("--host", help="the worker host holding the workspace (default: this "
                      "machine's REFLOOP_HOST_ID when TEMPORAL_ADDRESS names a deployment); "
                      "another machine's: --workspace is an absolute path on its disk, "

@@ -13,6 +13,7 @@ import asyncio
 import json
 import re
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -55,6 +56,9 @@ def add_commands(sub: Any) -> None:
         command.add_argument("call", nargs="?", help="the call ID (`refloop inbox` lists "
                              "them); omitted: the task's one waiting call")
     reject.add_argument("--reason", required=True, help="why, for the model")
+    approve.add_argument("--arguments", metavar="JSON", help="run the call with these "
+                         "arguments instead of the model's: its whole arguments as a JSON "
+                         "object (or @FILE), checked as the tool checks the model's own")
     cancel = sub.add_parser("cancel", help="cancel a task that has not ended")
     cancel.add_argument("task", help="the task ID")
     for command in (tasks, show, watch, sub.choices["inbox"], approve, reject, cancel):
@@ -424,10 +428,32 @@ async def decide(args: argparse.Namespace, stack: Stack) -> int:
                  f"task {args.task} waits for {len(waits)} approvals: name the call, one of "
                  + ", ".join(str(w.call_id) for w in waits))
         call = waits[0].call_id
+    edited = edited_arguments(args.arguments) if approved else None
     outcome = await stack.call(decide_route, args.task, ApprovalBody(
-        call_id=call, approved=approved, comment=None if approved else args.reason),
-        stack.client, stack.store)
-    return answer(args, outcome, f"task {args.task}: call {outcome.call_id} {outcome.outcome}")
+        call_id=call, approved=approved, comment=None if approved else args.reason,
+        arguments=edited), stack.client, stack.store)
+    how = " with your arguments" if edited is not None else ""
+    return answer(args, outcome,
+                  f"task {args.task}: call {outcome.call_id} {outcome.outcome}{how}")
+
+
+def edited_arguments(text: str | None) -> dict[str, Any] | None:
+    """`--arguments`: a JSON object, given as is or as @FILE."""
+    if text is None:
+        return None
+    if text.startswith("@"):
+        try:
+            text = Path(text[1:]).read_text()
+        except OSError as err:
+            fail(f"--arguments: cannot read {text[1:]}: {err.strerror}")
+    try:
+        value = json.loads(text)
+    except ValueError as err:
+        fail(f"--arguments: not JSON ({err})")
+    if not isinstance(value, dict):
+        fail("--arguments: a JSON object of the call's arguments, e.g. "
+             '\'{"path": "notes.md", "content": "..."}\'')
+    return value
 
 
 async def cancel(args: argparse.Namespace, stack: Stack) -> int:

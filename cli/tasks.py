@@ -154,6 +154,7 @@ async def run_task(args: argparse.Namespace, settings: Settings) -> int:
         max_cost_usd=args.max_cost_usd,
         max_tokens=args.max_tokens,
         approval_mode=args.approval_mode,
+        approval_timeout_s=args.approval_timeout,
         mcp_servers=mcp_servers,
         # A deployment's workers are hosts: the workspace is on this one (or --host's).
         host=args.host or (settings.refloop_host_id if settings.temporal_address else None),

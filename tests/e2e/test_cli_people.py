@@ -39,16 +39,19 @@ class People:
 
     def __init__(self, base: str, llm, data: Path, root: Path) -> None:
         self.base, self.llm, self.data, self.root = base, llm, data, root
+        self.workspaces: dict[str, Path] = {}
 
-    def start(self, *files: str, approval_mode: str = "auto") -> str:
+    def start(self, *files: str, approval_mode: str = "auto", **fields) -> str:
         model = f"p-{uuid.uuid4().hex[:8]}"
         self.llm.load(model, {"name": model, "responses": writes(*files)})
         workspace = self.root / model
         workspace.mkdir()
         started = httpx.post(f"{self.base}/tasks", timeout=30, json={
             "workspace": str(workspace), "task": f"write {' and '.join(files)}",
-            "model": model, "approval_mode": approval_mode, "enable_reflection": False})
+            "model": model, "approval_mode": approval_mode, "enable_reflection": False,
+            **fields})
         assert started.status_code == 202, started.text
+        self.workspaces[started.json()["task_id"]] = workspace
         return started.json()["task_id"]
 
     def status(self, task_id: str) -> str:
@@ -158,6 +161,48 @@ def test_inbox_approve_reject_and_watch_to_the_end(people: People):
     # Deciding again: the API's own refusal, one line, exit 2.
     again = people.refloop("approve", task, call)
     assert again.returncode == 2 and "has already ended" in again.stderr
+
+
+def test_approve_with_edited_arguments(people: People):
+    """`refloop approve --arguments` and POST /tasks/{id}/approvals' `arguments`: the call
+    runs with them; ones its tool would refuse are refused with the reason (422, exit 2)
+    and the call still waits."""
+    task = people.start("a.txt", approval_mode="confirm_writes")
+    people.wait(task, "waiting_approval")
+    bad = people.refloop("approve", task, "--arguments", '{"path": "a.txt"}')
+    assert bad.returncode == 2, bad.stdout
+    assert "invalid arguments for write_file: content: Field required" in bad.stderr
+    not_json = people.refloop("approve", task, "--arguments", "{path")
+    assert not_json.returncode == 2 and "--arguments: not JSON" in not_json.stderr
+    not_object = people.refloop("approve", task, "--arguments", "[1]")
+    assert not_object.returncode == 2 and "a JSON object" in not_object.stderr
+    refused = httpx.post(f"{people.base}/tasks/{task}/approvals", timeout=30, json={
+        "call_id": "1.0", "approved": True, "arguments": {"path": "a.txt", "content": 1}})
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["detail"] == ("invalid arguments for write_file: content: Input "
+                                        "should be a valid string")
+    assert people.status(task) == "waiting_approval"
+    edited = people.root / "edited.json"
+    edited.write_text(json.dumps({"path": "a.txt", "content": "edited by hand"}))
+    approved = people.ok("approve", task, "--arguments", f"@{edited}", "--json")
+    assert json.loads(approved.stdout) == {"call_id": "1.0", "outcome": "approved"}
+    people.wait(task, "completed", "incomplete")
+    assert (people.workspaces[task] / "a.txt").read_text() == "edited by hand"
+    events = [json.loads(line) for line in people.ok("watch", task, "--json").stdout.splitlines()]
+    decided = next(e["data"] for e in events if e["type"] == "approval_decided")
+    assert decided["original_arguments"] == {"path": "a.txt", "content": "a.txt"}
+    assert decided["arguments"] == {"path": "a.txt", "content": "edited by hand"}
+
+
+def test_an_unanswered_approval_ends_the_task_incomplete(people: People):
+    """POST /tasks' approval_timeout_s: the call waits that long, then the task ends
+    incomplete naming it (never completed, and the write never runs)."""
+    task = people.start("a.txt", approval_mode="confirm_writes", approval_timeout_s=1)
+    people.wait(task, "incomplete")
+    shown = json.loads(people.ok("show", task, "--json").stdout)
+    assert shown["error"] == "incomplete: no decision on call 1.0 (write_file a.txt) " \
+        "within 1 s"
+    assert not (people.workspaces[task] / "a.txt").exists()
 
 
 def test_cancel_and_what_is_refused(people: People):
