@@ -143,7 +143,10 @@ const DESCRIBE = {
   },
   approval_required: (d) => `Waiting for approval of <strong>${e(d.tool)}</strong> (call ${e(d.call_id)})`,
   approval_decided: (d) => ({ html: `Approval ${d.approved ? "granted" : "rejected"} for call ${
-    e(d.call_id)}${d.comment ? `: ${e(d.comment)}` : ""}`, cls: d.approved ? "pass" : "fail" }),
+    e(d.call_id)}${d.edited ? " with edited arguments" : ""}${d.comment ? `: ${e(d.comment)}` : ""}${
+    d.edited ? editedArguments(d.original_arguments, d.arguments) : ""}`, cls: d.approved ? "pass" : "fail" }),
+  approval_expired: (d) => ({ html: `<span class="event-title">No decision</span> on call ${
+    e(d.call_id)} (${e(d.tool)}) within ${e(d.waited)}: the task ends incomplete`, cls: "fail" }),
   waiting_for_host: (d) => ({ html: `<span class="event-title">Waiting for host ${e(d.host)}</span>: no worker of it took ${
     e(d.activity)} within ${Math.round(d.after_s || 0)} s. Start a worker there, or move the task to another host.`,
   cls: "warn" }),
@@ -204,6 +207,16 @@ const DESCRIBE = {
   cancelled: (d) => ({ html: `<span class="event-title">Cancelled</span>${
     d.error && d.error !== "cancelled by request" ? `: ${e(d.error)}` : ""}`, cls: "warn" }),
 };
+
+// What a person changed in a call's arguments before approving it: each changed argument,
+// the model's value, then the one that ran.
+function editedArguments(before = {}, after = {}) {
+  const text = (v) => (v === undefined ? "(none)" : typeof v === "string" ? v : JSON.stringify(v));
+  const keys = [...new Set([...Object.keys(before), ...Object.keys(after)])]
+    .filter((k) => JSON.stringify(before[k]) !== JSON.stringify(after[k]));
+  return `<dl class="facts edited-arguments">${keys.map((k) => `<dt>${e(k)}</dt><dd><del>${
+    e(text(before[k]))}</del> <ins>${e(text(after[k]))}</ins></dd>`).join("")}</dl>`;
+}
 
 export function describe(event, helpers) {
   const render = DESCRIBE[event.type];

@@ -49,25 +49,53 @@ function addApproval(d) {
   box.className = "card fail approval";
   box.innerHTML = `<strong>Approval needed:</strong> ${escapeHtml(d.tool)}
     <span class="muted">(call ${escapeHtml(d.call_id)})</span>${argumentsHtml(d.args)}
+    <details class="edit-arguments"><summary>Edit the arguments before approving</summary>
+    <label for="${field}-args">The call's arguments, as JSON (checked as the tool checks the
+    model's own)</label>
+    <textarea id="${field}-args" class="edited-arguments" rows="8" spellcheck="false"></textarea>
+    <div class="row"><button type="button" data-approve-edited>Approve with these arguments</button></div>
+    </details>
     <label for="${field}">Reason, if you reject it (the model reads it)</label>
     <textarea id="${field}" class="reject-reason" rows="2" maxlength="10000"></textarea>
     <div class="row"><button type="button" data-approve>Approve</button>
     <button type="button" class="danger" data-reject>Reject</button></div>
     <p class="error" role="alert" hidden></p>`;
+  const editBox = box.querySelector(".edited-arguments");
+  editBox.value = JSON.stringify(d.args || {}, null, 2);
+  editBox.addEventListener("input", () => { box.querySelector(".error").hidden = true; });
   box.querySelectorAll("button").forEach((button) => button.addEventListener("click", () =>
-    decide(box, d.call_id, "approve" in button.dataset)));
+    decide(box, d.call_id, !("reject" in button.dataset), "approveEdited" in button.dataset)));
   pending.set(d.call_id, box);
   $("#approvals").append(box);
   if (location.hash === "#approvals") $("#approvals").scrollIntoView();
 }
 
-async function decide(box, callId, approved) {
+// Approve (as asked, or with the edited arguments) or reject; a refusal shows on the card,
+// in the API's words (an edit the tool would refuse says why), and the call still waits.
+async function decide(box, callId, approved, edited = false) {
   const comment = box.querySelector(".reject-reason").value.trim();
   const error = box.querySelector(".error");
+  let args = null;
+  if (edited) {
+    try {
+      args = JSON.parse(box.querySelector(".edited-arguments").value);
+    } catch (failure) {
+      error.textContent = `The arguments are not JSON: ${failure.message}`;
+      error.hidden = false;
+      return;
+    }
+    if (args === null || typeof args !== "object" || Array.isArray(args)) {
+      error.textContent = "The arguments are a JSON object: {\"name\": value, ...}";
+      error.hidden = false;
+      return;
+    }
+  }
+  error.hidden = true;
   box.querySelectorAll("button").forEach((b) => { b.disabled = true; });
   try {
     await api(`/tasks/${taskId}/approvals`, { method: "POST", body: JSON.stringify(
-      { call_id: callId, approved, ...(!approved && comment ? { comment } : {}) }) });
+      { call_id: callId, approved, ...(!approved && comment ? { comment } : {}),
+        ...(args ? { arguments: args } : {}) }) });
   } catch (failure) {
     const detail = failure.body && failure.body.detail;
     error.textContent = typeof detail === "string" ? detail : `not sent (${failure.message})`;

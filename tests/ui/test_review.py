@@ -206,3 +206,51 @@ def test_rewind_and_fork_numbered_as_the_api_after_a_cli_rewind(tmp_path):
         expect(page.locator("#status")).to_have_text("cancelled", timeout=SLOW_MS)
         expect(page.get_by_role("button", name="Rewind to here")).to_have_count(0)
         expect(page.get_by_role("button", name="Fork from here")).to_have_count(1)
+
+
+def test_approve_with_edited_arguments(tmp_path):
+    """The approval card's edit box: the call's arguments as JSON, refused in the API's
+    words where the tool would refuse them (the call still waits), run as edited once
+    valid; the event shows what changed, and the model is told."""
+    from playwright.sync_api import expect
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    acts = [write("notes.md", "draft\n"), {"content": "notes.md written"}]
+    shots = os.environ.get("REFLOOP_SCREENSHOTS")  # a folder for the screenshots, if given
+    with console_and_model(tmp_path, scenario=scenario(acts)) as (console, llm), \
+            chromium_page() as page:
+        start(page, console, workspace, "write notes.md")
+        card = page.locator(".approval")
+        expect(card).to_contain_text("notes.md", timeout=SLOW_MS)
+        card.get_by_text("Edit the arguments before approving").click()
+        box = card.get_by_label("The call's arguments, as JSON")
+        expect(box).to_have_value(json.dumps({"path": "notes.md", "content": "draft\n"},
+                                             indent=2))
+        approve = card.get_by_role("button", name="Approve with these arguments")
+        box.fill("{not json")
+        approve.click()
+        expect(card.locator(".error")).to_contain_text("The arguments are not JSON")
+        box.fill(json.dumps({"path": "notes.md"}))
+        approve.click()
+        expect(card.locator(".error")).to_have_text(
+            "invalid arguments for write_file: content: Field required")
+        expect(page.locator("#status")).to_have_text("waiting_approval")
+        edited = {"path": "notes.md", "content": "# Notes\n\nEdited before approval.\n"}
+        box.fill(json.dumps(edited, indent=2))
+        if shots:
+            card.scroll_into_view_if_needed()
+            page.screenshot(path=f"{shots}/approval-with-edited-arguments.png")
+        approve.click()
+        expect(page.locator("#status")).to_have_text("completed", timeout=SLOW_MS)
+        decided = page.locator('.event[data-event="approval_decided"]')
+        expect(decided).to_contain_text("Approval granted for call 1.0 with edited arguments")
+        expect(decided.locator("ins")).to_have_text("# Notes\n\nEdited before approval.\n")
+        expect(decided.locator("del")).to_have_text("draft\n")
+        if shots:
+            decided.scroll_into_view_if_needed()
+            page.screenshot(path=f"{shots}/approval-edited-event.png")
+        no_actions(page)
+    assert (workspace / "notes.md").read_text() == edited["content"]
+    told = json.dumps(llm.requests(purpose="act")[1]["body"]["messages"])
+    assert "the user edited this call's arguments before approving it" in told
