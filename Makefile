@@ -115,6 +115,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.bench_hosts
 	$(BIN)/python -m bench.bench_checkpoints
 	$(BIN)/python -m bench.bench_large_bodies
+	$(BIN)/python -m bench.bench_window
 
 # A task of 5,000 tool calls across continue-as-new (about nine minutes on 2 shared
 # cores): every payload under 512 KB, every run's history under 10,000 events;

@@ -70,8 +70,12 @@ class CompactPhase(AgentBase):
         if not result.folded:
             return
         self.state.conversation.ref = result.conversation_ref
+        spent = result.usage.usage if result.usage is not None else None
         self._emit("compacted", {
             "kind": "summary", "turns_folded": result.folded,
             "tokens_before": result.tokens_before, "tokens_after": result.tokens_after,
             "summary_ref": result.summary_ref, "by_model": result.by_model,
-            "window": report.window})
+            "window": report.window,
+            # what the summary cost, beside what it saves every later turn
+            "summary_tokens": spent.prompt_tokens + spent.completion_tokens if spent else 0,
+            "summary_cost_usd": spent.cost_usd if spent else 0.0})

@@ -186,7 +186,8 @@ const DESCRIBE = {
   compacted: (d) => d.kind === "summary"
     ? `<span class="event-title">Compacted</span>: ${plural(d.turns_folded || 0, "earlier message")} folded into a summary ${
       d.by_model === false ? "listing the calls made (the model could not summarise)" : "the model wrote"}, ${
-      e(d.tokens_before)} → ${e(d.tokens_after)} tokens (window ${e(d.window)}); the notes, the files written and the plan's progress kept`
+      e(d.tokens_before)} → ${e(d.tokens_after)} tokens (window ${e(d.window)}); the notes, the files written and the plan's progress kept${
+      d.summary_tokens ? `; the summary cost ${plural(d.summary_tokens, "token")}` : ""}`
     : `<span class="event-title">${d.kind === "folded" ? "Folded" : "Masked"}</span> to fit the model's window: ${
       d.kind === "folded" ? `${plural(d.turns_folded || 0, "earlier message")} folded into one note`
         : `${plural(d.masked || 0, "older tool output")} masked to a line each`}, ${

@@ -110,9 +110,10 @@ EVENTS: list[tuple[str, dict, list[str]]] = [
       "7400 → 5100 tokens (window 12000)"]),
     ("compacted", {"kind": "summary", "turns_folded": 60, "tokens_before": 8348,
                    "tokens_after": 2970, "summary_ref": "ab" * 32, "by_model": True,
-                   "window": 16000},
+                   "window": 16000, "summary_tokens": 3912},
      ["Compacted: 60 earlier messages folded into a summary the model wrote, 8348 → 2970 "
-      "tokens (window 16000); the notes, the files written and the plan's progress kept"]),
+      "tokens (window 16000); the notes, the files written and the plan's progress kept; "
+      "the summary cost 3912 tokens"]),
     ("tool_call", {"iteration": 2, "id": "b", "tool": "git__status", "args": {}},
      ["→ git__status"]),
     ("tool_result", {"iteration": 2, "id": "b", "tool": "git__status", "ok": False,

@@ -167,3 +167,7 @@ async def test_a_compacted_task_golden_history(client, settings, workspace, task
         assert_within(server, 6_000)
     kinds = {e["kind"] for e in events_of(result, "compacted")}
     assert "summary" in kinds and "masked" in kinds
+    summary = next(e for e in events_of(result, "compacted") if e["kind"] == "summary")
+    assert summary["by_model"] and summary["summary_tokens"] > 0
+    summaries_done = [e for e in events_of(result, "compacted") if e["kind"] == "summary"]
+    assert result.stats.usage_by_purpose["compact"].calls == len(summaries_done)
