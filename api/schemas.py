@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, model_validator
 
 from refloop.contract.hosts import HOST_ID_PATTERN
 from refloop.contract.task import TaskProgress
@@ -272,6 +272,15 @@ class ModelConfigBase(BaseModel):
     # The name of the environment variable holding the key; keys never enter the API.
     api_key_env: str | None = Field(default=None, pattern=r"^[A-Z_][A-Z0-9_]*$", max_length=200)
     temperature: float | None = Field(default=None, ge=0, le=2)
+    # Its price, USD per million tokens, both or neither (neither: REFLOOP_MODEL_PRICES')
+    input_usd_per_mtok: float | None = Field(default=None, ge=0)
+    output_usd_per_mtok: float | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _both_prices(self) -> Any:
+        if (self.input_usd_per_mtok is None) != (self.output_usd_per_mtok is None):
+            raise ValueError("a price is input_usd_per_mtok and output_usd_per_mtok, both")
+        return self
 
 
 class ModelConfigCreate(ModelConfigBase):
@@ -287,6 +296,8 @@ class ModelConfigUpdate(BaseModel):
     base_url: str | None = Field(default=None, max_length=2000)
     api_key_env: str | None = Field(default=None, pattern=r"^[A-Z_][A-Z0-9_]*$", max_length=200)
     temperature: float | None = Field(default=None, ge=0, le=2)
+    input_usd_per_mtok: float | None = Field(default=None, ge=0)
+    output_usd_per_mtok: float | None = Field(default=None, ge=0)
 
 
 class ModelConfigPublic(ModelConfigBase):

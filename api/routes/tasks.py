@@ -43,6 +43,7 @@ from refloop.api.schemas import (
 from refloop.api.sse import event_stream
 from refloop.api.task_view import TaskFilters, listed, live_state
 from refloop.contract.activity_io import ApprovalDecision, ModelEndpoint
+from refloop.contract.budget import ModelPrice
 from refloop.contract.errors import InvalidApprovalEdit
 from refloop.contract.hosts import HostMove, HostRefused
 from refloop.contract.task import RecordTaskInput, TaskInput
@@ -151,8 +152,13 @@ def endpoint_of(session: SessionRecord, config: ModelConfigRecord | None
     """The session's model config as the task's endpoint (the key stays a variable NAME)."""
     if config is None:
         return None
+    price = None  # its own, else the worker's REFLOOP_MODEL_PRICES
+    if config.input_usd_per_mtok is not None and config.output_usd_per_mtok is not None:
+        price = ModelPrice(input_usd_per_mtok=config.input_usd_per_mtok,
+                           output_usd_per_mtok=config.output_usd_per_mtok)
     return ModelEndpoint(model=session.model or config.model, base_url=config.base_url,
-                         api_key_env=config.api_key_env, temperature=config.temperature)
+                         api_key_env=config.api_key_env, temperature=config.temperature,
+                         price=price)
 
 
 def task_input(body: TaskCreate, session: SessionRecord, settings: Settings,

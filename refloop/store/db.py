@@ -101,6 +101,9 @@ class ModelConfigRecord(SQLModel, table=True):
     base_url: str | None = None
     api_key_env: str | None = None
     temperature: float | None = None
+    # Its price, USD per million tokens (added later: nullable; None: REFLOOP_MODEL_PRICES)
+    input_usd_per_mtok: float | None = None
+    output_usd_per_mtok: float | None = None
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
 

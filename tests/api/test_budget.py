@@ -110,3 +110,24 @@ async def test_an_api_task_pauses_at_its_limit_and_goes_on_after_each_raise(
     assert done["own_cost_usd"] == round(0.01 * (calls - 4), 9)
     assert done["unpriced_calls"] == 0
     assert (workspace / "summary.md").read_text() == "# Summary\n"
+
+
+async def test_a_model_configs_own_price_prices_its_tasks(api, scripted_llm, workspace):
+    """No REFLOOP_MODEL_PRICES: the session's model config carries the price."""
+    model = cent_scenario(scripted_llm, {
+        "intent": [CODING], "plan": [plan_of("list_dir")],
+        "act": [call("list_dir", path="."), final("listed")], "summary": [SUMMARY]})
+    half = await api.post("/model-configs", json={"name": "half", "model": model,
+                                                  "input_usd_per_mtok": 5.0})
+    assert half.status_code == 422 and "both" in half.text
+    config = await api.post("/model-configs", json={
+        "name": "priced", "model": model, "input_usd_per_mtok": 5.0,
+        "output_usd_per_mtok": 5.0})
+    assert config.status_code == 201, config.text
+    started = await api.post("/tasks", json={
+        "workspace": str(workspace), "task": "list the files",
+        "model_config_id": config.json()["id"]})
+    assert started.status_code == 202, started.text
+    done = await until_status(api, started.json()["task_id"], "completed")
+    calls = answered(scripted_llm, model)
+    assert calls == 5 and done["cost_usd"] == 0.05 and done["unpriced_calls"] == 0
