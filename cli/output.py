@@ -112,7 +112,16 @@ def describe_event(event: Event) -> str:
         case "approval_decided":
             verdict = "approved" if data.get("approved") else "rejected"
             why = f": {data['comment']}" if data.get("comment") else ""
+            if data.get("edited"):
+                changed = sorted(k for k in {**data.get("original_arguments", {}),
+                                             **data.get("arguments", {})}
+                                 if data.get("original_arguments", {}).get(k)
+                                 != data.get("arguments", {}).get(k))
+                verdict += f" with edited arguments ({', '.join(changed)})"
             return f"call {data.get('call_id')} {verdict}{why}"
+        case "approval_expired":
+            return (f"no decision on call {data.get('call_id')} ({data.get('tool')}) within "
+                    f"{data.get('waited')}: the task ends incomplete")
         case "quality_review":
             verdict = "PASS" if data.get("pass") else "FAIL"
             if data.get("outcome") == "unavailable":
