@@ -50,6 +50,26 @@ class RewindPoint:
     journaled: int  # the run's journaled calls up to here (`_journaled_calls`)
 
 
+# Copies of the groups a point keeps: their lists and dicts copied (the run appends to
+# them), their items shared (never changed once made), so a point costs a few pointers a
+# record, not a copy of each.
+def kept_planning(planning: PlanState) -> PlanState:
+    return planning.model_copy(update={"completed_steps": list(planning.completed_steps)})
+
+
+def kept_conversation(conversation: ConversationState) -> ConversationState:
+    return conversation.model_copy(update={"unsent_turns": list(conversation.unsent_turns)})
+
+
+def kept_calls(calls: CallsState) -> CallsState:
+    return calls.model_copy(update={
+        "ledger": list(calls.ledger), "ledger_refs": list(calls.ledger_refs),
+        "kept_notes": list(calls.kept_notes), "violations": list(calls.violations),
+        "justified_tools": list(calls.justified_tools),
+        "changes": dict(calls.changes) if calls.changes is not None else None,
+        "loop_records": list(calls.loop_records), "turn": None})
+
+
 class RewindPhase(WorkspacePhase):
     _rewound: Rewound | ApplicationError | None = None  # the outcome, for the update
 
@@ -75,12 +95,11 @@ class RewindPhase(WorkspacePhase):
             return
         self._unpointed = None
         state = self.state
-        calls = state.calls.model_copy(deep=True)
+        calls = kept_calls(state.calls)
         calls.turn = turn.model_copy(deep=True) if turn is not None else None
         self._rewind_points().append(RewindPoint(
-            call_id=taken[0], checkpoint_id=taken[1],
-            planning=state.planning.model_copy(deep=True),
-            conversation=state.conversation.model_copy(deep=True), calls=calls,
+            call_id=taken[0], checkpoint_id=taken[1], planning=kept_planning(state.planning),
+            conversation=kept_conversation(state.conversation), calls=calls,
             usage=state.stats.usage, usage_by_model=dict(state.stats.usage_by_model),
             journaled=len(self._journaled_calls())))
 
@@ -185,9 +204,11 @@ class RewindPhase(WorkspacePhase):
         number, so no call id, journal entry or approval of a call taken back is met
         again); waits and approvals of the calls taken back end."""
         state = self.state
-        state.planning = point.planning.model_copy(deep=True)
-        state.conversation = point.conversation.model_copy(deep=True)
-        state.calls = point.calls.model_copy(deep=True)
+        state.planning = kept_planning(point.planning)
+        state.conversation = kept_conversation(point.conversation)
+        state.calls = kept_calls(point.calls)
+        if point.calls.turn is not None:
+            state.calls.turn = point.calls.turn.model_copy(deep=True)
         turn = state.calls.turn
         if turn is not None:
             turn.iteration = state.stats.iterations + 1
