@@ -51,6 +51,9 @@ class SessionStart(BaseModel):
     # How long a call of its tasks waits for a decision, in seconds; None: the operator's
     # REFLOOP_APPROVAL_TIMEOUT_S (3 days). Unanswered, the task ends incomplete.
     approval_timeout_s: JsonFloat | None = Field(default=None, gt=0, le=APPROVAL_WAIT_MAX_S)
+    # The spend limit its tasks start with, unless a task says otherwise (see TaskCreate)
+    max_cost_usd: JsonFloat | None = Field(default=None, gt=0)
+    max_tokens: JsonInt | None = Field(default=None, gt=0)
     # MCP servers (REFLOOP_MCP_CONFIG names) the session's tasks use by default
     mcp_servers: list[McpServerName] = Field(default_factory=list, max_length=16)
     # The worker host holding the workspace (GET /hosts); omitted: the one live host whose
@@ -78,7 +81,7 @@ class TaskCreate(BaseModel):
     enable_reflection: bool | None = None
     max_iterations: JsonInt = Field(default=20, ge=1, le=500)
     # The task's spend limit, its children's spend included; at it the task waits
-    # `waiting_for_budget` until POST /tasks/{id}/budget raises it
+    # `waiting_for_budget` until POST /tasks/{id}/budget raises it. None: the session's
     max_cost_usd: JsonFloat | None = Field(default=None, gt=0)
     max_tokens: JsonInt | None = Field(default=None, gt=0)
     # MCP servers for this task; None: the session's
@@ -145,8 +148,6 @@ class TaskStart(SessionStart):
     session_id: SafeId | None = None
     enable_reflection: bool | None = None
     max_iterations: JsonInt = Field(default=20, ge=1, le=500)
-    max_cost_usd: JsonFloat | None = Field(default=None, gt=0)  # as TaskCreate's
-    max_tokens: JsonInt | None = Field(default=None, gt=0)
 
 
 class TaskStarted(TaskAccepted):

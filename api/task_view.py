@@ -67,8 +67,13 @@ def spend(row: TaskRecord, progress: TaskProgress | None) -> dict[str, Any]:
         TaskStats.model_validate(row.usage) if row.usage else None
     inp: dict[str, Any] = row.input or {}
     budget: dict[str, Any] | None = None
+    raised = [e.get("data") or {} for e in (row.result or {}).get("events") or []
+              if isinstance(e, dict) and e.get("type") == "budget_raised"]
     if progress is not None and progress.budget is not None:
         budget = progress.budget.model_dump()
+    elif raised:  # ended: its limit as last raised
+        budget = {"max_cost_usd": raised[-1].get("max_cost_usd"),
+                  "max_tokens": raised[-1].get("max_tokens")}
     elif inp.get("max_cost_usd") or inp.get("max_tokens"):  # as the task began
         budget = {"max_cost_usd": inp.get("max_cost_usd"), "max_tokens": inp.get("max_tokens")}
     if stats is None:

@@ -130,6 +130,9 @@ class SessionRecord(SQLModel, table=True):
     # How long its tasks' calls wait for a decision (added later: nullable; None: the
     # operator's REFLOOP_APPROVAL_TIMEOUT_S)
     approval_timeout_s: float | None = None
+    # The spend limit its tasks start with (added later: nullable; None: no limit)
+    max_cost_usd: float | None = None
+    max_tokens: int | None = None
 
 
 class CodeReviewContentRecord(SQLModel, table=True):

@@ -131,3 +131,26 @@ async def test_a_model_configs_own_price_prices_its_tasks(api, scripted_llm, wor
     done = await until_status(api, started.json()["task_id"], "completed")
     calls = answered(scripted_llm, model)
     assert calls == 5 and done["cost_usd"] == 0.05 and done["unpriced_calls"] == 0
+
+
+async def test_a_sessions_limit_is_its_tasks_default(api, scripted_llm, workspace):
+    """A session's max_tokens: its tasks start with it (a task's own would win), counted
+    in tokens with no price anywhere."""
+    model = cent_scenario(scripted_llm, {
+        "intent": [CODING], "plan": [plan_of("list_dir")],
+        "act": [call("list_dir", path="."), call("list_dir", path="."), final("listed")],
+        "summary": [SUMMARY]})
+    session = await api.post("/agent/interactive/start", json={
+        "workspace": str(workspace), "model": model, "max_tokens": 6000})
+    assert session.status_code == 201, session.text
+    started = await api.post("/agent/interactive/task", json={
+        "session_id": session.json()["session_id"], "task": "list the files"})
+    task_id = started.json()["task_id"]
+    await until_status(api, task_id, "waiting_for_budget")
+    assert answered(scripted_llm, model) == 3  # 2000 tokens each: a fourth passes 6000
+    state = await status(api, task_id)
+    assert state["budget"]["max_tokens"] == 6000 and state["unpriced_calls"] == 3
+    assert state["cost_usd"] == 0
+    raised = await api.post(f"/tasks/{task_id}/budget", json={"max_tokens": 100_000})
+    assert raised.status_code == 200 and not raised.json()["waiting"]
+    assert (await until_status(api, task_id, "completed"))["budget"]["max_tokens"] == 100_000
