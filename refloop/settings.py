@@ -211,6 +211,23 @@ class Settings(BaseSettings):
     refloop_embeddings_model: str = Field(default="all-MiniLM-L6-v2", min_length=1)
     refloop_embeddings_api_key: str | None = None  # sent to that endpoint only
     refloop_embeddings_concurrency: int = Field(default=4, ge=1, le=64)  # requests at once
+    # Texts per request, and one request's time bound (a CPU-bound local server may need
+    # smaller batches or more time)
+    refloop_embeddings_batch_size: int = Field(default=32, ge=1, le=2048)
+    refloop_embeddings_timeout_s: float = Field(default=60.0, gt=0)
+    # What the endpoint's model wants before a search and before a document, for models
+    # trained with prefixes (e5: "query: " and "passage: "; nomic: "search_query: " and
+    # "search_document: "; bge and arctic: a query instruction), and/or the `input_type`
+    # sent with each request (Cohere: search_query and search_document; Voyage: query and
+    # document; NVIDIA: query and passage); unset: none
+    refloop_embeddings_query_prefix: str = ""
+    refloop_embeddings_document_prefix: str = ""
+    refloop_embeddings_query_input_type: str | None = None
+    refloop_embeddings_document_input_type: str | None = None
+    # The endpoint model's window in tokens: chunks are cut to fit it, its document prefix
+    # included (default all-MiniLM-L6-v2's 256; e5, bge and arctic take 512, nomic 8192).
+    # Changing it, or the document prefix or input type, builds a new index.
+    refloop_embeddings_window_tokens: int = Field(default=256, ge=32, le=1_000_000)
     # Embedding threads of an index pass (0: one per CPU the pass may use). The pass runs at
     # lower priority, so the worker's own threads keep first call on the CPUs.
     refloop_index_threads: int = Field(default=0, ge=0, le=256)
@@ -269,11 +286,10 @@ class Settings(BaseSettings):
         """What an index pass (and this process's embedder) needs to reach the endpoint."""
         if not self.refloop_embeddings_url:
             return {}
-        env = {"REFLOOP_EMBEDDINGS_URL": self.refloop_embeddings_url,
-               "REFLOOP_EMBEDDINGS_CONCURRENCY": str(self.refloop_embeddings_concurrency)}
-        if self.refloop_embeddings_api_key:
-            env["REFLOOP_EMBEDDINGS_API_KEY"] = self.refloop_embeddings_api_key
-        return env
+        # Every REFLOOP_EMBEDDINGS_* setting the operator gave (the rest keep defaults)
+        return {name.upper(): str(value) for name, value in self.model_dump(
+            include={n for n in type(self).model_fields if n.startswith("refloop_embeddings_")},
+            exclude_defaults=True).items() if value is not None}
 
     @property
     def journal_dir(self) -> Path:

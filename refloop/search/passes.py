@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from refloop.search.chunks import chunk_source, identifier_terms
-from refloop.search.runtime import DEFAULT_MODEL
+from refloop.search.chunks import MODEL_WINDOW, chunk_source, identifier_terms
+from refloop.search.runtime import API_PREFIX, DEFAULT_MODEL
 from refloop.search.symbols import (
     CODE_SUFFIXES,
     TEXT_SUFFIXES,
@@ -56,6 +56,11 @@ class SourceFile:
 def table_name(workspace: Path, model: str = DEFAULT_MODEL, schema: int = SCHEMA_VERSION
                ) -> str:
     key = f"{workspace.resolve()}\0{model}\0{schema}"
+    if model.startswith(API_PREFIX):  # an endpoint's documents as its settings form them
+        from refloop.search.embedders import document_form, endpoint_settings
+
+        if form := document_form(endpoint_settings()):
+            key += f"\0{form}"
     return "ws_" + hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
@@ -108,12 +113,12 @@ def batches(files: list[SourceFile], model: str, batch_chunks: int
     chunks are never split between batches, so a stored file is a whole one)."""
     from refloop.search.embedders import embedder
 
-    count_tokens = embedder(model).count_tokens
+    loaded = embedder(model)
     batch: list[SourceFile] = []
     rows: list[dict] = []
     for source in files:
         batch.append(source)
-        rows += file_rows(source, count_tokens)
+        rows += file_rows(source, loaded.count_tokens, loaded.window)
         if len(rows) >= batch_chunks:
             yield batch, rows
             batch, rows = [], []
@@ -121,7 +126,7 @@ def batches(files: list[SourceFile], model: str, batch_chunks: int
         yield batch, rows
 
 
-def file_rows(source: SourceFile, count_tokens) -> list[dict]:
+def file_rows(source: SourceFile, count_tokens, window: int = MODEL_WINDOW) -> list[dict]:
     text = read_source(source.absolute)
     if text is None:
         return []
@@ -134,7 +139,7 @@ def file_rows(source: SourceFile, count_tokens) -> list[dict]:
         "lexical": identifier_terms(f"{chunk.header}\n{chunk.rest}" if chunk.rest
                                     else chunk.document),
         "document": chunk.document,
-    } for chunk in chunk_source(source.path, text, count_tokens)]
+    } for chunk in chunk_source(source.path, text, count_tokens, window)]
 
 
 def grow_text_index(table, covered: int) -> int:

@@ -12,7 +12,7 @@ import logging
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:  # imported where used: a warm-up started first thing need not wait for them
     pass
@@ -55,13 +55,14 @@ def _importable(name: str) -> bool:
         return False
 
 
-def embed(texts: list[str], model: str = DEFAULT_MODEL, threads: int = 1
-          ) -> list[list[float]]:
+def embed(texts: list[str], model: str = DEFAULT_MODEL, threads: int = 1,
+          role: Literal["query", "document"] = "document") -> list[list[float]]:
     """Unit-length vectors (cosine = dot product); one model per process, used serially,
-    by up to `threads` threads at a time."""
+    by up to `threads` threads at a time; `role`: searches and content apart, for a model
+    that embeds them apart."""
     from refloop.search.embedders import embedder
 
-    return embedder(model).embed(texts, threads)
+    return embedder(model).embed(texts, threads, role)
 
 
 def warm_up(model: str = DEFAULT_MODEL) -> float:
@@ -71,7 +72,7 @@ def warm_up(model: str = DEFAULT_MODEL) -> float:
     import_lancedb()
     import pyarrow  # noqa: F401
 
-    embed(["warm up"], model)
+    embed(["warm up"], model, role="query")
     return time.monotonic() - began
 
 

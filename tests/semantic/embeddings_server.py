@@ -1,7 +1,8 @@
 """A local OpenAI-compatible `/v1/embeddings` server over the packaged model
 (all-MiniLM-L6-v2, int8 ONNX), as Ollama, llama.cpp or a TEI server would serve it: JSON
 in, float or base64 vectors out. It can fail its first requests (503) and answers 404 for
-a model it does not serve; it counts the requests it had in flight at once."""
+a model it does not serve; it counts the requests it had in flight at once, and keeps what
+each request sent (`sent`: its model, texts and input_type)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ class EmbeddingsServer:
         self.texts = 0
         self.in_flight = 0
         self.most_in_flight = 0
+        self.sent: list[dict] = []  # each request's body, as it came
         self._lock = threading.Lock()
         # loaded before serving: a client loading an endpoint model in this process holds
         # the model-loading lock while it probes the endpoint
@@ -64,6 +66,7 @@ class EmbeddingsServer:
                 request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with server._lock:
                     server.requests += 1
+                    server.sent.append(request)
                     failing = server.requests <= server.fail_first
                     server.in_flight += 1
                     server.most_in_flight = max(server.most_in_flight, server.in_flight)

@@ -5,6 +5,10 @@ concurrency; transient failures retried a bounded number of times, refusals not 
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +27,7 @@ MODEL = f"api:{SERVED_MODEL}"
 def fresh_endpoint_models(monkeypatch):
     """Each test reaches its own server: endpoint models are loaded (and probed) anew."""
     monkeypatch.setattr(embedders, "REMOTE_BACKOFF_S", 0.01)
-    for name in ("REFLOOP_EMBEDDINGS_URL", "REFLOOP_EMBEDDINGS_CONCURRENCY"):
+    for name in [n for n in os.environ if n.startswith("REFLOOP_EMBEDDING")]:
         monkeypatch.delenv(name, raising=False)
     embedders._load.cache_clear()
     yield
@@ -75,7 +79,7 @@ def test_requests_stay_within_the_concurrency_bound(monkeypatch):
     with EmbeddingsServer(delay_s=0.05) as server:
         monkeypatch.setenv("REFLOOP_EMBEDDINGS_URL", server.url)
         monkeypatch.setenv("REFLOOP_EMBEDDINGS_CONCURRENCY", "2")
-        texts = [f"text number {n}" for n in range(embedders.REMOTE_BATCH * 6 + 1)]
+        texts = [f"text number {n}" for n in range(32 * 6 + 1)]  # the default batch: 32
         vectors = embedder(MODEL).embed(texts)
         assert len(vectors) == len(texts)
         assert server.most_in_flight == 2  # in parallel, and never more than the bound
@@ -123,7 +127,88 @@ def test_settings_choose_the_endpoint_model_and_hand_the_pass_its_address():
                    refloop_embeddings_api_key="sk-embeddings")
     assert own.search_model == "api:nomic-embed-text"
     assert own.search_model_env == {"REFLOOP_EMBEDDINGS_URL": "http://127.0.0.1:9/v1",
-                                    "REFLOOP_EMBEDDINGS_CONCURRENCY": "4",
+                                    "REFLOOP_EMBEDDINGS_MODEL": "nomic-embed-text",
                                     "REFLOOP_EMBEDDINGS_API_KEY": "sk-embeddings"}
+    # Every endpoint setting the operator gave reaches the pass, as its variable
+    tuned = own.model_copy(update={"refloop_embeddings_query_prefix": "search_query: ",
+                                   "refloop_embeddings_batch_size": 8})
+    assert tuned.search_model_env["REFLOOP_EMBEDDINGS_QUERY_PREFIX"] == "search_query: "
+    assert tuned.search_model_env["REFLOOP_EMBEDDINGS_BATCH_SIZE"] == "8"
     assert endpoint_base("http://h:1/v1/embeddings/") == endpoint_base("http://h:1/v1") == \
         "http://h:1/v1"
+
+
+def test_queries_and_documents_get_their_prefixes_and_input_types(tmp_path, monkeypatch):
+    """e5-style prefixes and a Cohere/Voyage/NVIDIA-style input_type: documents go with
+    theirs, searches with theirs; the documents' form gets its own index."""
+    workspace = _workspace(tmp_path / "ws")
+    with EmbeddingsServer() as server:
+        monkeypatch.setenv("REFLOOP_EMBEDDINGS_URL", server.url)
+        plain = CodeIndex(tmp_path / "index", workspace, MODEL).table_name
+        for name, value in {"QUERY_PREFIX": "query: ", "DOCUMENT_PREFIX": "passage: ",
+                            "QUERY_INPUT_TYPE": "query",
+                            "DOCUMENT_INPUT_TYPE": "passage"}.items():
+            monkeypatch.setenv(f"REFLOOP_EMBEDDINGS_{name}", value)
+        index = CodeIndex(tmp_path / "index", workspace, MODEL)
+        assert index.table_name != plain  # documents embedded otherwise: another index
+        report = index.update()
+        stored = list(server.sent)
+        hits = index.search("how many zebras are there", 3)
+        asked = server.sent[len(stored):]
+    documents = [r for r in stored if r.get("input_type") == "passage"]
+    assert sum(len(r["input"]) for r in documents) == report.chunks_embedded
+    assert all(text.startswith("passage: ") for r in documents for text in r["input"])
+    assert [(r["input"], r["input_type"]) for r in asked] == [
+        (["query: how many zebras are there"], "query")]
+    assert hits[0].path == "zoo.py"
+    assert all(r["model"] == SERVED_MODEL for r in server.sent)
+
+
+def test_batch_size_timeout_and_the_window_are_settings(tmp_path, monkeypatch):
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "notes.md").write_text("".join(
+        f"Line {n} of the notes says something about zebras and ledgers.\n"
+        for n in range(120)))
+    with EmbeddingsServer() as server:
+        monkeypatch.setenv("REFLOOP_EMBEDDINGS_URL", server.url)
+        monkeypatch.setenv("REFLOOP_EMBEDDINGS_BATCH_SIZE", "5")
+        monkeypatch.setenv("REFLOOP_EMBEDDINGS_WINDOW_TOKENS", "64")
+        monkeypatch.setenv("REFLOOP_EMBEDDINGS_DOCUMENT_PREFIX", "passage: ")
+        small = CodeIndex(tmp_path / "index", workspace, MODEL).update()
+        assert max(len(r["input"]) for r in server.sent) == 5
+        count = embedder(MODEL).count_tokens
+        sent = [text for r in server.sent[1:] for text in r["input"]]
+        assert max(count(sent)) + 2 <= 64  # each chunk and its prefix fit the window
+        embedders._load.cache_clear()
+        monkeypatch.setenv("REFLOOP_EMBEDDINGS_WINDOW_TOKENS", "512")
+        large = CodeIndex(tmp_path / "index", workspace, MODEL).update()
+    assert large.chunks_total < small.chunks_total / 4  # fewer, longer chunks
+    with EmbeddingsServer(delay_s=1.0) as slow:  # a CPU-bound server, a short bound
+        embedders._load.cache_clear()
+        monkeypatch.setenv("REFLOOP_EMBEDDINGS_URL", slow.url)
+        monkeypatch.setenv("REFLOOP_EMBEDDINGS_TIMEOUT_S", "0.2")
+        with pytest.raises(EmbeddingsUnavailable, match="failed 4 times"):
+            embedder(MODEL)
+
+
+def _index_command(workspace: Path, index_dir: Path, env: dict[str, str]):
+    return subprocess.run([sys.executable, "-m", "refloop.search.index", str(workspace),
+                           str(index_dir)], env={**os.environ, **env}, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_the_index_command_uses_the_endpoint_model_of_the_settings(tmp_path):
+    workspace = _workspace(tmp_path / "ws")
+    with EmbeddingsServer() as server:
+        done = _index_command(workspace, tmp_path / "index", {
+            "REFLOOP_EMBEDDINGS_URL": server.url, "REFLOOP_EMBEDDINGS_MODEL": SERVED_MODEL})
+        assert done.returncode == 0, done.stderr
+        assert f"indexing with api:{SERVED_MODEL}" in done.stderr
+        report = json.loads(done.stdout.splitlines()[-1])["report"]
+        assert report["chunks_embedded"] > 0
+        assert server.requests > 1 and {r["model"] for r in server.sent} == {SERVED_MODEL}
+    unset = _index_command(workspace, tmp_path / "index", {
+        "REFLOOP_EMBEDDINGS_MODEL": SERVED_MODEL})
+    assert unset.returncode != 0
+    assert "REFLOOP_EMBEDDINGS_URL is unset" in unset.stderr
