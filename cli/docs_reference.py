@@ -62,6 +62,8 @@ def _default(field: Any) -> str:
     value = field.default
     if value is None:
         return "unset"
+    if value == "":  # `` would read as two backticks
+        return "empty"
     if isinstance(value, bool):
         return str(value).lower()
     return f"`{value}`"

@@ -153,6 +153,8 @@ EXPECT: dict[str, Expect] = {
     "refloop inbox": Expect("approval of call 1.0: write_file"),
     "refloop show TASK": Expect("waits for: approval of call 1.0"),
     "refloop approve TASK": Expect("call 1.0 approved"),
+    'refloop approve TASK --arguments {"path": "a.txt", "content": "a.txt, as I want it"}':
+        Expect("call 1.0 approved with your arguments"),
     "refloop reject TASK CALL --reason keep b.txt as it is": Expect("rejected"),
     "refloop watch TASK": Expect(": completed"),
     "refloop cancel TASK": Expect("cancelling"),

@@ -214,8 +214,9 @@ def test_http_api_and_rewind(tmp_path: Path):
 @pytest.mark.slow  # a stack of its own
 def test_everyday_commands(tmp_path: Path):
     """docs/cli.md's everyday commands beside `refloop up` (the scripted model): a task
-    waiting for its first approval listed, in the inbox and shown; approved, then its second
-    call rejected, and watched to its end; another task cancelled."""
+    waiting for its first approval listed, in the inbox and shown; approved with edited
+    arguments, then its second call rejected, and watched to its end; another task's first
+    call approved as asked, then the task cancelled while its second waits."""
     from tests.e2e.test_cli_people import writes
     from tests.ui.test_console import console_and_model
 
@@ -232,16 +233,20 @@ def test_everyday_commands(tmp_path: Path):
         task, seq = waiting("everyday", "a.txt", "b.txt")
         env = shell_env(REFLOOP_DATA_DIR=str(tmp_path / "data"), COLUMNS="100")
         shown = {c.key: c for c in commands("docs/cli.md")}
+        edit = ('refloop approve TASK --arguments {"path": "a.txt", "content": "a.txt, as I '
+                'want it"}')
         with DocShell(tmp_path, env, subs={"TASK": task}) as shell:
             outputs = {key: shell.run(shown[key]).out for key in (
-                "refloop tasks", "refloop inbox", "refloop show TASK", "refloop approve TASK")}
+                "refloop tasks", "refloop inbox", "refloop show TASK", edit)}
             shell.subs["CALL"] = approval(base, task, seq)[0]  # the second write waits
             key = "refloop reject TASK CALL --reason keep b.txt as it is"
             outputs[key] = shell.run(shown[key]).out
             outputs["refloop watch TASK"] = shell.run(shown["refloop watch TASK"]).out
-            assert (tmp_path / "everyday" / "a.txt").exists()
+            assert (tmp_path / "everyday" / "a.txt").read_text() == "a.txt, as I want it"
             assert not (tmp_path / "everyday" / "b.txt").exists()
-            shell.subs["TASK"] = waiting("cancelled", "c.txt")[0]
+            shell.subs["TASK"], seq = waiting("cancelled", "c.txt", "d.txt")
+            outputs["refloop approve TASK"] = shell.run(shown["refloop approve TASK"]).out
+            approval(base, shell.subs["TASK"], seq)  # its second write waits
             listed = shell.run(shown["refloop tasks --status waiting_approval --json"])
             assert [t["task_id"] for t in json.loads(listed.out)] == [shell.subs["TASK"]]
             shell.run(shown["refloop cancel TASK"])
