@@ -102,9 +102,11 @@ class LLMActivities:
                                                      self.store.get_blob)
         tools = [*tool_specs(inp.tool_names),
                  *await mcp_specs(inp.mcp_tools_ref, self.store.get_blob)]
-        # Fitted to the model's window: old outputs masked, in what is stored too
-        budget = await self.gateway.budget_for(Purpose.act, prompt, model=inp.model,
-                                               endpoint=inp.endpoint, tools=tools)
+        # Fitted to the model's window: old outputs masked, in what is stored too. Beating:
+        # the first long prompt asks the endpoint its window (seconds, once a worker).
+        async with heartbeating():
+            budget = await self.gateway.budget_for(Purpose.act, prompt, model=inp.model,
+                                                   endpoint=inp.endpoint, tools=tools)
         fit = fitting.fit_conversation(stored, prompt, budget)
         # Stored before the model is asked: a database outage then fails the attempt
         # before it costs a model call, and the retry asks once.
@@ -163,9 +165,10 @@ class LLMActivities:
         stored = await asyncio.to_thread(
             lambda: CONVERSATION.validate_json(self.store.get_blob(inp.conversation_ref)))
         # The act's room, in this worker's ratio; turns measured as the model reads them
-        budget = dataclasses.replace(
-            await self.gateway.budget_for(Purpose.act, stored, model=inp.model,
-                                          endpoint=inp.endpoint), prompt_tokens=inp.budget)
+        async with heartbeating():
+            budget = dataclasses.replace(
+                await self.gateway.budget_for(Purpose.act, stored, model=inp.model,
+                                              endpoint=inp.endpoint), prompt_tokens=inp.budget)
         read = await asyncio.to_thread(for_model, stored, self.store.get_blob,
                                        TOOL_RESULT_CHARS)
         plan = fitting.compact_plan(read, budget)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -123,6 +124,7 @@ class EndpointWindow:
     chars_per_token: float = FIRST_CHARS_PER_TOKEN
     calibrated: bool = False
     probed: bool = False  # the endpoint was asked (once per worker)
+    probe_after: float = 0.0  # monotonic time before which an unreachable one is not asked
     said: str = ""  # the last "window N from source" logged, so each choice logs once
 
 
@@ -213,7 +215,8 @@ class FittedRequest:
 
 
 Fitter = Callable[[list[ChatMessage], Budget], list[ChatMessage]]
-PROBE_TIMEOUT_S = 5.0
+PROBE_TIMEOUT_S = 3.0
+PROBE_AGAIN_S = 60.0  # an endpoint that could not be asked is asked again this much later
 
 
 class WindowKeeper:
@@ -228,10 +231,12 @@ class WindowKeeper:
     async def budget(self, client: openai.AsyncOpenAI, base_url: str, model: str,
                      message_chars: int, fixed_chars: int, cap: int) -> Budget:
         """Tokens this request's messages may take. The endpoint is asked its window only
-        once a prompt is long enough for it to matter (half the window assumed)."""
+        once a prompt is long enough for it to matter: a quarter of the window assumed,
+        below where any fitting begins."""
         known = self.book.of(base_url, model)
-        if not known.probed and (self.book.tokens(base_url, model, message_chars + fixed_chars)
-                                 > known.window // 2):
+        if (not known.probed and time.monotonic() >= known.probe_after
+                and self.book.tokens(base_url, model, message_chars + fixed_chars)
+                > known.window // 4):
             await self.probe(client, base_url, model)
         fixed = self.book.tokens(base_url, model, fixed_chars)
         total = int(known.window * (1 - SAFETY)) - fixed
@@ -274,14 +279,15 @@ class WindowKeeper:
 
     async def probe(self, client: openai.AsyncOpenAI, base_url: str, model: str) -> None:
         """llama.cpp's `/props`, then `/v1/models`: the first that states a window. An
-        endpoint that cannot be reached is asked again next time; one that answers without
-        a window is not."""
+        endpoint that cannot be reached is asked again a minute later; one that answers
+        without a window is not asked again."""
         options: Any = {"timeout": PROBE_TIMEOUT_S}
         for source, url in (("props", f"{server_root(base_url)}/props"),
                             ("models", f"{base_url.rstrip('/')}/models")):
             try:
                 said = await client.get(url, cast_to=object, options=options)
-            except openai.APIConnectionError:
+            except openai.APIConnectionError:  # down or hung (an outage): asked again later
+                self.book.of(base_url, model).probe_after = time.monotonic() + PROBE_AGAIN_S
                 return
             except openai.OpenAIError:
                 continue

@@ -205,3 +205,19 @@ async def test_a_window_only_assumed_cuts_no_prompt(scripted_llm):
     assert request["body"]["messages"][1]["content"] == long_conversation(60_000)[1].content
     assert request["body"]["max_tokens"] == 512
     assert gateway.windows.book.of(gateway.base_url, model).source == "default"
+
+
+async def test_an_endpoint_that_cannot_be_asked_is_asked_again_only_a_minute_later():
+    from refloop.llm.gateway import model_client
+    from refloop.llm.window import WindowKeeper
+    from refloop.runtime.net import free_port
+
+    base_url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens
+    keeper = WindowKeeper(None, 8192)
+    client = model_client(base_url, "k", 5)
+    await keeper.budget(client, base_url, "m", 60_000, 0, 512)
+    known = keeper.book.of(base_url, "m")
+    assert not known.probed and known.probe_after > 0 and known.source == "default"
+    again = known.probe_after
+    await keeper.budget(client, base_url, "m", 60_000, 0, 512)
+    assert known.probe_after == again  # not asked again within the minute
