@@ -38,6 +38,9 @@ SAFETY = 0.08
 PER_MESSAGE_TOKENS = 4
 
 _OPENAI_WINDOW = re.compile(r"maximum context length is (\d+) tokens", re.IGNORECASE)
+# OpenAI: "your messages resulted in N tokens"; vLLM and llama-cpp-python's server: "you
+# requested N tokens (P in the messages, C in the completion)": P is the prompt
+_MESSAGES_PROMPT = re.compile(r"\((\d+) in the messages", re.IGNORECASE)
 _OPENAI_PROMPT = re.compile(r"(?:resulted in|requested) (\d+) tokens", re.IGNORECASE)
 # llama-cpp-python: "Requested tokens (5000) exceed context window of 4096"
 _PY_WINDOW = re.compile(r"exceed context window of (\d+)", re.IGNORECASE)
@@ -66,7 +69,8 @@ def length_refusal(status: int | None, body: str) -> LengthRefusal | None:
     if not any(word in text for word in LENGTH_WORDS):
         return None
     window = _OPENAI_WINDOW.search(body) or _N_CTX.search(body) or _PY_WINDOW.search(body)
-    prompt = _N_PROMPT.search(body) or _OPENAI_PROMPT.search(body) or _PY_PROMPT.search(body)
+    prompt = (_N_PROMPT.search(body) or _MESSAGES_PROMPT.search(body)
+              or _OPENAI_PROMPT.search(body) or _PY_PROMPT.search(body))
     return LengthRefusal(int(window.group(1)) if window else None,
                          int(prompt.group(1)) if prompt else None)
 

@@ -52,7 +52,11 @@ def test_refusals_for_length_are_read_from_both_wordings():
     assert length_refusal(400, OPENAI_REFUSAL) == LengthRefusal(8192, 9000)
     # llama.cpp once answered it with a 500: still a refusal for length, not an outage
     assert length_refusal(500, LLAMA_REFUSAL) == LengthRefusal(12000, 13001)
-    # llama-cpp-python, as the real-model lane runs it
+    # vLLM and llama-cpp-python's server: the prompt is the part "in the messages"
+    vllm = ("This model's maximum context length is 4096 tokens. However, you requested 5200 "
+            "tokens (4176 in the messages, 1024 in the completion). Please reduce the length")
+    assert length_refusal(400, vllm) == LengthRefusal(4096, 4176)
+    # llama-cpp-python's own words, before its server rewords them
     assert length_refusal(400, "Requested tokens (5000) exceed context window of 4096") == \
         LengthRefusal(4096, 5000)
     assert length_refusal(400, '{"error": "tool_choice is not supported"}') is None
