@@ -150,6 +150,12 @@ class Settings(BaseSettings):
     refloop_llm_rate_per_s: float | None = Field(default=None, gt=0)
     # Worker: 0 turns off sticky workflow caching (each task replays its history).
     refloop_worker_max_cached_workflows: int = Field(default=1000, ge=0)
+    # Admission (docs/operations.md): activities, and workflow tasks, one worker runs at
+    # once on each of its task queues; the rest wait in Temporal's queue, where a wait
+    # costs no heartbeat and no retry. 0: sized to the CPUs this process may use (16
+    # activities and 2 workflow tasks a CPU). Workflow tasks: at least 2 (sticky and not).
+    refloop_worker_max_activities: int = Field(default=0, ge=0)
+    refloop_worker_max_workflow_tasks: int = Field(default=0, ge=0)
     # Off: workflows run without Temporal's sandbox (about 1.4x the task throughput); the
     # tests always run sandboxed and replay the golden histories, which is what keeps
     # workflow code deterministic.
@@ -365,6 +371,14 @@ class Settings(BaseSettings):
     def _key_bindings(cls, value: str | None) -> str | None:
         parse_model_key_envs(value)
         return value or None
+
+    @field_validator("refloop_worker_max_workflow_tasks")
+    @classmethod
+    def _two_workflow_tasks(cls, value: int) -> int:
+        if value == 1:
+            raise ValueError("must be 0 (sized to the CPUs) or at least 2: a worker polls "
+                             "its sticky and its shared workflow queue at once")
+        return value
 
     @field_validator("refloop_max_tokens", "refloop_model_context_tokens")
     @classmethod

@@ -25,6 +25,7 @@ from refloop.runtime.workspaces import workspace_roots
 from refloop.settings import Settings
 from refloop.store.db import Store, store_for
 from refloop.store.fleet import fleet_llm_rate
+from refloop.worker.admission import slots_for
 from refloop.worker.handover import taking_over, workflow_build_id
 from refloop.worker.hosts import HostIdentity, guarded, host_presence
 from refloop.worker.model_endpoint import model_endpoint
@@ -75,8 +76,13 @@ class RefloopWorker:
         self.fleet = FleetView(llm_rate_per_s=settings.refloop_llm_rate_per_s)
         self.client, self.queue = client, shared
         built = activities_for(settings, self.fleet)
+        slots = slots_for(settings)
         common: dict[str, Any] = {
-            "activity_executor": ThreadPoolExecutor(8),
+            # Every activity is async; threads start only if a sync one is ever added.
+            "activity_executor": ThreadPoolExecutor(slots.activities),
+            # Work past these waits in Temporal's queue, not in this process's event loop
+            # (where it would delay the heartbeats of the calls already running).
+            **slots.worker_kwargs(),
             "identity": self.host.identity,
             "build_id": BUILD_ID,
             # On SIGTERM/SIGINT, in-flight activities get this long before they are cancelled.

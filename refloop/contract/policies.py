@@ -49,11 +49,13 @@ class ActivityOptions:
 
 
 # A dead worker's call is retried on another worker once its heartbeats stop for this
-# long: seconds of recovery, not minutes. Start-to-close still bounds a worker that is
-# alive but hung.
-HEARTBEAT = timedelta(seconds=6)
-# How often activities beat: a third of the timeout, so two beats may be lost.
-HEARTBEAT_INTERVAL = HEARTBEAT / 3
+# long: seconds of recovery, not minutes. Long enough that a live worker short of CPU (its
+# event loop, the Temporal server beside it) never loses a call it is still making: with
+# 6 s, a worker beside a CPU hog had calls timed out and their model requests sent twice.
+# Start-to-close still bounds a worker that is alive but hung.
+HEARTBEAT = timedelta(seconds=20)
+# How often activities beat: every 2 s, so a beat may be late by most of the timeout.
+HEARTBEAT_INTERVAL = timedelta(seconds=2)
 
 # Model calls. An outage of the endpoint (errors it may recover from) is waited out
 # between attempts, never inside one: an attempt that finds its endpoint down ends at once

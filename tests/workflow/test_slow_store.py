@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from temporalio.api.enums.v1 import EventType
 
+from refloop.contract.policies import HEARTBEAT
 from refloop.contract.task import TaskInput
 from refloop.worker.main import build_worker
 from tests.constants import TEST_DATABASE_URL
@@ -19,7 +20,7 @@ from tests.workflow.helpers import events_of, one_slow_command, result_of, start
 
 pytestmark = [pytest.mark.db, pytest.mark.slow]
 
-STALL_S = 9.0  # past the 6 s heartbeat timeout
+STALL_S = HEARTBEAT.total_seconds() + 3.0  # past the heartbeat timeout
 
 
 def hold_the_blobs_table(locked: threading.Event, seconds: float) -> None:
