@@ -188,8 +188,11 @@ def fit_conversation(stored: list[ChatMessage], rendered: list[ChatMessage],
                 rendered[index] = rendered[index].model_copy(update={"content": line})
                 fit.masked += 1
             elif message.tool_calls:
-                stored[index] = masked_call(stored[index])
+                # from what the model read: an offloaded argument is a short marker in the
+                # store, which would be expanded again at the next turn
                 rendered[index] = masked_call(message)
+                stored[index] = stored[index].model_copy(
+                    update={"tool_calls": rendered[index].tool_calls})
         total = sum(budget.tokens(m) for m in rendered)
     if total > budget.prompt_tokens:
         fit.stored, fit.rendered, fit.folded = fold_to_fit(stored, rendered, budget)

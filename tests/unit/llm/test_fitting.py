@@ -130,3 +130,17 @@ def test_any_prompt_is_clipped_longest_first():
     clipped = fitting.clip_to_fit(messages, BUDGET)
     assert sum(BUDGET.tokens(m) for m in clipped) <= BUDGET.prompt_tokens
     assert clipped[0] == SYSTEM and clipped[2].content == "keep me"
+
+
+def test_an_old_calls_offloaded_argument_stays_masked_in_the_store():
+    marker = "[[blob:" + "c" * 64 + ":9000:2000]]"
+    write = ToolCall(id="w", name="write_file", arguments={"path": "a.md", "content": marker})
+    shown = write.model_copy(update={"arguments": {"path": "a.md", "content": "x" * 2000}})
+    stored = [SYSTEM, TASK, ChatMessage(role="assistant", tool_calls=[write]),
+              ChatMessage(role="tool", tool_call_id="w", name="write_file", content="ok"),
+              *conversation(12)[2:]]
+    rendered = [*stored[:2], stored[2].model_copy(update={"tool_calls": [shown]}), *stored[3:]]
+    fit = fit_conversation(stored, rendered, BUDGET)
+    assert fit.masked > 0
+    assert fit.stored[2].tool_calls[0].arguments["content"] == "<2000 characters>"
+    assert fit.stored[2] == fit.rendered[2]
