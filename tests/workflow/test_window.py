@@ -6,15 +6,20 @@ from __future__ import annotations
 
 import json
 import random
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from refloop.api.branching import fork
 from refloop.contract.task import TaskResult
 from refloop.llm.scripted import ScriptedLLMServer
 from refloop.settings import Settings
+from refloop.store.db import store_for
+from refloop.worker.main import build_worker
 from refloop.worker.replay import dump_history, replay_files
+from refloop.workflows.agent import AgentTaskWorkflow
 from tests.workflow.helpers import (
     CODING,
     SUMMARY,
@@ -22,6 +27,7 @@ from tests.workflow.helpers import (
     events_of,
     final,
     plan_of,
+    result_of,
     run_task,
     run_with_history,
 )
@@ -171,3 +177,34 @@ async def test_a_compacted_task_golden_history(client, settings, workspace, task
     assert summary["by_model"] and summary["summary_tokens"] > 0
     summaries_done = [e for e in events_of(result, "compacted") if e["kind"] == "summary"]
     assert result.stats.usage_by_purpose["compact"].calls == len(summaries_done)
+
+
+async def test_a_fork_before_a_compaction_reads_the_conversation_of_its_step(
+        client, settings, workspace, task_queue, tmp_path: Path):
+    """Compaction writes a new conversation; every step's own stays as it was. A fork at the
+    first step of a task that compacted later reads that step's conversation, unfolded."""
+    write_files(workspace, 12, 2_000)
+    write = {"tool_calls": [{"name": "write_file",
+                             "arguments": {"path": "notes.md", "content": "first\n"}}]}
+    scenario = window_scenario(6_000, "llama_cpp",
+                               [write, *reads(12), final("done"), final("fork done")],
+                               compacts=6)
+    scenario["responses"]["summary"] = [SUMMARY, SUMMARY]
+    settings = settings.model_copy(update={"refloop_task_queue": task_queue})
+    with ScriptedLLMServer(scenario) as server:
+        settings = on(server, settings)
+        async with build_worker(client, settings, task_queue):
+            handle = await client.start_workflow(
+                AgentTaskWorkflow.run, task_input(workspace, "write notes, read the files"),
+                id=f"test-{uuid.uuid4().hex[:10]}", task_queue=task_queue)
+            original = await result_of(handle)
+            assert original.status == "completed", (original.stop_reason, original.answer)
+            assert [e for e in events_of(original, "compacted") if e["kind"] == "summary"]
+            forked = await fork(client, store_for(settings.effective_database_url), settings,
+                                handle.id, 1, workspace=str(tmp_path / "forked"))
+            result = await result_of(
+                client.get_workflow_handle_for(AgentTaskWorkflow.run, forked.task_id))
+        assert result.status == "completed", (result.stop_reason, result.answer)
+        first = json.dumps(sent(server, 200)[-2]["body"]["messages"])  # before its summary
+    assert "notes.md" in first and "f0.txt" not in first
+    assert "Earlier turns were compacted" not in first
