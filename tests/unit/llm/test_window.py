@@ -225,3 +225,16 @@ async def test_an_endpoint_that_cannot_be_asked_is_asked_again_only_a_minute_lat
     again = known.probe_after
     await keeper.budget(client, base_url, "m", 60_000, 0, 512)
     assert known.probe_after == again  # not asked again within the minute
+
+
+async def test_a_500_naming_tool_choice_drops_it_instead_of_waiting(scripted_llm):
+    """llama-cpp-python answers a field it does not take with a 500 (here without the words
+    "validation error"): the request's shape was refused, not the server down."""
+    gateway = LLMGateway(Settings(openai_base_url=scripted_llm.base_url, openai_api_key="k"))
+    model = windowed(scripted_llm, {"act": [{"tool_calls": [
+        {"name": "read_file", "arguments": {"path": "a.txt"}}]}]}, reject_tool_choice=500)
+    out = await gateway.chat(Purpose.act, long_conversation(100), model=model, tools=[READ])
+    assert [call.name for call in out.tool_calls] == ["read_file"]
+    sent = scripted_llm.requests(model=model)
+    assert [r["status"] for r in sent] == [500, 200]
+    assert "tool_choice" in sent[0]["body"] and "tool_choice" not in sent[1]["body"]
