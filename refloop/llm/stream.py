@@ -80,58 +80,60 @@ class StreamTally:
     calls: dict[int, PartialCall] = field(default_factory=dict)
     finish_reason: str | None = None
     model: str = ""
-    usage: Any = None  # the server's usage object, when it sent one
+    usage: dict[str, Any] | None = None  # the server's usage, when it sent one
     chunks: int = 0  # every chunk, text or not
     text_chunks: int = 0  # chunks carrying generated text (content, reasoning, a call)
     chars: int = 0
     cut: Cut | None = None
 
-    def add(self, chunk: Any) -> None:
+    def add(self, chunk: dict[str, Any]) -> None:
+        """Fold in one chunk, the JSON object the server sent (`raw_chunks`)."""
         self.chunks += 1
-        self.model = getattr(chunk, "model", "") or self.model
-        if getattr(chunk, "usage", None) is not None:
-            self.usage = chunk.usage
-        for choice in getattr(chunk, "choices", None) or []:
-            if getattr(choice, "index", 0) != 0:
+        self.model = chunk.get("model") or self.model
+        if chunk.get("usage") is not None:
+            self.usage = chunk["usage"]
+        for choice in chunk.get("choices") or []:
+            if choice.get("index", 0) != 0:
                 continue
-            if choice.finish_reason:
-                self.finish_reason = choice.finish_reason
-            delta = choice.delta
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+            delta = choice.get("delta")
             if delta is None:
                 continue
             chars = self._take(delta)
             # A tool call's delta is a generated token even when it adds no character
             # (llama-cpp-python sends such deltas, and counts them).
-            if chars or delta.tool_calls or delta.function_call is not None:
+            if chars or delta.get("tool_calls") or delta.get("function_call") is not None:
                 self.text_chunks += 1
                 self.chars += chars
 
-    def _take(self, delta: Any) -> int:
+    def _take(self, delta: dict[str, Any]) -> int:
         """Fold one delta in; the characters of generated text it carried."""
         chars = 0
-        if delta.content:
-            self.content.append(delta.content)
-            chars += len(delta.content)
-        extra = getattr(delta, "model_extra", None) or {}
+        content = delta.get("content")
+        if content:
+            self.content.append(content)
+            chars += len(content)
         for name in ("reasoning_content", "reasoning"):  # counted, never shown
-            if isinstance(extra.get(name), str):
-                chars += len(extra[name])
-        deltas = delta.tool_calls or []
-        if not deltas and delta.function_call is not None:  # the legacy form
-            deltas = [_Legacy(delta.function_call)]
+            if isinstance(delta.get(name), str):
+                chars += len(delta[name])
+        deltas = delta.get("tool_calls") or []
+        if not deltas and delta.get("function_call") is not None:  # the legacy form
+            deltas = [{"index": 0, "function": delta["function_call"]}]
         for call_delta in deltas:
-            call = self.calls.setdefault(call_delta.index or 0, PartialCall())
-            call.id = call_delta.id or call.id
-            function = call_delta.function
+            call = self.calls.setdefault(call_delta.get("index") or 0, PartialCall())
+            call.id = call_delta.get("id") or call.id
+            function = call_delta.get("function")
             if function is not None:
+                name, arguments = function.get("name"), function.get("arguments")
                 # A name is sent once, or in pieces; llama-cpp-python repeats it whole in
                 # every delta of the call (`next_toolnext_tool...` named no tool).
-                if function.name and function.name != call.name:
-                    call.name += function.name
-                    chars += len(function.name)
-                if function.arguments:
-                    call.arguments.append(function.arguments)
-                    chars += len(function.arguments)
+                if name and name != call.name:
+                    call.name += name
+                    chars += len(name)
+                if arguments:
+                    call.arguments.append(arguments)
+                    chars += len(arguments)
         return chars
 
     @property
@@ -152,13 +154,15 @@ class StreamTally:
         return "".join(self.content) if self.content else None
 
 
-@dataclass
-class _Legacy:
-    """A legacy `function_call` delta, read as tool call 0."""
-
-    function: Any
-    index: int = 0
-    id: str | None = None
+def raw_chunks(stream: Any) -> Any:
+    """`stream` (the SDK's) made to hand over each chunk as the JSON object the server sent.
+    Its own SSE parsing, error events and clean-up stay; what goes is the typed object it
+    would build a chunk (nested models: about 5 CPU-ms of a 70-chunk answer against 0.2 for
+    the JSON, a tenth of a worker's CPU a model call). Asked for `object`, the SDK returns
+    the data as is."""
+    if hasattr(stream, "_cast_to"):
+        stream._cast_to = object
+    return stream
 
 
 async def read_stream(stream: Any, cap: int, idle_s: float, deadline: float) -> StreamTally:
@@ -167,7 +171,7 @@ async def read_stream(stream: Any, cap: int, idle_s: float, deadline: float) -> 
     `deadline` is the loop time the whole request must end by."""
     loop = asyncio.get_running_loop()
     tally = StreamTally()
-    iterator = stream.__aiter__()
+    iterator = raw_chunks(stream).__aiter__()
     try:
         while True:
             left = deadline - loop.time()
@@ -252,10 +256,10 @@ def streamed_answer(tally: StreamTally, prompt_chars: int) -> Answer:
     are complete JSON (a call cut in half is not a call)."""
     raw = tally.usage
     if raw is not None and tally.cut is None:
-        prompt = getattr(raw, "prompt_tokens", 0) or 0
-        completion = getattr(raw, "completion_tokens", 0) or 0
+        prompt = raw.get("prompt_tokens") or 0
+        completion = raw.get("completion_tokens") or 0
         usage = TokenUsage(prompt_tokens=prompt, completion_tokens=completion,
-                           total_tokens=getattr(raw, "total_tokens", 0) or prompt + completion,
+                           total_tokens=raw.get("total_tokens") or prompt + completion,
                            calls=1)
     else:
         prompt = math.ceil(prompt_chars / CHARS_PER_TOKEN)

@@ -5,8 +5,8 @@ endpoints that cannot stream."""
 from __future__ import annotations
 
 import time
-from types import SimpleNamespace
 
+import openai
 import pytest
 
 from refloop.contract.activity_io import LLMUsageRecord
@@ -15,7 +15,7 @@ from refloop.contract.messages import ChatMessage, Purpose, TokenUsage, ToolCall
 from refloop.llm.gateway import LLMGateway
 from refloop.llm.ledger import RequestLedger, current_ledger
 from refloop.llm.prompts import is_tool_pick
-from refloop.llm.stream import StreamTally, streamed_answer
+from refloop.llm.stream import StreamTally, raw_chunks, streamed_answer
 from refloop.llm.tool_pick import PICK_MAX_TOKENS, picked_tool
 from refloop.llm.wire import ChatOutcome
 from refloop.settings import Settings
@@ -269,11 +269,35 @@ async def test_streaming_can_be_turned_off(scripted_llm):
     assert "stream" not in scripted_llm.requests(model=model)[0]["body"]
 
 
+async def test_a_stream_is_read_as_the_servers_json_not_an_object_a_chunk(scripted_llm):
+    """The SDK's stream, through `raw_chunks`, hands over each chunk's JSON: no typed object
+    a chunk (most of a call's parsing CPU), and the same answer."""
+    model = scenario(scripted_llm, {"act": [WRITE_CALL]})
+    client = openai.AsyncOpenAI(base_url=scripted_llm.base_url, api_key="k", max_retries=0)
+    stream = await client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "hello"}], stream=True,
+        tools=[{"type": "function", "function": WRITE.model_dump()}],
+        extra_headers={"X-Refloop-Purpose": "act"})
+    tally = StreamTally()
+    async for chunk in raw_chunks(stream):
+        assert type(chunk) is dict
+        tally.add(chunk)
+    answer = streamed_answer(tally, prompt_chars=0)
+    assert answer.calls and answer.calls[0][1] == "write_file"
+    assert answer.finish_reason == "tool_calls"
+    await client.close()
+
+
 def delta_chunk(content=None, calls=None, reasoning=None, finish=None):
-    delta = SimpleNamespace(content=content, tool_calls=calls, function_call=None,
-                            model_extra={"reasoning_content": reasoning} if reasoning else {})
-    return SimpleNamespace(model="m", usage=None, choices=[
-        SimpleNamespace(index=0, delta=delta, finish_reason=finish)])
+    """A chunk as the server sends it (the tally reads the JSON, not the SDK's objects)."""
+    delta = {"content": content, "tool_calls": calls, "function_call": None,
+             **({"reasoning_content": reasoning} if reasoning else {})}
+    return {"model": "m", "usage": None,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
+def call_delta(name, arguments, id=None):  # noqa: A002 - the field's name
+    return {"index": 0, "id": id, "function": {"name": name, "arguments": arguments}}
 
 
 def test_the_estimate_and_the_cap_of_a_stream():
@@ -289,8 +313,7 @@ def test_the_estimate_and_the_cap_of_a_stream():
     thinking.add(delta_chunk(reasoning="let me think"))
     thinking.add(delta_chunk("4", finish="stop"))
     assert thinking.text() == "4" and thinking.text_chunks == 2
-    call = SimpleNamespace(index=0, id="c1", function=SimpleNamespace(name="write_file",
-                                                                        arguments='{"pa'))
+    call = call_delta("write_file", '{"pa', id="c1")
     cut = StreamTally()
     cut.add(delta_chunk(calls=[call]))
     cut.cut = "max_tokens"
@@ -305,14 +328,12 @@ def test_a_call_whose_every_delta_repeats_its_name_is_one_call_counted_per_chunk
     some deltas add no character: one call, one name, a token per chunk (as it counts)."""
     tally = StreamTally()
     for piece in ['{"', "tool", '":', "", ' "write_file"', "}", ""]:
-        call = SimpleNamespace(index=0, id="c1", function=SimpleNamespace(
-            name="next_tool", arguments=piece))
+        call = call_delta("next_tool", piece, id="c1")
         tally.add(delta_chunk(calls=[call]))
     answer = streamed_answer(tally, prompt_chars=40)
     assert answer.calls == [("c1", "next_tool", '{"tool": "write_file"}')]
     assert tally.text_chunks == 7 and tally.estimated_tokens() >= 7
     split = StreamTally()  # a name sent in pieces is still joined
     for name, arguments in (("write", ""), ("_file", "{}")):
-        split.add(delta_chunk(calls=[SimpleNamespace(index=0, id=None, function=SimpleNamespace(
-            name=name, arguments=arguments))]))
+        split.add(delta_chunk(calls=[call_delta(name, arguments)]))
     assert streamed_answer(split, prompt_chars=0).calls[0][1] == "write_file"
