@@ -150,12 +150,17 @@ def build_mcp_server(deps: Callable[[], McpDeps]) -> MCPServer:
 
     @server.tool()
     async def approve(task_id: str, call_id: str, approved: bool = True,
-                      comment: str | None = None) -> dict[str, Any]:
-        """Decide a waiting call (the call_id of an approval_required event)."""
+                      comment: str | None = None,
+                      arguments: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Decide a waiting call (the call_id of an approval_required event); `arguments`:
+        approve it with these instead of the model's (its whole arguments, checked as the
+        tool checks the model's own)."""
         d = deps()
-        with api_errors(task_id=task_id, call_id=call_id, approved=approved, comment=comment):
+        with api_errors(task_id=task_id, call_id=call_id, approved=approved, comment=comment,
+                        arguments=arguments):
             outcome = await tasks.decide(
-                task_id, ApprovalBody(call_id=call_id, approved=approved, comment=comment),
+                task_id, ApprovalBody(call_id=call_id, approved=approved, comment=comment,
+                                      arguments=arguments),
                 d.client, d.store)
         return outcome.model_dump(mode="json")
 

@@ -49,8 +49,9 @@ class SessionStart(BaseModel):
     model_config_id: DbId | None = None
     approval_mode: ApprovalMode = "auto"
     # How long a call of its tasks waits for a decision, in seconds; None: the operator's
-    # REFLOOP_APPROVAL_TIMEOUT_S (3 days). Unanswered, the task ends incomplete.
-    approval_timeout_s: JsonFloat | None = Field(default=None, gt=0, le=APPROVAL_WAIT_MAX_S)
+    # REFLOOP_APPROVAL_TIMEOUT_S (3 days), at least a second. Unanswered, the task ends
+    # incomplete.
+    approval_timeout_s: JsonFloat | None = Field(default=None, ge=1, le=APPROVAL_WAIT_MAX_S)
     # The spend limit its tasks start with, unless a task says otherwise (see TaskCreate)
     max_cost_usd: JsonFloat | None = Field(default=None, gt=0)
     max_tokens: JsonInt | None = Field(default=None, gt=0)
@@ -77,7 +78,7 @@ class TaskCreate(BaseModel):
     enable_quality_review: bool | None = None  # None: the session's setting
     quality_review_rules: str | None = Field(default=None, max_length=100_000)
     approval_mode: ApprovalMode | None = None
-    approval_timeout_s: JsonFloat | None = Field(default=None, gt=0, le=APPROVAL_WAIT_MAX_S)
+    approval_timeout_s: JsonFloat | None = Field(default=None, ge=1, le=APPROVAL_WAIT_MAX_S)
     enable_reflection: bool | None = None
     max_iterations: JsonInt = Field(default=20, ge=1, le=500)
     # The task's spend limit, its children's spend included; at it the task waits

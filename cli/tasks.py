@@ -141,6 +141,8 @@ async def run_task(args: argparse.Namespace, settings: Settings) -> int:
                 raise WorkspaceError(reason)
     except WorkspaceError as err:
         fail(f"--workspace: {err}")
+    if args.approval_timeout is not None and args.approval_timeout < 1:
+        fail("--approval-timeout: at least 1 second")
     rules = read_rules(args.review_rules)
     mcp_servers = chosen_mcp_servers(args.mcp, settings)
     task = settings.task_input(
