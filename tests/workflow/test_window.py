@@ -113,6 +113,7 @@ async def test_a_task_reading_far_more_than_the_window_completes(
     assert events_of(result, "compacted")
 
 
+@pytest.mark.slow
 async def test_a_300_step_task_stays_within_its_window_compacting_a_bounded_number_of_times(
         client, settings, workspace, task_queue, tmp_path: Path):
     """Every request under the 16,000-token window; the compactions bounded (each folds
