@@ -288,10 +288,10 @@ async def test_token_budget_pauses_the_task_and_ends_it_incomplete_unraised(
 async def test_long_task_continues_as_new_with_identical_results(
     client, settings, scripted_llm, workspace, task_queue
 ):
-    """A 150-iteration task spans several runs (continue-as-new past 120 history events:
+    """A 75-iteration task spans several runs (continue-as-new past 120 history events:
     more than six runs) and ends like a single run would. `make long-task` runs thousands
     of calls (tests/workflow/test_long_task.py)."""
-    iterations, can_events = 150, 120
+    iterations, can_events = 75, 120
     steps = iterations - 1
     acts = [call("write_file", path=f"f{n % 7}.txt", content=str(n)) for n in range(steps)]
     model = unique_scenario(scripted_llm, {
