@@ -134,7 +134,7 @@ async def test_a_killed_workers_call_is_retried_within_seconds(
         killed_at = time.time()
         os.killpg(workers[0].pid, signal.SIGKILL)
         workers[0].wait()
-        result = await asyncio.wait_for(result_of(handle), timeout=60)
+        result = await asyncio.wait_for(result_of(handle), timeout=90)
     finally:
         for proc in workers:
             if proc.poll() is None:
@@ -205,7 +205,7 @@ async def test_a_command_cut_off_by_a_crash_is_not_run_again(
         workers.append(spawn_worker(temporal_server, settings, task_queue))
         os.killpg(workers[0].pid, signal.SIGKILL)
         workers[0].wait()
-        result = await asyncio.wait_for(result_of(handle), timeout=60)
+        result = await asyncio.wait_for(result_of(handle), timeout=90)
         await asyncio.sleep(4)  # the cut-off command's own sleep has ended
     finally:
         for proc in workers:
