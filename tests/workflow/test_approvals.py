@@ -136,10 +136,11 @@ async def test_rejected_write_is_fed_back_as_denied(client, settings, scripted_l
     assert "E_DENIED" in fed_back
 
 
-async def test_no_decision_in_time_ends_the_task_incomplete_naming_the_call(
+async def test_golden_no_decision_in_time_ends_the_task_incomplete_naming_the_call(
         client, settings, scripted_llm, workspace, task_queue):
     """An unanswered approval is no rejection: nothing runs after it, the model is not asked
-    again, and the task ends incomplete (never completed), naming the call."""
+    again, and the task ends incomplete (never completed), naming the call. Its history is
+    golden (`make histories`)."""
     model = unique_scenario(scripted_llm, scenario())
     async with build_worker(client, settings, task_queue):
         handle = await start_task(client, task_queue, workspace, model, approval_timeout_s=1)
@@ -158,6 +159,8 @@ async def test_no_decision_in_time_ends_the_task_incomplete_naming_the_call(
     timers = [json.loads(e.user_metadata.summary.data) for e in history.events
               if e.event_type == EventType.EVENT_TYPE_TIMER_STARTED]
     assert timers == ["waiting for approval: write_file a.txt"]
+    if os.environ.get("REFLOOP_RECORD_HISTORIES"):  # `make histories`
+        (HISTORIES / "agent_task_approval_unanswered.json").write_text(dump_history(history))
 
 
 def test_the_default_wait_is_days_and_the_operator_sets_it():
@@ -172,10 +175,11 @@ def test_the_default_wait_is_days_and_the_operator_sets_it():
                                approval_timeout_s=None).approval_timeout_s == 7200
 
 
-async def test_approved_with_edited_arguments_runs_them_and_says_so(
+async def test_golden_approved_with_edited_arguments_runs_them_and_says_so(
         client, settings, scripted_llm, workspace, task_queue):
     """The person's arguments run, checked like the model's own: an invalid edit is refused
-    with the reason and the call still waits; the event keeps both; the model is told."""
+    with the reason and the call still waits; the event keeps both; the model is told. Its
+    history is golden (`make histories`)."""
     model = unique_scenario(scripted_llm, scenario())
     async with build_worker(client, settings, task_queue):
         handle = await start_task(client, task_queue, workspace, model)
@@ -202,6 +206,10 @@ async def test_approved_with_edited_arguments_runs_them_and_says_so(
         assert await handle.execute_update(AgentTaskWorkflow.decide_approval, ApprovalDecision(
             call_id=key, approved=True, arguments=edited)) == "approved"
         result = await result_of(handle)
+        history = await handle.fetch_history()
+    if os.environ.get("REFLOOP_RECORD_HISTORIES"):  # `make histories`
+        (HISTORIES / "agent_task_approved_with_edited_arguments.json").write_text(
+            dump_history(history))
     assert result.status == "completed", result.answer
     assert (workspace / "b.txt").read_text() == "edited by a person"
     assert not (workspace / "a.txt").exists()
