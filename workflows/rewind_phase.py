@@ -72,20 +72,24 @@ def kept_calls(calls: CallsState) -> CallsState:
 
 class RewindPhase(WorkspacePhase):
     _rewound: Rewound | ApplicationError | None = None  # the outcome, for the update
+    _points: list[RewindPoint] | None = None
+    _journaled: list[str] | None = None
 
     def _rewind_points(self) -> list[RewindPoint]:
-        points: list[RewindPoint] | None = getattr(self, "_points", None)
-        if points is None:
-            points = self._points = []
-        return points
+        if self._points is None:
+            self._points = []
+        return self._points
 
     def _journaled_calls(self) -> list[str]:
         """This run's calls of journaled (edit) tools, in order: a rewind drops the ones
         after its point from the journal."""
-        calls: list[str] | None = getattr(self, "_journaled", None)
-        if calls is None:
-            calls = self._journaled = []
-        return calls
+        if self._journaled is None:
+            self._journaled = []
+        return self._journaled
+
+    def _take_outcome(self) -> Rewound | ApplicationError | None:
+        outcome, self._rewound = self._rewound, None
+        return outcome
 
     def _keep_rewind_point(self, turn: TurnState | None) -> None:
         """After a call's checkpoint and its result in the conversation: a point to come
@@ -122,7 +126,7 @@ class RewindPhase(WorkspacePhase):
         self._rewind, self._rewound = request, None
         self._emit("rewind", {"step": request.step})
         await workflow.wait_condition(lambda: self._rewound is not None)
-        outcome, self._rewound = self._rewound, None
+        outcome = self._take_outcome()
         if isinstance(outcome, ApplicationError):
             raise outcome
         assert outcome is not None
