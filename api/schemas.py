@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict
 
 from refloop.contract.hosts import HOST_ID_PATTERN
 from refloop.contract.task import TaskProgress
@@ -24,10 +24,13 @@ def _integral_float(value: Any) -> Any:
 JsonInt = Annotated[int, BeforeValidator(_integral_float), Strict()]
 DbId = Annotated[JsonInt, Field(ge=1, le=DB_ID_MAX)]
 APPROVAL_WAIT_MAX_S = 366 * 24 * 3600.0  # a year: Temporal's timers take far more
-# A number of dollars: JSON's 5 is 5.0 (strict bodies take no "5")
-JsonFloat = Annotated[float, BeforeValidator(
-    lambda value: float(value) if isinstance(value, int) and not isinstance(value, bool)
-    else value), Strict()]
+# A number: JSON's 5 is 5.0, "5" and true are refused. No validator before the bounds a
+# field sets: the document states them then (after a validator it would not).
+JsonFloat = Annotated[float, Strict()]
+# A spend limit: dollars, or tokens (bounded: a JSON number a browser still reads exactly)
+LimitUsd = Annotated[float, Strict(), Field(gt=0, le=1e9)]
+LimitTokens = Annotated[int, Field(gt=0, le=10**15), BeforeValidator(_integral_float),
+                        Strict()]
 SafeId = Annotated[str, Field(pattern=ID_PATTERN, max_length=128)]
 
 
@@ -53,8 +56,8 @@ class SessionStart(BaseModel):
     # incomplete.
     approval_timeout_s: JsonFloat | None = Field(default=None, ge=1, le=APPROVAL_WAIT_MAX_S)
     # The spend limit its tasks start with, unless a task says otherwise (see TaskCreate)
-    max_cost_usd: JsonFloat | None = Field(default=None, gt=0)
-    max_tokens: JsonInt | None = Field(default=None, gt=0)
+    max_cost_usd: LimitUsd | None = None
+    max_tokens: LimitTokens | None = None
     # MCP servers (REFLOOP_MCP_CONFIG names) the session's tasks use by default
     mcp_servers: list[McpServerName] = Field(default_factory=list, max_length=16)
     # The worker host holding the workspace (GET /hosts); omitted: the one live host whose
@@ -83,8 +86,8 @@ class TaskCreate(BaseModel):
     max_iterations: JsonInt = Field(default=20, ge=1, le=500)
     # The task's spend limit, its children's spend included; at it the task waits
     # `waiting_for_budget` until POST /tasks/{id}/budget raises it. None: the session's
-    max_cost_usd: JsonFloat | None = Field(default=None, gt=0)
-    max_tokens: JsonInt | None = Field(default=None, gt=0)
+    max_cost_usd: LimitUsd | None = None
+    max_tokens: LimitTokens | None = None
     # MCP servers for this task; None: the session's
     mcp_servers: list[McpServerName] | None = Field(default=None, max_length=16)
 
@@ -267,6 +270,15 @@ class PromptPublic(PromptBase):
     updated_at: datetime
 
 
+class ModelPriceBody(BaseModel):
+    """A model's price in USD per million tokens (REFLOOP_MODEL_PRICES' shape)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    input_usd_per_mtok: JsonFloat = Field(ge=0, le=1e6)
+    output_usd_per_mtok: JsonFloat = Field(ge=0, le=1e6)
+
+
 class ModelConfigBase(BaseModel):
     name: str = Field(min_length=1, max_length=200)
     model: str = Field(min_length=1, max_length=200)
@@ -274,15 +286,8 @@ class ModelConfigBase(BaseModel):
     # The name of the environment variable holding the key; keys never enter the API.
     api_key_env: str | None = Field(default=None, pattern=r"^[A-Z_][A-Z0-9_]*$", max_length=200)
     temperature: float | None = Field(default=None, ge=0, le=2)
-    # Its price, USD per million tokens, both or neither (neither: REFLOOP_MODEL_PRICES')
-    input_usd_per_mtok: float | None = Field(default=None, ge=0)
-    output_usd_per_mtok: float | None = Field(default=None, ge=0)
-
-    @model_validator(mode="after")
-    def _both_prices(self) -> Any:
-        if (self.input_usd_per_mtok is None) != (self.output_usd_per_mtok is None):
-            raise ValueError("a price is input_usd_per_mtok and output_usd_per_mtok, both")
-        return self
+    # Its model's price (None: REFLOOP_MODEL_PRICES')
+    price: ModelPriceBody | None = None
 
 
 class ModelConfigCreate(ModelConfigBase):
@@ -298,8 +303,7 @@ class ModelConfigUpdate(BaseModel):
     base_url: str | None = Field(default=None, max_length=2000)
     api_key_env: str | None = Field(default=None, pattern=r"^[A-Z_][A-Z0-9_]*$", max_length=200)
     temperature: float | None = Field(default=None, ge=0, le=2)
-    input_usd_per_mtok: float | None = Field(default=None, ge=0)
-    output_usd_per_mtok: float | None = Field(default=None, ge=0)
+    price: ModelPriceBody | None = None
 
 
 class ModelConfigPublic(ModelConfigBase):
@@ -335,8 +339,8 @@ class BudgetBody(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [
         {"max_cost_usd": 5.0}, {"max_tokens": 2000000}]})
 
-    max_cost_usd: JsonFloat | None = Field(default=None, gt=0)
-    max_tokens: JsonInt | None = Field(default=None, gt=0)
+    max_cost_usd: LimitUsd | None = None
+    max_tokens: LimitTokens | None = None
 
 
 class TaskBudget(BaseModel):

@@ -4,8 +4,10 @@ on once the new limit covers its next model call."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, HTTPException, status
-from temporalio.client import WorkflowUpdateFailedError
+from temporalio.client import WorkflowHandle, WorkflowQueryFailedError, WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
 from refloop.api.deps import ClientDep, StoreDep
@@ -20,7 +22,7 @@ BUDGET_RESPONSES = {
     404: {"description": "No such agent task"},
     409: {"description": "The task has ended, or the limit is below what it has spent "
                          "(the message says how much)"},
-    422: {"description": "Neither max_cost_usd nor max_tokens given"},
+    422: {"description": "A limit that is not a number above 0"},
 }
 
 
@@ -28,20 +30,30 @@ BUDGET_RESPONSES = {
 async def set_budget(task_id: TaskId, body: BudgetBody, client: ClientDep,
                      store: StoreDep) -> TaskBudget:
     """Set a task's spend limit (as `refloop budget`): totals with its children's spend. A
-    supplement child running on a share of it gets its share of the new limit."""
-    if body.max_cost_usd is None and body.max_tokens is None:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
-                            "name max_cost_usd or max_tokens (or both)")
+    supplement child running on a share of it gets its share of the new limit. A limit left
+    out stays as it is (neither: the limit and spend as they are)."""
     row = await task_row(store, task_id, kind="agent")
     if row.status in TERMINAL_STATUSES:
         raise ended(task_id, row)
     handle = client.get_workflow_handle(row.workflow_id)
     try:
+        if body.max_cost_usd is None and body.max_tokens is None:
+            return await unchanged(task_id, handle)
         budget = await handle.execute_update(
             AgentTaskWorkflow.raise_budget,
             BudgetRaise(max_cost_usd=body.max_cost_usd, max_tokens=body.max_tokens))
     except WorkflowUpdateFailedError as err:  # the validator's word: spent more than that
         raise HTTPException(status.HTTP_409_CONFLICT, describe_update_failure(err)) from err
-    except RPCError as err:
-        raise HTTPException(status.HTTP_409_CONFLICT, err.message) from err
+    except (RPCError, WorkflowQueryFailedError) as err:  # ended meanwhile
+        raise HTTPException(status.HTTP_409_CONFLICT, str(err)) from err
     return TaskBudget(task_id=task_id, **budget.model_dump())
+
+
+async def unchanged(task_id: str, handle: WorkflowHandle[Any, Any]) -> TaskBudget:
+    """The task's limit and spend now, from its progress (no limit: none)."""
+    progress = await handle.query(AgentTaskWorkflow.progress)
+    if progress.budget is not None:
+        return TaskBudget(task_id=task_id, **progress.budget.model_dump())
+    usage = progress.stats.usage
+    return TaskBudget(task_id=task_id, cost_usd=usage.cost_usd, tokens=usage.total_tokens,
+                      waiting=False)

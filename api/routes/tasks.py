@@ -154,10 +154,8 @@ def endpoint_of(session: SessionRecord, config: ModelConfigRecord | None
     """The session's model config as the task's endpoint (the key stays a variable NAME)."""
     if config is None:
         return None
-    price = None  # its own, else the worker's REFLOOP_MODEL_PRICES
-    if config.input_usd_per_mtok is not None and config.output_usd_per_mtok is not None:
-        price = ModelPrice(input_usd_per_mtok=config.input_usd_per_mtok,
-                           output_usd_per_mtok=config.output_usd_per_mtok)
+    # its own price, else the worker's REFLOOP_MODEL_PRICES
+    price = ModelPrice.model_validate(config.price) if config.price else None
     return ModelEndpoint(model=session.model or config.model, base_url=config.base_url,
                          api_key_env=config.api_key_env, temperature=config.temperature,
                          price=price)

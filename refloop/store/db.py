@@ -101,9 +101,9 @@ class ModelConfigRecord(SQLModel, table=True):
     base_url: str | None = None
     api_key_env: str | None = None
     temperature: float | None = None
-    # Its price, USD per million tokens (added later: nullable; None: REFLOOP_MODEL_PRICES)
-    input_usd_per_mtok: float | None = None
-    output_usd_per_mtok: float | None = None
+    # Its model's price, {"input_usd_per_mtok", "output_usd_per_mtok"} (added later:
+    # nullable; None: REFLOOP_MODEL_PRICES)
+    price: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
 

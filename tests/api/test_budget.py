@@ -19,6 +19,7 @@ from refloop.worker.main import build_worker
 from tests.workflow.helpers import CODING, SUMMARY, call, final, plan_of, wait_until
 from tests.workflow.test_budget import (
     COMPLETE,
+    PRICE,
     SAVE_SUMMARY,
     SUPPLEMENT_PLAN,
     answered,
@@ -87,8 +88,11 @@ async def test_an_api_task_pauses_at_its_limit_and_goes_on_after_each_raise(
 
         below = await api.post(f"/tasks/{task_id}/budget", json={"max_cost_usd": 0.02})
         assert below.status_code == 409 and "$0.05" in below.json()["detail"]
-        empty = await api.post(f"/tasks/{task_id}/budget", json={})
-        assert empty.status_code == 422
+        asked = await api.post(f"/tasks/{task_id}/budget", json={})  # changes nothing
+        assert asked.status_code == 200 and asked.json()["max_cost_usd"] == 0.05
+        assert asked.json()["waiting"] and asked.json()["cost_usd"] == 0.05
+        zero = await api.post(f"/tasks/{task_id}/budget", json={"max_cost_usd": 0})
+        assert zero.status_code == 422
         raised = await api.post(f"/tasks/{task_id}/budget", json={"max_cost_usd": 0.09})
         assert raised.status_code == 200, raised.text
         assert raised.json()["max_cost_usd"] == 0.09
@@ -118,11 +122,10 @@ async def test_a_model_configs_own_price_prices_its_tasks(api, scripted_llm, wor
         "intent": [CODING], "plan": [plan_of("list_dir")],
         "act": [call("list_dir", path="."), final("listed")], "summary": [SUMMARY]})
     half = await api.post("/model-configs", json={"name": "half", "model": model,
-                                                  "input_usd_per_mtok": 5.0})
-    assert half.status_code == 422 and "both" in half.text
+                                                  "price": {"input_usd_per_mtok": 5.0}})
+    assert half.status_code == 422 and "output_usd_per_mtok" in half.text
     config = await api.post("/model-configs", json={
-        "name": "priced", "model": model, "input_usd_per_mtok": 5.0,
-        "output_usd_per_mtok": 5.0})
+        "name": "priced", "model": model, "price": PRICE})
     assert config.status_code == 201, config.text
     started = await api.post("/tasks", json={
         "workspace": str(workspace), "task": "list the files",
