@@ -189,6 +189,16 @@ def changes_of(events: list[Event]) -> tuple[list[str], list[str]]:
     from refloop.contract.tool_catalog import tool_properties
 
     calls = {e.data.get("id"): e.data for e in events if e.type == "tool_call"}
+    by_key: dict[str, Any] = {}  # "<iteration>.<index>", as approvals name calls -> its id
+    for event in events:
+        if event.type == "tool_call":
+            iteration = event.data.get("iteration")
+            index = sum(key.startswith(f"{iteration}.") for key in by_key)
+            by_key[f"{iteration}.{index}"] = event.data.get("id")
+        elif event.type == "approval_decided" and event.data.get("edited"):
+            ran = by_key.get(str(event.data.get("call_id")))  # as the person approved it
+            if ran in calls:
+                calls[ran] = {**calls[ran], "args": event.data.get("arguments") or {}}
     files: dict[str, None] = {}
     commands: list[str] = []
     for event in events:
