@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 
+from refloop.contract import visibility
 from refloop.contract.budget import BudgetRaise
 from refloop.contract.task import TaskInput, TaskResult
 from refloop.settings import Settings
@@ -76,6 +77,12 @@ async def no_call_while_waiting(handle: WorkflowHandle, scripted_llm, model: str
     return before
 
 
+async def searched(client: Client, workflow_id: str) -> bool:
+    """What `temporal workflow list --query` finds: the task, by its status."""
+    query = f"{visibility.STATUS.name} = 'waiting_for_budget'"
+    return workflow_id in {w.id async for w in client.list_workflows(query)}
+
+
 def listing(n: int) -> list[dict[str, Any]]:
     return [call("list_dir", path=".")] * n + [final("listed")]
 
@@ -93,6 +100,7 @@ async def test_pauses_at_the_limit_and_goes_on_after_each_raise(
         await paused(handle)
         calls = await no_call_while_waiting(handle, scripted_llm, model)
         assert calls == 5  # $0.05 spent: a sixth call is not covered
+        await wait_until(lambda: searched(client, handle.id), "RefloopStatus says so")
         # A limit below the spend is refused with the figure; nothing changes
         with pytest.raises(WorkflowUpdateFailedError) as refused:
             await handle.execute_update(AgentTaskWorkflow.raise_budget,
