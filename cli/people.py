@@ -77,6 +77,8 @@ class Waiting(BaseModel):
     args: dict[str, Any] | None = None
     host: str | None = None
     endpoint: str | None = None
+    # an approval's: when the task ends incomplete if nobody decides
+    expires_at: str | None = None
     reason: str | None = None  # a budget wait's: what was spent of which limit
 
 
@@ -178,7 +180,8 @@ def waits_of(state: TaskState, events: list[Event]) -> list[Waiting]:
         call = str(event.data.get("call_id"))
         if event.type == "approval_required":
             asked[call] = Waiting(kind="approval", call_id=call, tool=event.data.get("tool"),
-                                  args=event.data.get("args"))
+                                  args=event.data.get("args"),
+                                  expires_at=event.data.get("expires_at"))
         elif event.type == "approval_decided":
             asked.pop(call, None)
     return list(asked.values()) if state.status == "waiting_approval" else []
@@ -370,6 +373,8 @@ async def show_task(args: argparse.Namespace, stack: Stack) -> int:
         line(f"commands run: {len(shown.commands_run)} (the last: {shown.commands_run[-1]})")
     for wait in shown.waiting_for:
         line(f"waits for: {describe_wait(wait)}")
+        if until := expiry(wait):
+            line(f"  {until}")
     answer = (shown.result or {}).get("answer")
     if answer:
         line(f"answer: {answer}")
@@ -387,6 +392,17 @@ def cost_of(spend: Spend) -> str:
     if spend.unpriced_calls:
         text += f"; {spend.unpriced_calls} model calls unpriced (tokens only)"
     return text
+
+
+def expiry(wait: Waiting) -> str | None:
+    """When an approval's wait ends, in UTC: unanswered by then, the task ends incomplete."""
+    if wait.expires_at is None:
+        return None
+    try:
+        when = datetime.fromisoformat(wait.expires_at).astimezone(UTC)
+    except ValueError:
+        return None
+    return f"unanswered by {when:%Y-%m-%d %H:%M} UTC, the task ends incomplete"
 
 
 def describe_wait(wait: Waiting) -> str:
@@ -416,6 +432,8 @@ async def inbox(args: argparse.Namespace, stack: Stack) -> int:
         line(f"{item.task_id}  {item.status}  {item.task or ''}")
         for wait in item.waiting_for:
             line(f"  {describe_wait(wait)}")
+            if until := expiry(wait):
+                line(f"  {until}")
             if wait.kind == "approval":
                 line(f"  refloop approve {item.task_id} {wait.call_id}  |  refloop reject "
                      f"{item.task_id} {wait.call_id} --reason ...")

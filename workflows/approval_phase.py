@@ -212,8 +212,12 @@ class ApprovalPhase(AgentBase):
         pending = self.state.approvals.waiting
         if call_key not in pending:  # else asked before a hand-over: still the same call
             pending[call_key] = None
+            # `expires_at`: when the task ends incomplete if nobody decides (a hand-over
+            # starts the wait again in the next run)
+            expires = workflow.now() + timedelta(seconds=inp.approval_timeout_s)
             self._emit("approval_required",
-                       {"call_id": call_key, "tool": call.name, "args": call.arguments})
+                       {"call_id": call_key, "tool": call.name, "args": call.arguments,
+                        "expires_at": expires.isoformat()})
         self._show()
         await self._record(self._visible_status())
         label = approval_label(call, self.state.mcp.tools)

@@ -48,7 +48,9 @@ function addApproval(d) {
   const field = `reject-reason-${pending.size}-${d.call_id.replace(/[^\w-]/g, "_")}`;
   box.className = "card fail approval";
   box.innerHTML = `<strong>Approval needed:</strong> ${escapeHtml(d.tool)}
-    <span class="muted">(call ${escapeHtml(d.call_id)})</span>${argumentsHtml(d.args)}
+    <span class="muted">(call ${escapeHtml(d.call_id)})</span>${argumentsHtml(d.args)}${
+  d.expires_at ? `<p class="muted expires">Unanswered by ${escapeHtml(new Date(d.expires_at)
+    .toLocaleString())}, the task ends incomplete.</p>` : ""}
     <details class="edit-arguments"><summary>Edit the arguments before approving</summary>
     <label for="${field}-args">The call's arguments, as JSON (checked as the tool checks the
     model's own)</label>

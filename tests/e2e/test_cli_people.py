@@ -128,6 +128,7 @@ def test_inbox_approve_reject_and_watch_to_the_end(people: People):
         inbox = people.ok("inbox").stdout
         assert task in inbox and "approval of call 1.0: write_file" in inbox
         assert f"refloop approve {task} 1.0" in inbox
+        assert "UTC, the task ends incomplete" in inbox  # when its wait ends
         waiting = json.loads(people.ok("inbox", "--json").stdout)
         mine = next(item for item in waiting if item["task_id"] == task)
         assert mine["waiting_for"][0]["call_id"] == "1.0"

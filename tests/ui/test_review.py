@@ -223,6 +223,7 @@ def test_approve_with_edited_arguments(tmp_path):
         start(page, console, workspace, "write notes.md")
         card = page.locator(".approval")
         expect(card).to_contain_text("notes.md", timeout=SLOW_MS)
+        expect(card.locator(".expires")).to_contain_text("the task ends incomplete")
         card.get_by_text("Edit the arguments before approving").click()
         box = card.get_by_label("The call's arguments, as JSON")
         expect(box).to_have_value(json.dumps({"path": "notes.md", "content": "draft\n"},

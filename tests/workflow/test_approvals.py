@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from datetime import datetime, timedelta
 
 import pytest
 from temporalio.api.enums.v1 import EventType
@@ -185,6 +186,10 @@ async def test_golden_approved_with_edited_arguments_runs_them_and_says_so(
         handle = await start_task(client, task_queue, workspace, model)
         pending = await wait_for(handle, "approval_required")
         key = pending["call_id"]
+        asked = next(e for e in await handle.query(AgentTaskWorkflow.events, 0)
+                     if e.type == "approval_required")
+        waits = datetime.fromisoformat(pending["expires_at"]) - datetime.fromisoformat(asked.ts)
+        assert waits == timedelta(days=3)  # the default: a person's answer may take days
         refusals = {
             "invalid arguments for write_file: content: Field required": {"path": "b.txt"},
             "invalid arguments for write_file: content: Input should be a valid string":
