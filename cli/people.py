@@ -336,11 +336,19 @@ async def list_tasks(args: argparse.Namespace, stack: Stack) -> int:
         err_console.print("no tasks" + (" match" if args.status or args.host else ""))
         return 0
     width = max(len(s.status) for s in states)
-    line(f"{'ID':<17}  {'STATUS':<{width}}  {'TOKENS':>7}  {'AGE':>4}  TASK")
+    line(f"{'ID':<17}  {'STATUS':<{width}}  {'TOKENS':>7}  {'COST':>8}  {'AGE':>4}  TASK")
     for s in states:
         line(f"{s.task_id:<17}  {s.status:<{width}}  {s.tokens or 0:>7}  "
-             f"{age(s.created_at):>4}  {s.task or s.kind}")
+             f"{listed_cost(s.cost_usd, s.unpriced_calls):>8}  {age(s.created_at):>4}  "
+             f"{s.task or s.kind}")
     return 0
+
+
+def listed_cost(cost_usd: float | None, unpriced_calls: int) -> str:
+    """USD with its children's; "-" when nothing it spent has a price (tokens only)."""
+    if not cost_usd and unpriced_calls:
+        return "-"
+    return f"${cost_usd or 0:.4f}"
 
 
 async def show_task(args: argparse.Namespace, stack: Stack) -> int:

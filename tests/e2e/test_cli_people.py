@@ -89,9 +89,11 @@ def test_list_show_and_watch_a_finished_task(people: People):
     done = people.start("a.txt", "b.txt")
     people.wait(done, "completed")
     listed = people.ok("tasks")
-    assert listed.stdout.splitlines()[0].split() == ["ID", "STATUS", "TOKENS", "AGE", "TASK"]
+    assert listed.stdout.splitlines()[0].split() == ["ID", "STATUS", "TOKENS", "COST", "AGE",
+                                                       "TASK"]
     row = next(line for line in listed.stdout.splitlines() if line.startswith(done))
     assert "completed" in row and row.endswith("write a.txt and b.txt")
+    assert row.split()[3] == "-"  # the scripted model has no price: tokens only
     as_json = json.loads(people.ok("tasks", "--json").stdout)
     assert done in [t["task_id"] for t in as_json]
     assert json.loads(people.ok("tasks", "--host", "nosuch", "--json").stdout) == []
