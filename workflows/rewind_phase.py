@@ -153,6 +153,7 @@ class RewindPhase(WorkspacePhase):
         self._put_back(point)
         del points[request.step:]
         del self._journaled_calls()[point.journaled:]
+        self._unpointed = None  # a checkpoint retaken meanwhile is after the point: gone
         rewound_usage = accounting.usage_since(self.state.stats.usage, point.usage)
         self.state.stats = accounting.mark_rewound(self.state.stats, point.usage,
                                                    point.usage_by_model)
@@ -195,9 +196,12 @@ class RewindPhase(WorkspacePhase):
                     RestoreInput(workspace=inp.workspace, checkpoint_id=latest),
                     summary=f"back to checkpoint {latest[:12]} after a failed rewind")
             except ActivityError as err:
-                raise TaskFailed("rewind_failed", "a rewind could not restore the workspace "
-                                 f"({why}), nor put it back to its latest checkpoint "
-                                 f"({describe_failure(err)})") from err
+                failed = TaskFailed("rewind_failed", "a rewind could not restore the "
+                                    f"workspace ({why}), nor put it back to its latest "
+                                    f"checkpoint ({describe_failure(err)})")
+                self._rewound = ApplicationError(failed.message, type="RewindFailed",
+                                                 non_retryable=True)  # the update says so
+                raise failed from err
         raise ApplicationError(f"the workspace could not be put back ({why}); it is as it "
                                "was and the task goes on", type="RewindFailed",
                                non_retryable=True)
