@@ -44,6 +44,9 @@ class ModelEndpoint(BaseModel):
     temperature: float | None = None
     # The config's price (None: REFLOOP_MODEL_PRICES'); added later, optional
     price: ModelPrice | None = None
+    # The config's context window in tokens (None: REFLOOP_MODEL_CONTEXT_TOKENS, else the
+    # endpoint's word); added later, optional
+    context_tokens: int | None = None
 
 
 class ClassifyIntentInput(BaseModel):

@@ -104,6 +104,9 @@ class ModelConfigRecord(SQLModel, table=True):
     # Its model's price, {"input_usd_per_mtok", "output_usd_per_mtok"} (added later:
     # nullable; None: REFLOOP_MODEL_PRICES)
     price: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
+    # Its model's context window in tokens (added later: nullable; None: the operator's
+    # REFLOOP_MODEL_CONTEXT_TOKENS, else the endpoint's word)
+    context_tokens: int | None = None
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
 
