@@ -279,6 +279,11 @@ class ModelPriceBody(BaseModel):
     output_usd_per_mtok: JsonFloat = Field(ge=0, le=1e6)
 
 
+# A model config's window: at least what REFLOOP_MODEL_CONTEXT_TOKENS takes, at most ten
+# million tokens (past any served model's, within the column's integer)
+CONTEXT_TOKENS_MIN, CONTEXT_TOKENS_MAX = 256, 10_000_000
+
+
 class ModelConfigBase(BaseModel):
     name: str = Field(min_length=1, max_length=200)
     model: str = Field(min_length=1, max_length=200)
@@ -288,6 +293,10 @@ class ModelConfigBase(BaseModel):
     temperature: float | None = Field(default=None, ge=0, le=2)
     # Its model's price (None: REFLOOP_MODEL_PRICES')
     price: ModelPriceBody | None = None
+    # Its model's context window in tokens, ahead of REFLOOP_MODEL_CONTEXT_TOKENS and what
+    # the endpoint states (None: those decide)
+    context_tokens: int | None = Field(default=None, ge=CONTEXT_TOKENS_MIN,
+                                       le=CONTEXT_TOKENS_MAX)
 
 
 class ModelConfigCreate(ModelConfigBase):
@@ -304,6 +313,8 @@ class ModelConfigUpdate(BaseModel):
     api_key_env: str | None = Field(default=None, pattern=r"^[A-Z_][A-Z0-9_]*$", max_length=200)
     temperature: float | None = Field(default=None, ge=0, le=2)
     price: ModelPriceBody | None = None
+    context_tokens: int | None = Field(default=None, ge=CONTEXT_TOKENS_MIN,
+                                       le=CONTEXT_TOKENS_MAX)
 
 
 class ModelConfigPublic(ModelConfigBase):

@@ -158,7 +158,7 @@ def endpoint_of(session: SessionRecord, config: ModelConfigRecord | None
     price = ModelPrice.model_validate(config.price) if config.price else None
     return ModelEndpoint(model=session.model or config.model, base_url=config.base_url,
                          api_key_env=config.api_key_env, temperature=config.temperature,
-                         price=price)
+                         price=price, context_tokens=config.context_tokens)
 
 
 def task_input(body: TaskCreate, session: SessionRecord, settings: Settings,

@@ -1,11 +1,12 @@
 """How large a prompt each model endpoint takes, and how many tokens a prompt is.
 
-Per (base URL, model), on the worker, the window comes from (first that says):
-the operator's setting (`REFLOOP_MODEL_CONTEXT_TOKENS`), the endpoint's first refusal for
-length (llama.cpp's `exceed_context_size_error` with `n_ctx`, OpenAI's "maximum context
-length is N tokens"), the endpoint's own word (llama.cpp `GET /props` `n_ctx`, `/v1/models`
-metadata), else a conservative default. Each choice is logged once, as the other negotiated
-modes are (refloop.llm.endpoint).
+Per (base URL, model), on the worker, the window comes from (first that says): the
+task's model config (its `context_tokens`), the operator's setting
+(`REFLOOP_MODEL_CONTEXT_TOKENS`), the endpoint's first refusal for length (llama.cpp's
+`exceed_context_size_error` with `n_ctx`, OpenAI's "maximum context length is N tokens"),
+the endpoint's own word (llama.cpp `GET /props` `n_ctx`, `/v1/models` metadata), else a
+conservative default; a refusal corrects the first two as well. Each choice is logged
+once, as the other negotiated modes are (refloop.llm.endpoint).
 
 Token counts are estimates from the JSON sent (characters over a ratio), calibrated by the
 `prompt_tokens` each endpoint reports back: no tokenizer of any model is needed.
@@ -124,7 +125,7 @@ class EndpointWindow:
     """What one (base URL, model) is known to take."""
 
     window: int
-    source: str  # setting | refusal | props | models | default
+    source: str  # config | setting | refusal | props | models | default
     chars_per_token: float = FIRST_CHARS_PER_TOKEN
     calibrated: bool = False
     probed: bool = False  # the endpoint was asked (once per worker)
@@ -148,6 +149,20 @@ class WindowBook:
                                  else EndpointWindow(self.default, "default"))
             self._say(base_url, model)
         return self.windows[key]
+
+    def configured(self, base_url: str, model: str, window: int) -> None:
+        """A model config's window (its `context_tokens`): ahead of the operator's setting
+        and the endpoint's word, and the endpoint is not asked. A refusal still corrects
+        it, and a config's window over the one a refusal taught does not undo the lesson;
+        a config changed since is taken at its new word."""
+        known = self.windows.get((base_url, model))
+        if known is None:
+            self.windows[(base_url, model)] = EndpointWindow(window, "config", probed=True)
+        elif known.window == window or (known.source == "refusal" and window > known.window):
+            return
+        else:
+            known.window, known.source, known.probed = window, "config", True
+        self._say(base_url, model)
 
     def heard(self, base_url: str, model: str, window: int | None, source: str) -> None:
         """The endpoint's own word (`props`, `models`); a setting or a refusal wins."""
@@ -200,6 +215,7 @@ class WindowBook:
 
 
 WINDOW_SOURCES = {
+    "config": "its model config's context_tokens",
     "setting": "REFLOOP_MODEL_CONTEXT_TOKENS",
     "refusal": "learnt from its refusal of a longer prompt",
     "props": "its GET /props n_ctx",
@@ -270,6 +286,12 @@ class WindowKeeper:
             message_chars = sum(len(m.model_dump_json(exclude_none=True)) for m in messages)
         return FittedRequest(messages, max(min(cap, budget.total - used), 1),
                              message_chars + fixed_chars, budget)
+
+    def configured(self, base_url: str, model: str, window: int | None) -> None:
+        """A task's model config states the window (`ModelEndpoint.context_tokens`); the
+        gateway says so before it asks for a budget or fits a request."""
+        if window:
+            self.book.configured(base_url, model, window)
 
     def refused(self, base_url: str, model: str, refusal: LengthRefusal,
                 request: FittedRequest) -> None:

@@ -100,6 +100,57 @@ def test_a_setting_wins_a_refusal_corrects_it_and_each_window_is_logged_once(cap
     assert len(said) == 3, said  # setting, refusal, default: each once
 
 
+def test_a_model_configs_window_comes_first_and_a_refusal_still_corrects_it(caplog):
+    """A model config's `context_tokens`: ahead of the operator's setting and of what the
+    endpoint states (which is then not asked); a refusal still teaches a smaller window,
+    which a larger configured one does not undo; a config changed since is taken."""
+    caplog.set_level(logging.INFO, "refloop.llm")
+    book = WindowBook({"m": 16000}, default=8192)
+    book.configured("u", "m", 6000)
+    known = book.of("u", "m")
+    assert (known.window, known.source, known.probed) == (6000, "config", True)
+    book.heard("u", "m", 32768, "props")  # the endpoint's word does not override it
+    assert (known.window, known.source) == (6000, "config")
+    book.configured("u", "m", 6000)  # said again with every request: logged once
+    book.refused("u", "m", LengthRefusal(5000, None), sent_chars=30_000)
+    assert (known.window, known.source) == (5000, "refusal")
+    book.configured("u", "m", 6000)  # over what the endpoint refused: the lesson stands
+    assert (known.window, known.source) == (5000, "refusal")
+    book.configured("u", "m", 4096)  # a config changed to less: taken
+    assert (known.window, known.source) == (4096, "config")
+    # Per (base URL, model): the setting still decides the same model elsewhere
+    assert (book.of("v", "m").window, book.of("v", "m").source) == (16000, "setting")
+    said = [r.getMessage() for r in caplog.records if "context window" in r.getMessage()]
+    assert len(said) == 4, said  # 6000 config, 5000 refusal, 4096 config, 16000 setting
+    assert "its model config's context_tokens" in said[0]
+
+
+async def test_a_configured_window_fits_requests_without_asking_the_endpoint():
+    """The endpoint states 12,000 tokens (/props); its model config says 5,000: requests
+    are fitted to 5,000 and /props is never asked."""
+    from refloop.llm.gateway import model_client
+    from refloop.llm.window import WindowKeeper
+
+    scenario = {"name": "w", "endpoint": {"context_tokens": 12000},
+                "responses": {"summary": [{"content": "a"}]}}
+    with ScriptedLLMServer(scenario) as server:
+        keeper = WindowKeeper(None, 8192)
+
+        async def never(*args: object) -> None:
+            raise AssertionError("the endpoint was asked its window")
+        keeper.probe = never  # type: ignore[method-assign]
+        client = model_client(server.base_url, "k", 5)
+        keeper.configured(server.base_url, "w", 5000)
+        keeper.configured(server.base_url, "w", None)  # a config without one: no change
+        request = await keeper.fitted(client, server.base_url, "w", long_conversation(40_000),
+                                      None, 512, None)
+        known = keeper.book.of(server.base_url, "w")
+        assert (known.window, known.source) == (5000, "config")
+        tokens = keeper.book.tokens(server.base_url, "w", request.chars, len(request.messages))
+        assert tokens + request.max_tokens <= 5000
+        assert "left out to fit the model's window" in request.messages[1].content
+
+
 def test_the_ratio_is_calibrated_by_the_counts_the_endpoint_reports():
     book = WindowBook({}, default=8192)
     assert book.tokens("u", "m", 3000) == 1000  # three characters a token, at first
