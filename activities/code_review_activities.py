@@ -115,7 +115,7 @@ class CodeReviewActivities:
         key = "review" if schema is ReviewOutput else "verify"
         output: dict[str, Any] = {key: parsed}  # the schema's field: `review` or `verify`
         return AgentCallResult(**output, invalid=invalid, activity_id=info.activity_id,
-                               attempt=info.attempt)
+                               attempt=info.attempt, usage=out.usage)
 
     @implements(activity_calls.REVIEW_AGENT)
     async def review(self, inp: AgentCallInput) -> AgentCallResult:
@@ -130,7 +130,7 @@ class CodeReviewActivities:
         out = await call_model(self.gateway.chat(
             Purpose.summary, format_messages(inp),
             model=self.gateway.settings.review_model(inp.model)))
-        return FormatResult(text=out.content or "")
+        return FormatResult(text=out.content or "", usage=out.usage)
 
     @implements(activity_calls.RECORD_REVIEW_CONTENT)
     async def record_content(self, inp: RecordContentInput) -> None:

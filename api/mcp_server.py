@@ -176,16 +176,21 @@ def build_mcp_server(deps: Callable[[], McpDeps]) -> MCPServer:
                                 working_directory: str, content: str | None = None,
                                 file_paths: list[str] | None = None, task_desc: str = "",
                                 output_format: str = "detailed",
-                                model: str | None = None) -> dict[str, Any]:
-        """Start a code review of a diff, files or a snippet; returns its task_id."""
+                                model: str | None = None, max_cost_usd: float | None = None,
+                                max_tokens: int | None = None) -> dict[str, Any]:
+        """Start a code review of a diff, files or a snippet; returns its task_id.
+        `max_cost_usd`/`max_tokens`: its own spend limit; at it the review waits
+        waiting_for_budget until POST /tasks/{id}/budget (or `refloop budget`) raises it."""
         d = deps()
         with api_errors(review_type=review_type, working_directory=working_directory,
                         content=content, file_paths=file_paths, task_desc=task_desc,
-                        output_format=output_format, model=model):
+                        output_format=output_format, model=model, max_cost_usd=max_cost_usd,
+                        max_tokens=max_tokens):
             body = code_reviews.CodeReviewRequest(
                 review_type=review_type, working_directory=working_directory,
                 content=content, file_paths=file_paths or [], task_desc=task_desc,
-                output_format=output_format, model=model)
+                output_format=output_format, model=model, max_cost_usd=max_cost_usd,
+                max_tokens=max_tokens)
             accepted = await code_reviews.start_review(body, d.client, d.store, d.settings)
         return accepted.model_dump(mode="json")
 

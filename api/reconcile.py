@@ -55,10 +55,10 @@ def is_not_found(err: BaseException) -> bool:
 
 
 async def _record(store: Store, row: TaskRecord, status: str, *, error: str | None = None,
-                  result: dict | None = None) -> TaskRecord:
+                  result: dict | None = None, usage: dict | None = None) -> TaskRecord:
     return await asyncio.to_thread(store.record_task, RecordTaskInput(
         task_id=row.task_id, workflow_id=row.workflow_id, kind=row.kind,
-        session_id=row.session_id, status=status, error=error, result=result))
+        session_id=row.session_id, status=status, error=error, result=result, usage=usage))
 
 
 async def mark_lost(store: Store, row: TaskRecord, why: str) -> TaskRecord:
@@ -99,7 +99,11 @@ async def refresh(client: Client, store: Store, row: TaskRecord) -> TaskRecord:
                 row.workflow_id, result_type=result_type).result()
         except Exception as err:  # noqa: BLE001 (unreadable result: say so, never hang)
             return await _record(store, row, "failed", error=f"result unreadable: {err}")
-        return await _record(store, row, result.status, result=result.model_dump(mode="json"))
+        # A code review's usage and cost, where a task's stats keep them (GET /tasks shows it)
+        usage = {"usage": result.usage.model_dump(mode="json")} \
+            if isinstance(result, CodeReviewResult) else None
+        return await _record(store, row, result.status, result=result.model_dump(mode="json"),
+                             usage=usage)
     if status in CLOSED:
         new_status, why = CLOSED[status]
         return await _record(store, row, new_status, error=why)

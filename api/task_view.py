@@ -74,6 +74,9 @@ def spend(row: TaskRecord, progress: TaskProgress | None) -> dict[str, Any]:
     elif raised:  # ended: its limit as last raised
         budget = {"max_cost_usd": raised[-1].get("max_cost_usd"),
                   "max_tokens": raised[-1].get("max_tokens")}
+    elif isinstance((row.result or {}).get("budget"), dict):  # an ended code review's
+        budget = {"max_cost_usd": row.result["budget"].get("max_cost_usd"),
+                  "max_tokens": row.result["budget"].get("max_tokens")}
     elif inp.get("max_cost_usd") or inp.get("max_tokens"):  # as the task began
         budget = {"max_cost_usd": inp.get("max_cost_usd"), "max_tokens": inp.get("max_tokens")}
     if stats is None:
@@ -189,7 +192,7 @@ async def listed(client: Client, store: Store, settings: Settings,
     loop = asyncio.get_running_loop()
     deadline = loop.time() + TEMPORAL_ANSWER_S
     live: dict[str, tuple[str | None, int | None]] | None = {}
-    if any(row.kind == "agent" and row.status in OPEN_STATUSES for row in rows):
+    if any(row.status in OPEN_STATUSES for row in rows):  # a review's waits are told too
         live = await live_search_attributes(client, TEMPORAL_ANSWER_S)
     silent = live is None
     states = []

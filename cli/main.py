@@ -182,6 +182,11 @@ def build_parser() -> argparse.ArgumentParser:
     review.add_argument("--host", help="the worker host holding --workdir, for --file "
                         "(default: this machine's REFLOOP_HOST_ID when TEMPORAL_ADDRESS "
                         "names a deployment)")
+    review.add_argument("--max-cost-usd", type=float, metavar="USD",
+                        help="the review's spend limit in USD (at REFLOOP_MODEL_PRICES); at "
+                             "it the review waits for `refloop budget`")
+    review.add_argument("--max-tokens", type=int, metavar="N",
+                        help="the review's token limit")
 
     evaluate = sub.add_parser(
         "eval", help="early-reflection metrics over a scenario suite, triggers on vs off")

@@ -5,6 +5,7 @@ from __future__ import annotations
 # isort: split
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -340,7 +341,7 @@ def review_request(args: argparse.Namespace, settings: Settings | None = None) -
         fail(f"--workdir: not a directory: {workdir}")
     common = {"working_directory": str(workdir), "task_desc": args.desc,
               "output_format": args.format, "model": args.model,
-              "host": review_host(args, settings)}
+              "host": review_host(args, settings), **review_limit(args, settings)}
     if args.snippet is not None:
         return CodeReviewInput(review_type="snippet", content=args.snippet, **common)
     if args.file:
@@ -360,6 +361,41 @@ def review_request(args: argparse.Namespace, settings: Settings | None = None) -
     if not diff.strip():
         fail("the diff is empty: nothing to review")
     return CodeReviewInput(review_type="diff", content=diff, **common)
+
+
+def review_limit(args: argparse.Namespace, settings: Settings | None) -> dict[str, Any]:
+    """--max-cost-usd and --max-tokens, with the operator's bound on the wait for a raise."""
+    cost, tokens = getattr(args, "max_cost_usd", None), getattr(args, "max_tokens", None)
+    if cost is None and tokens is None:
+        return {}
+    if (cost is not None and cost <= 0) or (tokens is not None and tokens <= 0):
+        fail("--max-cost-usd and --max-tokens: above 0")
+    return {"max_cost_usd": cost, "max_tokens": tokens,
+            "budget_wait_s": (settings or Settings()).refloop_budget_wait_s}
+
+
+async def tell_budget_wait(handle: Any, workflow_id: str, done: asyncio.Event) -> None:
+    """A line when the review waits for budget (and how to raise it), one when it goes on."""
+    from refloop.workflows.code_review import CodeReviewWorkflow
+
+    waiting = False
+    while not done.is_set():
+        try:
+            told = await handle.query(CodeReviewWorkflow.status)
+        except Exception:  # noqa: BLE001 - not on a worker yet, or ended: ask again
+            told = {}
+        now = told.get("stage") == "waiting_for_budget"
+        if now and not waiting:
+            spend = told.get("budget") or {}
+            err_console.print(Text(
+                f"waiting for budget: ${spend.get('cost_usd', 0):.4f}, "
+                f"{spend.get('tokens', 0)} tokens spent; raise it with `refloop budget "
+                f"{workflow_id} --max-cost-usd X` (or `--max-tokens N`)"))
+        elif waiting and not now:
+            err_console.print("budget raised: the review goes on")
+        waiting = now
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(done.wait(), 1.0)
 
 
 def failure_text(failure: BaseException) -> str:
@@ -382,16 +418,31 @@ async def run_review(args: argparse.Namespace, settings: Settings) -> int:
 
     request = review_request(args, settings)
     workflow_id = f"review-{uuid.uuid4().hex[:12]}"
+    limited = request.max_cost_usd is not None or request.max_tokens is not None
     async with embedded_stack(settings, with_worker=settings.temporal_address is None) as stack:
         err_console.print(f"[bold]code review[/] {workflow_id} ({request.review_type})")
+        if limited:  # a row, so `refloop budget` and `refloop tasks` find it
+            await asyncio.to_thread(record_review_row, stack.settings, request, workflow_id,
+                                    "running")
+        handle = await stack.client.start_workflow(
+            CodeReviewWorkflow.run, request, id=workflow_id,
+            task_queue=stack.settings.task_queue, result_type=CodeReviewResult,
+            **start_metadata(f"code review ({request.review_type}) {args.desc}".strip()))
+        done = asyncio.Event()
+        teller = asyncio.create_task(tell_budget_wait(handle, workflow_id, done)) \
+            if limited else None
         try:
-            result: CodeReviewResult = await stack.client.execute_workflow(
-                CodeReviewWorkflow.run, request, id=workflow_id,
-                task_queue=stack.settings.task_queue, result_type=CodeReviewResult,
-                **start_metadata(f"code review ({request.review_type}) {args.desc}".strip()))
+            result: CodeReviewResult = await handle.result()
         except WorkflowFailureError as failure:  # e.g. a host that cannot read --workdir
             err_console.print(f"[bold red]code review failed:[/] {failure_text(failure)}")
             return 1
+        finally:
+            done.set()
+            if teller is not None:
+                await teller
+        if limited:
+            await asyncio.to_thread(record_review_row, stack.settings, request, workflow_id,
+                                    result.status, result)
     for attempt in result.attempts:
         err_console.print(f"[yellow]attempt {attempt['attempt']} ({attempt['agent']}): "
                           f"{attempt['error']}[/]")
@@ -400,6 +451,13 @@ async def run_review(args: argparse.Namespace, settings: Settings) -> int:
                           "that are not in the content")
     if result.skipped_content:
         err_console.print(f"skipped (over the size cap): {', '.join(result.skipped_content)}")
+    if result.stop_reason:
+        err_console.print(f"[yellow]stopped: {result.stop_reason}[/]")
+    usage = result.usage
+    err_console.print(f"cost: ${usage.cost_usd:.4f}, {usage.calls} model calls, "
+                      f"{usage.total_tokens} tokens" + (
+                          f"; {usage.unpriced_calls} unpriced (a model not in "
+                          "REFLOOP_MODEL_PRICES)" if usage.unpriced_calls else ""))
     if args.json:
         print(result.model_dump_json())
     elif isinstance(result.output, str):
@@ -407,6 +465,21 @@ async def run_review(args: argparse.Namespace, settings: Settings) -> int:
     else:
         print(json.dumps(result.output, ensure_ascii=False, indent=2))
     return 0 if result.status == "completed" else 1
+
+
+def record_review_row(settings: Settings, request: Any, workflow_id: str, status: str,
+                      result: Any = None) -> None:
+    """The review's task row (kind code_review), as POST /code-reviews keeps it: found by
+    `refloop budget` and `refloop tasks`."""
+    from refloop.contract.task import RecordTaskInput
+    from refloop.store.db import store_for
+
+    ended = {} if result is None else {"result": result.model_dump(mode="json"),
+                                       "usage": {"usage": result.usage.model_dump(mode="json")}}
+    store_for(settings.effective_database_url).record_task(RecordTaskInput(
+        task_id=workflow_id, workflow_id=workflow_id, kind="code_review", status=status,
+        input=request.model_copy(update={"task_id": workflow_id}).model_dump(mode="json"),
+        **ended))
 
 
 async def run_eval(args: argparse.Namespace, settings: Settings) -> int:

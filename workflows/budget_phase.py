@@ -7,12 +7,16 @@ model request goes out until the `raise_budget` update sets a limit that covers 
 unanswered wait ends the task `incomplete` after `budget_wait_s`. A task without a limit
 runs no command of this phase.
 
+The code-review supervisor keeps its own limit with the same pieces: `wait_for_cover`,
+`raised_limits`, `refusal` and `accounting.over_budget`.
+
 Children share the limit: a supplement child starts with what is left of it, and a raise
 of the parent's limit while the child runs is passed on to the child.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -29,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
         BudgetState,
         ChildBudgetWait,
     )
+    from refloop.contract.messages import TokenUsage
     from refloop.contract.policies import LLM_CALL, REVIEW_CALL
 
 from refloop.workflows import accounting
@@ -46,6 +51,31 @@ class BudgetWaitExpired(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+async def wait_for_cover(not_covered: Callable[[], str | None], why: str,
+                         budget_wait_s: float | None,
+                         give_up: Callable[[], bool] = lambda: False) -> None:
+    """Wait until the limit covers the next call (`not_covered` says None) or `give_up`;
+    BudgetWaitExpired after `budget_wait_s` (None: 7 days). A workflow condition: no
+    model request goes out meanwhile."""
+    bound = budget_wait_s or DEFAULT_BUDGET_WAIT_S
+    try:
+        await workflow.wait_condition(lambda: not_covered() is None or give_up(),
+                                      timeout=timedelta(seconds=bound))
+    except TimeoutError:
+        raise BudgetWaitExpired(f"{why}; no raise came within {bound:g} s") from None
+
+
+def raised_limits(new: BudgetRaise) -> dict[str, Any]:
+    """The limits a raise sets (a limit left out stays as it was)."""
+    return {name: value for name, value in new.model_dump().items() if value is not None}
+
+
+def refusal(usage: TokenUsage, new: BudgetRaise) -> str | None:
+    """Why the `raise_budget` update is refused (None: it is taken): the new limit is
+    below what was spent."""
+    return accounting.refuse_raise(usage, new.max_cost_usd, new.max_tokens)
 
 
 def spends(activity: ActivityCall[Any, Any]) -> bool:
@@ -84,13 +114,8 @@ class BudgetPhase(AgentBase):
             self._show()
             await self._record(self._visible_status())
             await self._tell_parent(waiting=True, reason=why)
-        bound = self.state.input.budget_wait_s or DEFAULT_BUDGET_WAIT_S
-        try:
-            await workflow.wait_condition(
-                lambda: self._not_covered() is None or self._budget_hand_over(),
-                timeout=timedelta(seconds=bound))
-        except TimeoutError:
-            raise BudgetWaitExpired(f"{why}; no raise came within {bound:g} s") from None
+        await wait_for_cover(self._not_covered, why, self.state.input.budget_wait_s,
+                             give_up=self._budget_hand_over)
         if self._not_covered() is not None:  # handed over: the next run waits afresh
             raise InterruptNow()
         wait = self._end_wait("budget")
@@ -150,9 +175,7 @@ class BudgetPhase(AgentBase):
                      "children's spend; refused below what it has spent. A task waiting "
                      "for budget goes on once the limit covers its next call.")
     async def raise_budget(self, new: BudgetRaise) -> BudgetState:
-        update: dict[str, Any] = {name: value for name, value in new.model_dump().items()
-                                  if value is not None}
-        self.state.input = self.state.input.model_copy(update=update)
+        self.state.input = self.state.input.model_copy(update=raised_limits(new))
         self._emit("budget_raised", self._budget().model_dump())
         if self._budget_child is not None:  # its child runs on a share: passed on
             inp = self.state.input
@@ -168,10 +191,9 @@ class BudgetPhase(AgentBase):
     def _validate_budget(self, new: BudgetRaise) -> None:
         if self.state.status != "running":
             raise ValueError(f"the task has ended ({self.state.status})")
-        refusal = accounting.refuse_raise(self.state.stats.usage, new.max_cost_usd,
-                                          new.max_tokens)
-        if refusal:
-            raise ValueError(refusal)
+        refused = refusal(self.state.stats.usage, new)
+        if refused:
+            raise ValueError(refused)
 
     @workflow.signal(name=CHILD_WAIT_SIGNAL, description="From a supplement child: it "
                      "waits for budget (this task shows waiting_for_budget), or goes on.")
@@ -191,7 +213,5 @@ class BudgetPhase(AgentBase):
     @workflow.signal(name=CHILD_BUDGET_SIGNAL, description="From the parent task: this "
                      "supplement child's share of its raised limit.")
     def budget_share(self, share: BudgetRaise) -> None:
-        update = {name: value for name, value in share.model_dump().items()
-                  if value is not None}
-        self.state.input = self.state.input.model_copy(update=update)
+        self.state.input = self.state.input.model_copy(update=raised_limits(share))
         self._emit("budget_raised", {**self._budget().model_dump(), "by": "parent"})

@@ -165,3 +165,11 @@ def error_output(task_id: str, attempts: list[dict[str, Any]]) -> dict[str, Any]
     return {"task_id": task_id, "status": "ERROR",
             "message": f"code review failed after {len(attempts)} attempts: {last}",
             "attempts": attempts}
+
+
+def incomplete_output(task_id: str, reason: str, attempts: list[dict[str, Any]]
+                      ) -> dict[str, Any]:
+    """The protocol's error form for a review its spend limit stopped before a verdict."""
+    return {"task_id": task_id, "status": "INCOMPLETE",
+            "message": f"code review stopped at its spend limit: {reason}",
+            "attempts": attempts}

@@ -3,6 +3,9 @@
 Code reviews have their own ID space: a client's ID is refused (409) when any task holds
 it, their workflows are named `code-review-<id>`, and /code-reviews/{id} answers only for
 code reviews (an agent task's ID is 404 here).
+
+A review may carry its own spend limit (`max_cost_usd`, `max_tokens`): at it, it waits
+`waiting_for_budget` until POST /tasks/{id}/budget raises it, REFLOOP_BUDGET_WAIT_S at most.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from refloop.api.deps import ClientDep, SettingsDep, StoreDep
 from refloop.api.reconcile import is_not_found, refresh
 from refloop.api.routes.hosts import place_workspace, unprocessable
 from refloop.api.routes.tasks import task_row
-from refloop.api.schemas import JsonInt
+from refloop.api.schemas import JsonInt, LimitTokens, LimitUsd
+from refloop.contract.budget import BudgetState
 from refloop.contract.code_review import CodeReviewInput, CodeReviewResult
 from refloop.contract.task import RecordTaskInput
 from refloop.contract.visibility import start_metadata
@@ -42,6 +46,13 @@ class CodeReviewRequest(CodeReviewInput):
         "output_format": "simple"}]})
 
     max_content_lines: JsonInt = Field(default=3000, ge=10, le=1_000_000)
+    # The review's spend limit, its own (USD at REFLOOP_MODEL_PRICES; tokens). At it the
+    # review waits `waiting_for_budget` until POST /tasks/{id}/budget raises it
+    max_cost_usd: LimitUsd | None = None
+    max_tokens: LimitTokens | None = None
+    # How long it waits for a raise is the operator's (REFLOOP_BUDGET_WAIT_S), not a
+    # client's
+    budget_wait_s: None = Field(default=None, json_schema_extra={"readOnly": True})
 
 
 class CodeReviewAccepted(BaseModel):
@@ -53,6 +64,9 @@ class CodeReviewState(BaseModel):
     task_id: str
     status: str
     stage: str | None = None
+    # While it runs: its limit and spend (max_cost_usd, max_tokens, cost_usd, tokens,
+    # waiting); once done, the result's `usage` and `budget` say them
+    budget: BudgetState | None = None
     result: CodeReviewResult | None = None
     content_record: dict[str, Any] | None = None
     error: str | None = None
@@ -74,8 +88,11 @@ async def start_review(body: CodeReviewRequest, client: ClientDep, store: StoreD
             raise unprocessable(err) from err
     task_id = body.task_id or f"review-{uuid.uuid4().hex[:12]}"
     workflow_id = f"code-review-{task_id}"
-    request = CodeReviewInput.model_validate({**body.model_dump(), "task_id": task_id,
-                                              "working_directory": workdir, "host": host})
+    limited = body.max_cost_usd is not None or body.max_tokens is not None
+    request = CodeReviewInput.model_validate({
+        **body.model_dump(), "task_id": task_id, "working_directory": workdir, "host": host,
+        # as a task's: the operator's bound on the wait for a raise
+        "budget_wait_s": settings.refloop_budget_wait_s if limited else None})
     record = RecordTaskInput(task_id=task_id, workflow_id=workflow_id, kind="code_review",
                              status="queued", input=request.model_dump(mode="json"))
     if not await asyncio.to_thread(store.claim_task, record):
@@ -117,10 +134,14 @@ async def get_review(task_id: ReviewId, client: ClientDep, store: StoreDep) -> C
                                content_record=content, error=row.error)
     if description.status == WorkflowExecutionStatus.RUNNING:
         try:
-            stage = (await handle.query(CodeReviewWorkflow.status))["stage"]
+            told = await handle.query(CodeReviewWorkflow.status)
         except RPCError:  # not on a worker yet
-            stage = None
-        return CodeReviewState(task_id=task_id, status="running", stage=stage,
+            told = {}
+        stage, spend = told.get("stage"), told.get("budget")
+        # A wait is its status, as a task's is (waiting_for_host, waiting_for_budget)
+        live = stage if stage in ("waiting_for_host", "waiting_for_budget") else "running"
+        return CodeReviewState(task_id=task_id, status=live, stage=stage,
+                               budget=BudgetState.model_validate(spend) if spend else None,
                                content_record=content)
     row = await refresh(client, store, row)  # the row follows its closed workflow
     if description.status == WorkflowExecutionStatus.COMPLETED:

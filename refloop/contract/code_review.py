@@ -7,7 +7,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from refloop.contract.activity_io import LLMUsageRecord
+from refloop.contract.budget import BudgetState
 from refloop.contract.hosts import HOST_ID_PATTERN
+from refloop.contract.messages import TokenUsage
 
 MAX_ATTEMPTS = 3
 QUALITY_THRESHOLD = 50
@@ -32,6 +35,13 @@ class CodeReviewInput(BaseModel):
     # How long a worker of the host may take to pick the read up before the review shows
     # `waiting_for_host` (None: 60 s).
     host_wait_s: float | None = Field(default=None, gt=0)
+    # The review's spend limit (its own: a review is no task's child). Before each model
+    # call (review, verify, a custom format) the limit must cover it, as a task's does;
+    # else the review waits `waiting_for_budget` until the `raise_budget` update raises it,
+    # `budget_wait_s` at most (None: 7 days), then ends incomplete.
+    max_cost_usd: float | None = Field(default=None, gt=0)
+    max_tokens: int | None = Field(default=None, gt=0)
+    budget_wait_s: float | None = Field(default=None, gt=0)
 
 
 class RetryContext(BaseModel):
@@ -180,6 +190,9 @@ class AgentCallResult(BaseModel):
     invalid: str | None = None  # invalid JSON or schema: a supervisor retry
     activity_id: str
     attempt: int
+    # The call's usage and cost, every attempt's requests included (added later: None in
+    # results recorded before)
+    usage: LLMUsageRecord | None = None
 
 
 class RecordContentInput(BaseModel):
@@ -197,14 +210,21 @@ class FormatInput(BaseModel):
 
 class FormatResult(BaseModel):
     text: str
+    usage: LLMUsageRecord | None = None  # as AgentCallResult's
 
 
 class CodeReviewResult(BaseModel):
     task_id: str
-    status: Literal["completed", "failed"]
+    # incomplete: its spend limit stopped it and nobody raised it (`stop_reason` says so)
+    status: Literal["completed", "failed", "incomplete"]
     output: Any  # the formatted report (detailed object, simple array, or text)
     attempts: list[dict[str, Any]] = Field(default_factory=list)
     provenance: list[dict[str, Any]] = Field(default_factory=list)  # activity ids per call
     dropped_hallucinations: int = 0
     skipped_content: list[str] = Field(default_factory=list)
     format_note: str | None = None
+    # What its model calls used and cost (USD at the model's price; unpriced calls counted)
+    usage: TokenUsage = Field(default_factory=TokenUsage)
+    # Its limit at the end and its spend (None: it had no limit)
+    budget: BudgetState | None = None
+    stop_reason: str | None = None
