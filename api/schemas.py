@@ -55,7 +55,8 @@ class SessionStart(BaseModel):
     # REFLOOP_APPROVAL_TIMEOUT_S (3 days), at least a second. Unanswered, the task ends
     # incomplete.
     approval_timeout_s: JsonFloat | None = Field(default=None, ge=1, le=APPROVAL_WAIT_MAX_S)
-    # The spend limit its tasks start with, unless a task says otherwise (see TaskCreate)
+    # The spend limit its tasks start with, unless a task says otherwise (see TaskCreate);
+    # None: the prompt's (prompt_id), if it has one
     max_cost_usd: LimitUsd | None = None
     max_tokens: LimitTokens | None = None
     # MCP servers (REFLOOP_MCP_CONFIG names) the session's tasks use by default
@@ -86,6 +87,7 @@ class TaskCreate(BaseModel):
     max_iterations: JsonInt = Field(default=20, ge=1, le=500)
     # The task's spend limit, its children's spend included; at it the task waits
     # `waiting_for_budget` until POST /tasks/{id}/budget raises it. None: the session's
+    # (which is its prompt's when the session names none)
     max_cost_usd: LimitUsd | None = None
     max_tokens: LimitTokens | None = None
     # MCP servers for this task; None: the session's
@@ -245,6 +247,10 @@ class PromptBase(BaseModel):
     system_prompt: str = Field(min_length=1, max_length=100_000)
     enable_quality_review: bool = False
     quality_review_rules: str | None = Field(default=None, max_length=100_000)
+    # The spend limit of the tasks of a session started with this prompt, unless the
+    # session or the task names its own (see TaskCreate)
+    max_cost_usd: LimitUsd | None = None
+    max_tokens: LimitTokens | None = None
 
 
 class PromptCreate(PromptBase):
@@ -262,6 +268,8 @@ class PromptUpdate(BaseModel):
     system_prompt: str = Field(default=None, min_length=1, max_length=100_000)
     enable_quality_review: bool = None  # type: ignore[assignment]
     quality_review_rules: str | None = Field(default=None, max_length=100_000)
+    max_cost_usd: LimitUsd | None = None  # null: no default limit
+    max_tokens: LimitTokens | None = None
 
 
 class PromptPublic(PromptBase):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, HTTPException, Query, Request, status
 from fastapi import Path as PathParam
@@ -129,8 +129,9 @@ def _new_session(body: SessionStart, store: Store, settings: Settings, workspace
         model_config_id=body.model_config_id,
         approval_mode=body.approval_mode,
         approval_timeout_s=body.approval_timeout_s,
-        max_cost_usd=body.max_cost_usd,
-        max_tokens=body.max_tokens,
+        # its own limit, else its prompt's: its tasks' default
+        max_cost_usd=pick(body.max_cost_usd, prompt.max_cost_usd if prompt else None),
+        max_tokens=pick(body.max_tokens, prompt.max_tokens if prompt else None),
         mcp_servers=known_mcp_servers(body.mcp_servers, settings) or None,
     ))
     return SessionStarted(session_id=session.session_id, host=session.host)
@@ -161,12 +162,14 @@ def endpoint_of(session: SessionRecord, config: ModelConfigRecord | None
                          price=price, context_tokens=config.context_tokens)
 
 
+def pick(override: Any, inherited: Any) -> Any:
+    """A setting named (not None), else the one inherited."""
+    return inherited if override is None else override
+
+
 def task_input(body: TaskCreate, session: SessionRecord, settings: Settings,
                task_id: str, config: ModelConfigRecord | None = None) -> TaskInput:
     """The session's settings, with the task body's overrides on top."""
-    def pick(override, inherited):
-        return inherited if override is None else override
-
     return settings.task_input(
         task=body.task,
         workspace=session.workspace,

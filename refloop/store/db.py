@@ -86,6 +86,10 @@ class PromptRecord(SQLModel, table=True):
     system_prompt: str
     enable_quality_review: bool = False
     quality_review_rules: str | None = None
+    # The spend limit of the tasks of a session started with it (added later: nullable;
+    # None: none), unless the session or the task names its own
+    max_cost_usd: float | None = None
+    max_tokens: int | None = None
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
 
