@@ -624,9 +624,12 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Re
         await self._checkpoint_again()
         self._keep_rewind_point(self.state.calls.turn)
         call, result = await self._dispatch(call, iteration, index)
-        checkpoint = {}
-        if logic.checkpoint_after(call.name, call.arguments, result.ok,
-                                  self._builtin_properties):
+        checkpoint: dict[str, str] = {}
+        if result.checkpoint is not None:  # taken by the call's own activity
+            checkpoint = self._adopt_checkpoint(self._call_id(iteration, index),
+                                                result.checkpoint)
+        elif logic.checkpoint_after(call.name, call.arguments, result.ok,
+                                    self._builtin_properties):  # an MCP call's, or a lost one
             checkpoint = await self._checkpoint(self._call_id(iteration, index))
         self._record_call(call, result, iteration, checkpoint)
         if call.name == logic.COMPLETE_STEP and result.ok:
@@ -677,6 +680,7 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Re
         inp = self.state.input
         if call.name in self.edit_tools:
             self._journaled_calls().append(self._call_id(iteration, index))
+        properties = self._builtin_tools()[call.name]
         try:
             return await self.activities.call(
                 activity_calls.run_tool(call.name),
@@ -688,14 +692,17 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Re
                     workspace=inp.workspace,
                     allow_network=inp.allow_network,
                     allow_shell_operators=inp.allow_shell_operators,
-                    keywords=self.keywords,
+                    # only a tool whose long output is windowed around them reads them
+                    keywords=self.keywords if properties.windowed else [],
+                    # the checkpoint after the call, taken in the same activity
+                    checkpoint=self._checkpoint_request(call),
                 ),
                 summary=logic.tool_call_summary(call),  # the tool and its target
                 # The run's own tool: its timeouts and attempts as they were at its start
-                options=self._builtin_tools()[call.name].activity.as_options(),
+                options=properties.activity.as_options(),
             )
         except ActivityError as err:  # one attempt only: say why it is not run again
-            if self._builtin_tools()[call.name].retry_safe:
+            if properties.retry_safe:
                 raise
             why = not_run_again(call.name, describe_failure(err))
             # The model reads it and decides (check the workspace, run it again or not):

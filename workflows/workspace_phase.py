@@ -1,5 +1,7 @@
 """A phase of the agent workflow: the workspace's environment and repo
-map for the system prompt, and the semantic index built in the background."""
+map for the system prompt, the semantic index built in the background, and the
+workspace's checkpoints (taken by a built-in tool's own activity after a call that may
+change the workspace, else by the checkpoint activity)."""
 
 from __future__ import annotations
 
@@ -11,12 +13,16 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from refloop.contract import activity_calls
     from refloop.contract.checkpoints import (
+        CheckpointAfter,
         CheckpointInput,
+        CheckpointTaken,
         ForkOrigin,
         RestoreInput,
     )
+    from refloop.contract.messages import ToolCall
     from refloop.contract.task import IndexReport, WorkspaceDescription, WorkspaceInput
 
+from refloop.workflows import logic
 from refloop.workflows.agent_base import (
     AgentBase,
     TaskFailed,
@@ -24,6 +30,7 @@ from refloop.workflows.agent_base import (
 )
 
 SEMANTIC_TOOL = "search_semantic"
+CHECKPOINT_ERROR_CHARS = 300  # of why a checkpoint failed, in the call's event
 
 
 class WorkspacePhase(AgentBase):
@@ -78,9 +85,23 @@ class WorkspacePhase(AgentBase):
         if self.state.workspace.indexing and self._indexing is None:
             self._start_indexing()
 
+    def _checkpoint_request(self, call: ToolCall) -> CheckpointAfter | None:
+        """For a built-in call's activity: whether it checkpoints the workspace after the
+        call itself (`logic.checkpoint_after`, which the activity applies to the call's
+        outcome), when checkpoints are on."""
+        if not self.state.input.checkpoints:
+            return None
+        name, arguments, properties = call.name, call.arguments, self._builtin_properties
+        if not logic.checkpoint_after(name, arguments, True, properties):
+            return None
+        return CheckpointAfter(task_id=self.state.task_id,
+                               failed_too=logic.checkpoint_after(name, arguments, False,
+                                                                 properties))
+
     async def _checkpoint(self, call_id: str) -> dict[str, str]:
-        """Checkpoint the workspace after a call that may have changed it: the id (or why
-        none was taken) for the call's event. A failed checkpoint costs only itself."""
+        """Checkpoint the workspace after a call that may have changed it, with the
+        checkpoint activity: the id (or why none was taken) for the call's event. A failed
+        checkpoint costs only itself."""
         inp = self.state.input
         if not inp.checkpoints:
             return {}
@@ -92,10 +113,21 @@ class WorkspacePhase(AgentBase):
                 # the call's iteration and index, as its tool call's id says them
                 summary=f"checkpoint after call {'.'.join(call_id.split('.')[-2:])}")
         except ActivityError as err:
-            self.state.workspace.unsaved_call = call_id
-            return {"checkpoint_error": describe_failure(err)[:300]}
-        self.state.workspace.last_checkpoint = taken.checkpoint_id
-        self.state.workspace.unsaved_call = None
+            return self._adopt_checkpoint(call_id, CheckpointTaken(
+                error=describe_failure(err)))
+        return self._adopt_checkpoint(call_id, CheckpointTaken(
+            checkpoint_id=taken.checkpoint_id))
+
+    def _adopt_checkpoint(self, call_id: str, taken: CheckpointTaken) -> dict[str, str]:
+        """The checkpoint after a call (taken by the call's own activity or apart) in the
+        state: the latest, with a rewind point to keep; failed, the change is unsaved and
+        taken again before the next call. What the call's event says of it."""
+        workspace = self.state.workspace
+        if taken.checkpoint_id is None:
+            workspace.unsaved_call = call_id
+            return {"checkpoint_error": (taken.error or "no checkpoint")[:CHECKPOINT_ERROR_CHARS]}
+        workspace.last_checkpoint = taken.checkpoint_id
+        workspace.unsaved_call = None
         self._unpointed = (call_id, taken.checkpoint_id)
         return {"checkpoint": taken.checkpoint_id}
 

@@ -1,6 +1,8 @@
 """A task's checkpoints, read from its run's history: which checkpoints the run took (in
 order, each after which call), as its rewinds left them; rewind and fork name them by that
-order.
+order. A checkpoint is in the result of the built-in tool call that took it (its
+`checkpoint`), or of a checkpoint activity of its own (MCP calls, one taken again after it
+failed, runs recorded before tool calls took their own).
 
 Plain functions over the history's events: the CLI and the API share them, and they are
 tested on recorded histories.
@@ -57,21 +59,41 @@ def payload_fields(event: HistoryEvent) -> list:
     return []
 
 
+def _checkpoint_id(name: str, result: dict) -> str | None:
+    """The checkpoint a completed activity took: a checkpoint activity's, or a tool call's
+    that took its own (None: none, or it failed)."""
+    if name == activity_calls.CHECKPOINT_WORKSPACE.name:
+        return str(result.get("checkpoint_id", ""))
+    taken = result.get("checkpoint")
+    if isinstance(taken, dict) and taken.get("checkpoint_id"):
+        return str(taken["checkpoint_id"])
+    return None
+
+
 def _checkpoints_in(events: list[HistoryEvent]) -> list[RunCheckpoint]:
-    calls: dict[int, str] = {}  # scheduled event id -> the call it followed
+    # scheduled event id -> (activity, the call it ran or followed)
+    calls: dict[int, tuple[str, str]] = {}
     found: list[RunCheckpoint] = []
     for event in events:
         if event.HasField("activity_task_scheduled_event_attributes"):
             scheduled = event.activity_task_scheduled_event_attributes
-            if scheduled.activity_type.name == activity_calls.CHECKPOINT_WORKSPACE.name:
-                calls[event.event_id] = str(_payload_json(scheduled.input).get("call_id", ""))
+            name = scheduled.activity_type.name
+            if name == activity_calls.CHECKPOINT_WORKSPACE.name:
+                calls[event.event_id] = (name, str(_payload_json(scheduled.input)
+                                                   .get("call_id", "")))
+            elif name.startswith(activity_calls.TOOL_PREFIX):
+                inp = _payload_json(scheduled.input)
+                if inp.get("checkpoint"):  # asked to take its own
+                    calls[event.event_id] = (name, str(inp.get("call_id", "")))
         elif event.HasField("activity_task_completed_event_attributes"):
             done = event.activity_task_completed_event_attributes
-            if done.scheduled_event_id in calls:
-                result = _payload_json(done.result)
+            if done.scheduled_event_id not in calls:
+                continue
+            name, call_id = calls[done.scheduled_event_id]
+            checkpoint_id = _checkpoint_id(name, _payload_json(done.result))
+            if checkpoint_id is not None:
                 found.append(RunCheckpoint(
-                    step=len(found) + 1, call_id=calls[done.scheduled_event_id],
-                    checkpoint_id=str(result.get("checkpoint_id", "")),
+                    step=len(found) + 1, call_id=call_id, checkpoint_id=checkpoint_id,
                     completed_event_id=event.event_id))
     return found
 

@@ -66,6 +66,11 @@ _SUBDIR = 1  # open and walk it
 _FIXED = 2  # an ignored directory or an odd name: the same while the listing is
 
 
+class CheckpointTooSlow(TimeoutError):
+    """The walk passed its deadline: nothing is kept of it but contents already stored
+    (content-addressed, so the next checkpoint reuses them)."""
+
+
 @dataclass
 class SnapshotStats:
     files: int = 0
@@ -138,8 +143,10 @@ def _gitignore_spec(data: bytes) -> GitIgnoreSpec | None:
 
 class _Walk:
     def __init__(self, store: ObjectStore, previous: WalkState | None,
-                 max_file_bytes: int, racy_window_ns: int) -> None:
+                 max_file_bytes: int, racy_window_ns: int,
+                 deadline: float | None = None) -> None:
         self.store = store
+        self.deadline = deadline
         self.max_file_bytes = max_file_bytes
         self.old = previous.dirs if previous is not None else {}
         self.trust_before = (previous.taken_ns - racy_window_ns) if previous else 0
@@ -149,6 +156,10 @@ class _Walk:
         self.trees: dict[str, bytes] = {}  # tree objects to store, deepest first
         self.stats = SnapshotStats()
 
+    def _in_time(self) -> None:
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise CheckpointTooSlow("the checkpoint was not done in the time it had")
+
     def _trusted(self, mtime_ns: int, ctime_ns: int) -> bool:
         return (mtime_ns if mtime_ns > ctime_ns else ctime_ns) < self.trust_before
 
@@ -156,6 +167,7 @@ class _Walk:
 
     def directory(self, fd: int, prefix: str, info: os.stat_result,
                   rules: IgnoreRules) -> _Dir:
+        self._in_time()
         ident = (info.st_dev, info.st_ino, info.st_mtime_ns, info.st_ctime_ns)
         old = self.old.get(prefix)
         listing: dict[str, os.DirEntry] | None = None
@@ -347,6 +359,7 @@ class _Walk:
             return LeftOut(name, "special_file")
         if info.st_size > self.max_file_bytes:
             return LeftOut(name, "too_large", info.st_size)
+        self._in_time()
         data = self._read(dir_fd, name, info)
         if data is None:
             return LeftOut(name, "unreadable")
@@ -458,15 +471,17 @@ def _shown(path: str) -> str:
 def take_checkpoint(root_fd: int, store: ObjectStore,
                     previous: Manifest | WalkState | None = None,
                     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
-                    racy_window_ns: int = RACY_WINDOW_NS) -> Snapshot:
+                    racy_window_ns: int = RACY_WINDOW_NS,
+                    deadline: float | None = None) -> Snapshot:
     """Checkpoint the directory open at `root_fd` (the caller opened and pinned it).
     `previous`: this host's last checkpoint of the same directory, whose stat hints let
-    this one skip what did not change."""
+    this one skip what did not change. `deadline` (`time.monotonic()`): past it, the walk
+    stops with CheckpointTooSlow (checked before each directory and each file read)."""
     started = time.perf_counter()
     taken_ns = time.time_ns()
     if isinstance(previous, Manifest):
         previous = previous.state
-    walk = _Walk(store, previous, max_file_bytes, racy_window_ns)
+    walk = _Walk(store, previous, max_file_bytes, racy_window_ns, deadline)
     root = walk.directory(root_fd, "", os.fstat(root_fd), IgnoreRules())
     walk.finish(root.key)
     walk.stats.seconds = time.perf_counter() - started

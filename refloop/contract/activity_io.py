@@ -15,6 +15,8 @@ from pydantic import (
 )
 
 from refloop.contract.budget import ModelPrice
+from refloop.contract.checkpoints import CheckpointAfter, CheckpointTaken
+from refloop.contract.lean import LeanModel
 from refloop.contract.messages import (
     ChatMessage,
     IntentResult,
@@ -135,22 +137,30 @@ class SummarizeResult(BaseModel):
     usage: LLMUsageRecord
 
 
-class ToolResult(BaseModel):
+class ToolResult(LeanModel):
     ok: bool
     output: str = ""
     error: str | None = None
     data: dict[str, Any] = Field(default_factory=dict)
+    # Added with checkpoints taken by the tool's own activity (absent: none was taken
+    # there; the workflow takes one apart if the call needs it): the workspace's
+    # checkpoint after the call, or why it could not be taken
+    checkpoint: CheckpointTaken | None = None
 
 
-class RunToolInput(BaseModel):
+class RunToolInput(LeanModel):
     call_id: str  # deterministic: the idempotency key of the edit journal
     name: str
     arguments: dict[str, Any] = Field(default_factory=dict)
     workspace: str
     allow_network: bool = False
     allow_shell_operators: bool = False  # ; && || ` $() in run_cmd (off: one command per call)
-    # The task's keywords: long read/grep/search outputs are windowed around them.
+    # The task's keywords: long read/grep/search outputs are windowed around them (sent to
+    # the tools that window their output only).
     keywords: list[str] = Field(default_factory=list)
+    # Added with checkpoints taken by the tool's own activity (absent: the workflow takes
+    # one apart, as before): after the call, this activity checkpoints the workspace
+    checkpoint: CheckpointAfter | None = None
 
 
 class QualityReviewInput(BaseModel):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from refloop.contract.lean import LeanModel
 from refloop.contract.messages import Plan
 
 # A checkpoint id: the sha256 of its manifest.
@@ -27,6 +28,25 @@ class CheckpointResult(BaseModel):
     # Added with per-directory tree objects (optional: results recorded before it): the
     # bytes of tree objects this checkpoint added (the directories on the changed paths)
     manifest_bytes: int = 0
+
+
+class CheckpointAfter(LeanModel):
+    """In a built-in tool call's input: the activity checkpoints the workspace itself after
+    the call (on the same host, one activity and one workflow task fewer a change). The
+    workflow's rule (`workflows.logic.checkpoint_after`) as it applies to this call: a
+    successful call is checkpointed; a failed one only if it may still have changed the
+    workspace (a command), since a failed edit changed nothing."""
+
+    task_id: str  # with the call's id, where it is listed (task_checkpoints)
+    failed_too: bool = False
+
+
+class CheckpointTaken(LeanModel):
+    """In the tool's result: the checkpoint after the call, or why none could be taken
+    (the call's effect stands; the workflow takes it again before its next call)."""
+
+    checkpoint_id: str | None = Field(default=None, pattern=CHECKPOINT_ID)
+    error: str | None = None
 
 
 class RestoreInput(BaseModel):
