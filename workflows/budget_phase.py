@@ -7,6 +7,11 @@ model request goes out until the `raise_budget` update sets a limit that covers 
 unanswered wait ends the task `incomplete` after `budget_wait_s`. A task without a limit
 runs no command of this phase.
 
+An edit the quality review judges is followed by the review's model call, in the middle of
+the turn: the limit must cover that call before the edit runs, so the task waits (and a
+hand-over takes it, as at a turn's model call) before the edit, never between the edit and
+its review.
+
 The code-review supervisor keeps its own limit with the same pieces: `wait_for_cover`,
 `raised_limits`, `refusal` and `accounting.over_budget`.
 
@@ -23,7 +28,7 @@ from typing import Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from refloop.contract.activity_calls import PLAN_SUPPLEMENT, ActivityCall
+    from refloop.contract.activity_calls import PLAN_SUPPLEMENT, TOOL_PREFIX, ActivityCall
     from refloop.contract.budget import (
         CHILD_BUDGET_SIGNAL,
         CHILD_WAIT_SIGNAL,
@@ -95,9 +100,27 @@ class BudgetPhase(AgentBase):
         return accounting.over_budget(self.state.stats.usage, inp.max_cost_usd,
                                       inp.max_tokens)
 
+    def _reviewed_edit(self, activity: ActivityCall[Any, Any]) -> str | None:
+        """The tool of a built-in tool call whose edit the quality review judges (a model
+        call after it, in the same turn); None for any other call."""
+        inp = self.state.input
+        if not inp.enable_quality_review or not activity.name.startswith(TOOL_PREFIX):
+            return None
+        tool = activity.name.removeprefix(TOOL_PREFIX)
+        properties = self._tool_properties(tool)
+        if properties is None:
+            return None
+        reviewed = tool in inp.quality_review_tools if inp.quality_review_tools \
+            else properties.reviewed
+        return tool if reviewed else None
+
     async def before_call(self, activity: ActivityCall[Any, Any]) -> None:
-        """Wait until the limit covers a call of `activity` (at once without a limit)."""
+        """Wait until the limit covers a call of `activity` (at once without a limit); for a
+        reviewed edit, until it covers the review's model call."""
         if not spends(activity):
+            edit = self._reviewed_edit(activity) if self._limited() else None
+            if edit is not None:
+                await self._covered(f"; the quality review of the {edit} call to be made")
             return
         if self._budget_child is not None:  # this run asks the model: its child has ended
             self._budget_child = None
@@ -106,16 +129,24 @@ class BudgetPhase(AgentBase):
                 self._end_wait("budget")
         if not self._limited():
             return
+        await self._covered()
+
+    async def _covered(self, of: str = "") -> None:
+        """Wait `waiting_for_budget` until the limit covers the next model call. A
+        hand-over (or a rewind) takes the task at a turn's model call or before an edit:
+        nothing of the turn's call has run."""
         why = self._not_covered()
         if why is None:
             return
+        why += of
         if self._begin_wait("budget", WAITING, why, **self._budget().model_dump()):
             self._emit(WAITING, {"reason": why, **self._budget().model_dump()})
             self._show()
             await self._record(self._visible_status())
             await self._tell_parent(waiting=True, reason=why)
+        before_edit = bool(of)
         await wait_for_cover(self._not_covered, why, self.state.input.budget_wait_s,
-                             give_up=self._budget_hand_over)
+                             give_up=lambda: self._budget_hand_over(before_edit))
         if self._not_covered() is not None:  # handed over: the next run waits afresh
             raise InterruptNow()
         wait = self._end_wait("budget")
@@ -138,10 +169,11 @@ class BudgetPhase(AgentBase):
         except Exception as err:  # noqa: BLE001 - the parent has ended: nobody to tell
             workflow.logger.info("budget wait not told to the parent: %s", err)
 
-    def _budget_hand_over(self) -> bool:
+    def _budget_hand_over(self, before_edit: bool = False) -> bool:
         """A hand-over takes a task waiting at its turn's model call (its turn is asked
-        again in the next run); mid-turn, the wait goes on."""
-        return self.interrupt_due() and self.state.calls.turn is None
+        again in the next run) or before a reviewed edit (the edit runs in the next run);
+        at a model call in the middle of a turn, the wait goes on."""
+        return self.interrupt_due() and (before_edit or self.state.calls.turn is None)
 
     def _budget(self) -> BudgetState:
         inp, usage = self.state.input, self.state.stats.usage
