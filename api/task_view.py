@@ -24,6 +24,7 @@ from refloop.contract.task import TaskProgress, TaskStats
 from refloop.settings import Settings
 from refloop.store.db import TERMINAL_STATUSES, Store, TaskRecord
 from refloop.workflows.agent import AgentTaskWorkflow
+from refloop.workflows.code_review import CodeReviewWorkflow
 
 TEMPORAL_ANSWER_S = 1.5  # then the stored row answers: GET stays under 2 s
 
@@ -127,7 +128,16 @@ async def live_state(client: Client, store: Store, row: TaskRecord,
     if row.status not in OPEN_STATUSES:
         return public(row, settings)
 
+    review: dict[str, Any] = {}
+
     async def ask() -> tuple[TaskRecord, TaskProgress | None]:
+        if row.kind == "code_review":  # its wait (its status) and its spend, as it tells them
+            try:
+                told = await client.get_workflow_handle(row.workflow_id).query(
+                    CodeReviewWorkflow.status)
+                review.update(budget=told.get("budget"), stage=told.get("stage"))
+            except Exception:  # noqa: BLE001 (not picked up yet, or ended: its row says)
+                pass
         if row.kind == "agent":
             try:
                 handle = client.get_workflow_handle(row.workflow_id)
@@ -147,7 +157,16 @@ async def live_state(client: Client, store: Store, row: TaskRecord,
     # The workflow's word on a live status (waiting_approval is told only there)
     status = progress.status if progress is not None \
         and progress.status not in TERMINAL_STATUSES else fresh.status
-    return public(fresh, settings, status=status, progress=progress)
+    extra: dict[str, Any] = {}
+    if review and fresh.status in OPEN_STATUSES:  # a running code review's word
+        if review["stage"] in ("waiting_for_host", "waiting_for_budget"):
+            status = review["stage"]
+        if review["budget"] and (review["budget"]["max_cost_usd"] is not None
+                                 or review["budget"]["max_tokens"] is not None):
+            extra["budget"] = review["budget"]
+        if review["budget"]:
+            extra["cost_usd"] = extra["own_cost_usd"] = review["budget"]["cost_usd"]
+    return public(fresh, settings, status=status, progress=progress, **extra)
 
 
 class TaskFilters(BaseModel):

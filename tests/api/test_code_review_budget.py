@@ -67,6 +67,9 @@ async def test_an_api_review_pauses_at_its_limit_and_goes_on_when_raised(
             found = (await api.get("/tasks", params={"status": WAITING})).json()
             return task_id in {t["task_id"] for t in found}
         await wait_until(listed, "GET /tasks?status=waiting_for_budget lists the review")
+        shown = (await api.get(f"/tasks/{task_id}")).json()
+        assert shown["status"] == WAITING and shown["kind"] == "code_review"
+        assert shown["cost_usd"] == 0.01 and shown["budget"]["waiting"]
         # Neither limit: the limit and spend as they are
         as_is = await api.post(f"/tasks/{task_id}/budget", json={})
         assert as_is.status_code == 200, as_is.text
@@ -79,6 +82,9 @@ async def test_an_api_review_pauses_at_its_limit_and_goes_on_when_raised(
         done = await until_review(api, task_id, "completed")
         ended = await api.post(f"/tasks/{task_id}/budget", json={"max_cost_usd": 1.0})
         assert ended.status_code == 409
+        shown = (await api.get(f"/tasks/{task_id}")).json()
+        assert shown["status"] == "completed" and shown["cost_usd"] == 0.02
+        assert shown["budget"]["max_cost_usd"] == 0.02
     result = done["result"]
     assert answered(scripted_llm, model) == 2
     assert result["usage"]["cost_usd"] == 0.02 and result["usage"]["calls"] == 2
