@@ -5,13 +5,16 @@ Every model call of an activity runs under a ledger (`refloop.llm.ledger.Request
 each HTTP request is counted as it goes out, heartbeated, carried into the next attempt
 through the heartbeat details, and reported with the failure when the activity gives up,
 so the workflow's stats count every request, answered or not. A call whose endpoint is
-down ends its attempt at once (`refloop.llm.outage`) with the next probe as its retry
-delay, so it holds no worker slot while it waits; the wait's start is carried in the
-heartbeat, and its task is told (`waiting_for_model`) once, by a signal.
+down ends its attempt at once (`refloop.llm.outage`), so it holds no worker slot while it
+waits: the call that probes the endpoint is retried at the next probe (the wait's start
+carried in its heartbeat, its task told `waiting_for_model` once, by a signal); an agent
+task's other calls are parked (a failure that is not retried: the task waits in its
+workflow) and woken by `ParkedWaker` when this worker sees the endpoint answer again.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable
@@ -19,16 +22,18 @@ from datetime import timedelta
 from typing import Any, TypeVar, cast
 
 from temporalio import activity
+from temporalio.client import Client
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from refloop.activities.heartbeat import heartbeating
 from refloop.contract import activity_calls
-from refloop.contract.errors import EndpointWaiting, LLMError
+from refloop.contract.errors import EndpointParked, EndpointWaiting, LLMError
 from refloop.contract.policies import LLM_CALL, REVIEW_CALL
 from refloop.contract.task import MODEL_WAIT_SIGNAL, ModelWaitReport
 from refloop.llm.ledger import RequestLedger, current_ledger
 from refloop.llm.outage import OutageWatch, current_watch
+from refloop.store.db import Store
 
 attempt_log = logging.getLogger("refloop.attempts")
 LEDGER_KEY = "refloop_ledger"
@@ -50,6 +55,8 @@ def to_application_error(err: LLMError, ledger: RequestLedger | None = None) -> 
     record = ledger.record() if ledger is not None else None
     if record is not None:
         details["usage"] = record.model_dump(mode="json")
+    if isinstance(err, EndpointParked):
+        details["parked"] = err.parked.model_dump(mode="json")
     return ApplicationError(
         str(err),
         details,
@@ -58,9 +65,14 @@ def to_application_error(err: LLMError, ledger: RequestLedger | None = None) -> 
         next_retry_delay=delay,
         # A wait for a down endpoint is the plan, not a failure: the SDK logs it at debug
         # level with no traceback (hundreds of waiting calls wrote one each per probe)
-        category=ApplicationErrorCategory.BENIGN if isinstance(err, EndpointWaiting)
+        category=ApplicationErrorCategory.BENIGN if waits(err)
         else ApplicationErrorCategory.UNSPECIFIED,
     )
+
+
+def waits(err: LLMError) -> bool:
+    """The call waits for its endpoint (at the gate, or parked): not a failed request."""
+    return isinstance(err, EndpointWaiting | EndpointParked) and err.__cause__ is None
 
 
 
@@ -152,7 +164,10 @@ def _outage_watch() -> OutageWatch | None:
     budget (the quality review fails open instead)."""
     if activity.info().activity_type in BOUNDED_MODEL_CALLS:
         return None
-    watch = OutageWatch(since=_carried_wait_start(), notify=_tell_task)
+    info = activity.info()
+    parks = info.workflow_type == AGENT_WORKFLOW and bool(info.workflow_id)
+    watch = OutageWatch(since=_carried_wait_start(), notify=_tell_task,
+                        waiter=info.workflow_id if parks else None)
     status = _carried(STATUS_KEY)
     watch.status = status if isinstance(status, int) else None
     return watch
@@ -195,11 +210,12 @@ async def model_ledger() -> AsyncIterator[RequestLedger]:
             except LLMError as err:
                 beat = details()
                 # The next attempt starts from these; an attempt that only waited changed
-                # nothing, and the server keeps the last ones: no beat, no server write.
-                if beat != _carried_details():
+                # nothing, and the server keeps the last ones: no beat, no server write. A
+                # failure that is not retried carries its usage in its details instead.
+                if err.retryable and beat != _carried_details():
                     activity.heartbeat(beat)  # a beat still pending is this one now
                     await _recorded_beat(beat)
-                if not isinstance(err, EndpointWaiting) or err.__cause__ is not None:
+                if not waits(err):
                     log_failed_attempt(err)  # a request failed (not a wait at the gate)
                 raise to_application_error(err, ledger) from err
     finally:
@@ -217,3 +233,41 @@ async def call_model(call: Awaitable[T]) -> T:
         if record is not None and usage is not None:
             cast(Any, result).usage = record  # T: a result with `usage` (getattr above)
         return result
+
+
+class ParkedWaker:
+    """Wakes the agent tasks parked on an endpoint once this worker sees it answer again:
+    those parked here, and those whose rows say they wait for it (parked on another worker,
+    or before this one restarted). Each gets the `model_wait` signal "back"; the signals go
+    out beside the call that saw the answer, which returns at once."""
+
+    CONCURRENT_SIGNALS = 16
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._sending: set[asyncio.Task[None]] = set()
+
+    def wake(self, endpoint: str, parked: set[str]) -> None:
+        client = activity.client()  # the calling activity's; the task outlives it
+        task = asyncio.get_running_loop().create_task(self._wake(client, endpoint, parked))
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+
+    async def _wake(self, client: Client, endpoint: str, parked: set[str]) -> None:
+        try:
+            rows = await asyncio.to_thread(self.store.waiting_for_model, endpoint)
+        except Exception as err:  # noqa: BLE001 - those parked here are still woken
+            attempt_log.warning("could not read the tasks waiting for %s: %s", endpoint, err)
+            rows = []
+        gate = asyncio.Semaphore(self.CONCURRENT_SIGNALS)
+        report = ModelWaitReport(waiting=False, endpoint=endpoint)
+
+        async def signal(workflow_id: str) -> None:
+            async with gate:
+                try:
+                    await client.get_workflow_handle(workflow_id).signal(
+                        MODEL_WAIT_SIGNAL, report)
+                except Exception as err:  # noqa: BLE001 - its recheck wakes it instead
+                    attempt_log.info("could not wake %s: %s", workflow_id, err)
+
+        await asyncio.gather(*(signal(workflow_id) for workflow_id in {*parked, *rows}))

@@ -23,6 +23,7 @@ from refloop.activities.code_review_activities import CodeReviewActivities
 from refloop.activities.host_activities import FleetView, HostActivities
 from refloop.activities.llm_activities import LLMActivities
 from refloop.activities.mcp_activities import McpActivities
+from refloop.activities.model_calls import ParkedWaker
 from refloop.activities.reflection_activities import ReflectionActivities
 from refloop.activities.review_activities import ReviewActivities
 from refloop.activities.store_activities import StoreActivities
@@ -87,6 +88,7 @@ def activities_for(settings: Settings, fleet: FleetView | None = None) -> Built:
     `fleet`: the fleet's settings as the worker reads them at its start (else its own)."""
     gateway = LLMGateway(settings)
     database = store_for(settings.effective_database_url)
+    gateway.on_endpoint_back = ParkedWaker(database).wake
     llm = LLMActivities(gateway, database)
     review = ReviewActivities(gateway)
     reflection = ReflectionActivities(gateway, database)

@@ -16,7 +16,8 @@ activity or child error, so no caller's fail-open `except ActivityError` can swa
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+import contextlib
+from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel
@@ -32,10 +33,19 @@ from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 with workflow.unsafe.imports_passed_through():
     from refloop.contract.activity_calls import ActivityCall
+    from refloop.contract.errors import (
+        EndpointParked,
+        ModelUnavailable,
+        ParkedCall,
+        unavailable_message,
+    )
     from refloop.contract.hosts import model_queue, next_wait
     from refloop.contract.policies import ActivityOptions
 
 ArgT = TypeVar("ArgT", bound=BaseModel)
+# A parked call goes again after its recheck at the latest (doubling, up to this), should
+# no worker wake its task: every worker's probe wakes the tasks whose rows wait for it.
+MAX_RECHECK = timedelta(minutes=5)
 ResultT = TypeVar("ResultT")
 
 
@@ -75,6 +85,14 @@ class ActivityRouter(Protocol):
     async def model_answered(self) -> None:
         """A model call returned: a wait for its endpoint is over."""
 
+    async def model_parked(self, parked: ParkedCall, failure: ActivityError) -> float:
+        """A model call was parked (its endpoint is down, another call probes it): the task
+        waits for the model. The seconds it has waited so far."""
+
+    def model_backs(self) -> int:
+        """How many times an endpoint was reported back: a parked call goes again at the
+        next."""
+
     def interrupts(self, activity: ActivityCall[Any, Any]) -> bool:
         """Whether a call of `activity` that waits (for its endpoint, for its host) is taken
         back now, for a hand-over."""
@@ -92,6 +110,8 @@ class ActivityRouter(Protocol):
 
 class ModelQueueRouter:
     """The router of a workflow without a host: its model calls on the model queue."""
+
+    _parked_since: datetime | None = None  # a parked model call waits since
 
     def activity_queue(self, activity: ActivityCall[Any, Any]) -> str | None:
         if activity.runs_on != "model":
@@ -118,7 +138,15 @@ class ModelQueueRouter:
         return None
 
     async def model_answered(self) -> None:
-        return None
+        self._parked_since = None
+
+    async def model_parked(self, parked: ParkedCall, failure: ActivityError) -> float:
+        if self._parked_since is None:
+            self._parked_since = workflow.now()
+        return (workflow.now() - self._parked_since).total_seconds()
+
+    def model_backs(self) -> int:
+        return 0
 
     def interrupts(self, activity: ActivityCall[Any, Any]) -> bool:
         return False
@@ -220,15 +248,7 @@ async def _call(router: ActivityRouter, activity: ActivityCall[ArgT, ResultT], a
     queue = router.activity_queue(activity)
     wait = router.host_wait(activity) if queue else None
     if wait is None:
-        handle = workflow.start_activity(
-            activity.name, arg, result_type=activity.result_type, summary=summary,
-            task_queue=queue, **opts.kwargs())
-        await workflow.wait_condition(lambda: handle.done() or router.interrupts(activity))
-        if not handle.done():  # waiting for its endpoint: nothing of it was answered
-            handle.cancel()
-            raise InterruptNow()
-        result = await handle
-        return result
+        return await _unhosted_call(router, activity, arg, summary, opts, queue)
     waited: timedelta | None = None
     while True:
         moves = router.host_moves()
@@ -257,6 +277,87 @@ async def _call(router: ActivityRouter, activity: ActivityCall[ArgT, ResultT], a
             if claim is not None:
                 router.call_ended(claim)
         return result
+
+
+async def _unhosted_call(router: ActivityRouter, activity: ActivityCall[ArgT, ResultT],
+                         arg: ArgT, summary: str | None, opts: ActivityOptions,
+                         queue: str | None) -> ResultT:
+    """A call with no host bound (a model call, a call on the workflow's own queue). A
+    model call parked by its worker (its endpoint is down) waits here, holding no slot:
+    until the endpoint is reported back, or its recheck (doubling up to MAX_RECHECK), then
+    goes again; past the wait's bound it fails as ModelUnavailable."""
+    rechecks = 0
+    while True:
+        backs = router.model_backs()
+        handle = workflow.start_activity(
+            activity.name, arg, result_type=activity.result_type, summary=summary,
+            task_queue=queue, **opts.kwargs())
+        parking = await _parking(router, activity, handle)
+        if parking is None:
+            return await handle
+        parked, failure = parking
+        waited = await router.model_parked(parked, failure)
+        if waited >= parked.bound_s:
+            raise gave_up(failure, parked, waited)
+        recheck = min(parked.recheck_s * 2 ** rechecks, MAX_RECHECK.total_seconds(),
+                      parked.bound_s - waited)
+        rechecks += 1
+        await _until_back(router, activity, backs, timedelta(seconds=recheck))
+
+
+async def _parking(router: ActivityRouter, activity: ActivityCall[Any, Any],
+                   handle: workflow.ActivityHandle[Any]
+                   ) -> tuple[ParkedCall, ActivityError] | None:
+    """Once the call is done: what its worker said when it parked it, with the failure
+    (None: not parked; its result or failure is the handle's)."""
+    await workflow.wait_condition(lambda: handle.done() or router.interrupts(activity))
+    if not handle.done():  # waiting for its endpoint: nothing of it was answered
+        handle.cancel()
+        raise InterruptNow()
+    failure = handle.exception()
+    if isinstance(failure, ActivityError):
+        parked = parked_call(failure)
+        if parked is not None:
+            return parked, failure
+    return None
+
+
+async def _until_back(router: ActivityRouter, activity: ActivityCall[Any, Any], backs: int,
+                      recheck: timedelta) -> None:
+    """A parked call's wait: an endpoint reported back since it was scheduled, or its
+    recheck; a hand-over or rewind takes it back."""
+    with contextlib.suppress(asyncio.TimeoutError):
+        await workflow.wait_condition(
+            lambda: router.model_backs() > backs or router.interrupts(activity),
+            timeout=recheck)
+    if router.interrupts(activity):
+        raise InterruptNow()
+
+
+def parked_call(err: ActivityError) -> ParkedCall | None:
+    """What a call parked by its worker says (None: the call failed otherwise)."""
+    cause = err.cause
+    if not isinstance(cause, ApplicationError) or cause.type != EndpointParked.__name__:
+        return None
+    details = cause.details[0] if cause.details else None
+    if not isinstance(details, dict) or "parked" not in details:
+        return None
+    return ParkedCall.model_validate(details["parked"])
+
+
+def gave_up(err: ActivityError, parked: ParkedCall, waited_s: float) -> ActivityError:
+    """A parked call's failure once its wait passed the bound: the call's own failure, its
+    cause ModelUnavailable naming the endpoint, as a probing call's is (the caller's stop
+    reason and message read it). Its requests were counted when it parked."""
+    message = unavailable_message(parked.endpoint, waited_s, parked.bound_setting,
+                                  parked.bound_s, parked.error)
+    failure = ActivityError(message, scheduled_event_id=err.scheduled_event_id,
+                            started_event_id=err.started_event_id, identity=err.identity,
+                            activity_type=err.activity_type, activity_id=err.activity_id,
+                            retry_state=err.retry_state)
+    failure.__cause__ = ApplicationError(message, {"status": parked.status},
+                                         type=ModelUnavailable.__name__, non_retryable=True)
+    return failure
 
 
 class _TakenBack(Exception):

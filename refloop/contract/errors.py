@@ -5,6 +5,8 @@ matching nothing.
 
 from __future__ import annotations
 
+from pydantic import BaseModel
+
 
 class LLMError(Exception):
     retryable = False
@@ -31,6 +33,35 @@ class LLMClientError(LLMError):
 class EndpointWaiting(LLMTransportError):
     """The call's endpoint is down: this attempt ends without holding its worker's slot, and
     Temporal tries again after `retry_after` (the next probe of the endpoint)."""
+
+
+class EndpointParked(LLMError):
+    """The call's endpoint is down and another call of this worker probes it: nothing was
+    sent, and the attempt ends for good. Its task waits (a workflow-level wait: no slot, no
+    retries) until the worker that sees the endpoint answer again wakes it, or `recheck_s`
+    passes, then calls again."""
+
+    def __init__(self, message: str, parked: ParkedCall) -> None:
+        super().__init__(message, status=parked.status)
+        self.parked = parked
+
+
+class ParkedCall(BaseModel):
+    """What a parked call's failure tells its workflow (the failure's details)."""
+
+    endpoint: str  # as messages name it: no credentials
+    error: str  # the endpoint's last error
+    status: int | None = None
+    bound_s: float  # the wait fails past this (REFLOOP_MODEL_OUTAGE_S, or the key's bound)
+    bound_setting: str
+    recheck_s: float  # call again after this long if nobody wakes the task first
+
+
+def unavailable_message(endpoint: str, waited_s: float, setting: str, bound_s: float,
+                        error: str) -> str:
+    """Why a call gave up on its endpoint: the task's answer and its failure say this."""
+    return (f"model endpoint {endpoint} unavailable for {waited_s:.0f} s, longer than "
+            f"{setting} ({bound_s:g} s); last error: {error}")
 
 
 class ModelUnavailable(LLMError):

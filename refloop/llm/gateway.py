@@ -22,12 +22,14 @@ from pydantic import ValidationError
 from refloop.contract.activity_io import LLMUsageRecord, ModelEndpoint
 from refloop.contract.budget import ModelPrice
 from refloop.contract.errors import (
+    EndpointParked,
     EndpointWaiting,
     InvalidModelOutput,
     LLMClientError,
     LLMError,
     LLMTransportError,
     ModelRedirected,
+    ParkedCall,
 )
 from refloop.contract.messages import (
     ChatMessage,
@@ -45,7 +47,14 @@ from refloop.llm.failures import (
 )
 from refloop.llm.fitting import Budget
 from refloop.llm.ledger import current_ledger, in_flight, settled
-from refloop.llm.outage import EndpointGates, current_watch, endpoint_name, recoverable
+from refloop.llm.outage import (
+    EndpointGates,
+    Wake,
+    current_watch,
+    endpoint_name,
+    recoverable,
+    wait_bound,
+)
 from refloop.llm.stream import (
     Answer,
     EmptyStream,
@@ -123,6 +132,8 @@ class LLMGateway:
         self.endpoint_clients: dict[tuple[str | None, str | None, str], openai.AsyncOpenAI] = {}
         # Endpoints this worker knows are down, each with its one probe (refloop.llm.outage)
         self.gates = EndpointGates(settings.refloop_model_probe_s)
+        # Told when an endpoint that was down here answers (the worker wakes parked tasks)
+        self.on_endpoint_back: Wake | None = None
         # Each endpoint's context window and token ratio; every request fitted to it
         self.windows = WindowKeeper(settings.refloop_model_context_tokens,
                                     settings.refloop_model_context_default,
@@ -434,10 +445,11 @@ class LLMGateway:
     async def _traced(self, purpose: Purpose, model: str, kwargs: dict[str, Any],
                       client: openai.AsyncOpenAI, base_url: str) -> ChatOutcome:
         """One request, through its endpoint's gate when the calling activity watches for an
-        outage (`refloop.llm.outage`): while the endpoint is down, the attempt ends at once
-        (`EndpointWaiting`, sending nothing unless it is the probe) and Temporal runs it
-        again at the next probe; the requests this activity made before are not repeated
-        (the ledger carries their answers' usage, the activity its progress)."""
+        outage (`refloop.llm.outage`): while the endpoint is down, a call that is not the
+        probe ends at once, sending nothing: parked (`EndpointParked`) when its task can be
+        woken, else to be retried at the next probe (`EndpointWaiting`); the requests this
+        activity made before are not repeated (the ledger carries their answers' usage, the
+        activity its progress)."""
         watch = current_watch.get()
         if watch is None:
             return await self._traced_once(purpose, model, kwargs, client, base_url)
@@ -446,6 +458,8 @@ class LLMGateway:
         turn = self.gates.try_turn(base_url)
         if turn is None:
             error = self.gates.last_error(base_url)
+            if watch.waiter is not None:
+                raise self._parked(base_url, name, error, watch.waiter)
             await watch.waiting(name, error, settings.refloop_model_outage_s,
                                 watch.status, settings.refloop_model_auth_wait_s)
             raise EndpointWaiting(f"waiting for {name}: {error}", status=watch.status,
@@ -454,7 +468,7 @@ class LLMGateway:
             outcome = await self._traced_once(purpose, model, kwargs, client, base_url)
         except LLMError as err:
             if not recoverable(err):
-                self.gates.answered(base_url)  # it answered: a refusal of this request
+                self._answered(base_url, name)  # a refusal of this request
                 raise
             self.gates.failed(base_url, turn, err)
             watch.status = err.status
@@ -467,9 +481,25 @@ class LLMGateway:
         except BaseException:
             self.gates.abandoned(base_url, turn)
             raise
-        self.gates.answered(base_url)
+        self._answered(base_url, name)
         await watch.back()
         return outcome
+
+    def _parked(self, base_url: str, name: str, error: str, waiter: str) -> EndpointParked:
+        """The call waits in its task for the endpoint this worker probes."""
+        status = self.gates.last_status(base_url)
+        bound_s, setting = wait_bound(status, self.settings.refloop_model_outage_s,
+                                      self.settings.refloop_model_auth_wait_s)
+        parked = ParkedCall(endpoint=name, error=error[:500], status=status, bound_s=bound_s,
+                            bound_setting=setting,
+                            recheck_s=self.gates.park(base_url, waiter))
+        return EndpointParked(f"waiting for {name}: {error}", parked)
+
+    def _answered(self, base_url: str, name: str) -> None:
+        """The endpoint answered: if it was down here, the tasks parked on it are woken."""
+        parked = self.gates.answered(base_url)
+        if parked is not None and self.on_endpoint_back is not None:
+            self.on_endpoint_back(name, parked)
 
     async def _traced_once(self, purpose: Purpose, model: str, kwargs: dict[str, Any],
                            client: openai.AsyncOpenAI, base_url: str) -> ChatOutcome:

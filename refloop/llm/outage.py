@@ -2,12 +2,13 @@
 endpoint may recover from, how long to wait before the next try) and the per-worker gate
 through which every request of a waiting call goes.
 
-A call never waits inside its activity attempt: while an endpoint is known down, one
+A call never waits inside its activity attempt. While an endpoint is known down, one
 request of this worker probes it (backing off up to `REFLOOP_MODEL_PROBE_S`, longer when
-the endpoint's `Retry-After` says so); every other call's attempt ends at once, sending
-nothing (`EndpointWaiting`), and Temporal runs it again at about the next probe, spread
-over a short random delay so they do not all arrive at once. A waiting call holds no
-worker slot. N workers send at most N probes per interval.
+the endpoint's `Retry-After` says so): the probing call's attempts retry on Temporal's
+side, sending one request each. Every other call is parked: its attempt ends at once,
+sending nothing (`EndpointParked`), and its task waits in the workflow (no slot, no
+attempts, a timer) until this worker sees the endpoint answer and wakes the parked tasks,
+or its recheck comes. N workers send at most N probes per interval.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
-from refloop.contract.errors import LLMError, ModelUnavailable
+from refloop.contract.errors import LLMError, ModelUnavailable, unavailable_message
 
 # A Retry-After beyond this is read as this (a hostile or confused endpoint cannot park a
 # task for a year; the outage bound still applies).
@@ -48,6 +49,21 @@ def release_spread(probe_s: float) -> float:
     return min(1.5, probe_s / 4)
 
 
+def parked_recheck_s(probe_s: float) -> float:
+    """A parked call's first recheck (its task doubles it each time it parks again, up to
+    a cap of its own): a fallback, since the probe's answer wakes it."""
+    return 10 * probe_s
+
+
+def wait_bound(status: int | None, bound_s: float, auth_bound_s: float | None
+               ) -> tuple[float, str]:
+    """How long a call waits for its endpoint, and the setting that says so: a refused
+    key (401/403) its own shorter bound."""
+    if status in (401, 403) and auth_bound_s is not None and auth_bound_s < bound_s:
+        return auth_bound_s, "REFLOOP_MODEL_AUTH_WAIT_S"
+    return bound_s, "REFLOOP_MODEL_OUTAGE_S"
+
+
 def outage_over(waited_s: float, bound_s: float) -> bool:
     return waited_s >= bound_s
 
@@ -71,9 +87,11 @@ class EndpointDown:
 
     since: float  # monotonic
     last_error: str
+    last_status: int | None = None
     failures: int = 0  # failed probes in a row
     next_probe: float = 0.0  # monotonic
     probing: bool = False
+    parked: set[str] = field(default_factory=set)  # who to wake when it answers
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def notify(self) -> None:
@@ -123,9 +141,22 @@ class EndpointGates:
             return self.probe_s / 4 + spread
         return max(state.next_probe - time.monotonic(), 0.1) + spread
 
+    def park(self, base_url: str, waiter: str) -> float:
+        """A call of `waiter` (its workflow) waits for the endpoint outside any attempt: it
+        is woken when the endpoint answers here. The seconds after which it calls again
+        if nobody wakes it (its probe gone, the worker restarted)."""
+        state = self.down.get(base_url)
+        if state is not None:
+            state.parked.add(waiter)
+        return parked_recheck_s(self.probe_s)
+
     def last_error(self, base_url: str) -> str:
         state = self.down.get(base_url)
         return state.last_error if state is not None else ""
+
+    def last_status(self, base_url: str) -> int | None:
+        state = self.down.get(base_url)
+        return state.last_status if state is not None else None
 
     def failed(self, base_url: str, turn: Turn, err: LLMError) -> None:
         """A request failed in a way the endpoint may recover from. A failed probe (or the
@@ -135,6 +166,7 @@ class EndpointGates:
         if state is None:
             state = self.down[base_url] = EndpointDown(since=now, last_error=str(err))
         state.last_error = str(err)
+        state.last_status = err.status
         if turn.probe or state.failures == 0:
             state.failures += 1
             state.probing = False
@@ -144,11 +176,14 @@ class EndpointGates:
                                                                RETRY_AFTER_CAP_S))
         state.notify()
 
-    def answered(self, base_url: str) -> None:
-        """The endpoint answered (any answer, even a refusal of this request): it is up."""
+    def answered(self, base_url: str) -> set[str] | None:
+        """The endpoint answered (any answer, even a refusal of this request): it is up.
+        The calls parked on it here, to wake (None: it was not down here)."""
         state = self.down.pop(base_url, None)
-        if state is not None:
-            state.notify()
+        if state is None:
+            return None
+        state.notify()
+        return state.parked
 
     def abandoned(self, base_url: str, turn: Turn) -> None:
         """The probe ended without a verdict (cancelled): the next waiting request probes."""
@@ -160,6 +195,9 @@ class EndpointGates:
 
 # What the calling activity does when its call has to wait, and when the endpoint is back.
 Notify = Callable[[dict[str, object]], Awaitable[None]]
+# Wake the tasks parked on an endpoint that answers again: its name, and the workflows
+# parked on it at this worker.
+Wake = Callable[[str, set[str]], None]
 
 
 class OutageWatch:
@@ -168,9 +206,11 @@ class OutageWatch:
     gateway passes."""
 
     def __init__(self, since: float | None = None, notify: Notify | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, waiter: str | None = None
+                 ) -> None:
         self.since = since  # wall-clock start of the wait (None: not waiting)
         self.notify = notify
+        self.waiter = waiter  # the workflow a parked call's task is (None: it cannot park)
         self.clock = clock
         self.told = since is not None  # an earlier attempt of the call told its task
         self.endpoint = ""
@@ -186,17 +226,13 @@ class OutageWatch:
             self.since = now
         self.endpoint = endpoint
         waited = now - self.since
-        if status in (401, 403) and auth_bound_s is not None and auth_bound_s < bound_s:
-            bound_s, setting = auth_bound_s, "REFLOOP_MODEL_AUTH_WAIT_S"
-        else:
-            setting = "REFLOOP_MODEL_OUTAGE_S"
+        bound_s, setting = wait_bound(status, bound_s, auth_bound_s)
         if outage_over(waited, bound_s):
             if self.notify is not None:  # the time waited still goes into the task's stats
                 await self.notify({"waiting": False, "endpoint": endpoint, "gave_up": True,
                                    "waited_s": round(waited, 3)})
-            raise ModelUnavailable(
-                f"model endpoint {endpoint} unavailable for {waited:.0f} s, longer than "
-                f"{setting} ({bound_s:g} s); last error: {error}")
+            raise ModelUnavailable(unavailable_message(endpoint, waited, setting, bound_s,
+                                                       error))
         if not self.told and self.notify is not None:
             self.told = True
             await self.notify({"waiting": True, "endpoint": endpoint, "error": error[:500],

@@ -373,6 +373,19 @@ class Store:
             return list(session.exec(query))
 
 
+    def waiting_for_model(self, endpoint: str) -> list[str]:
+        """The workflow ids of the open tasks whose rows say they wait for `endpoint` (as
+        messages name it), whatever else they wait for too."""
+        self.init()
+        query = select(TaskRecord.workflow_id, TaskRecord.waiting).where(
+            col(TaskRecord.status).not_in(sorted(TERMINAL_STATUSES)),
+            col(TaskRecord.waiting).is_not(None))
+        with Session(self.engine) as session:
+            rows = session.exec(query).all()
+        return [workflow_id for workflow_id, waiting in rows
+                if isinstance(waiting, dict) and isinstance(waiting.get("model"), dict)
+                and (waiting["model"].get("detail") or {}).get("endpoint") == endpoint]
+
     def record_quality_review(self, rec: RecordQualityReviewInput) -> None:
         """Insert once per review key; a retried activity finds its row and does nothing."""
         review_key = rec.review_key

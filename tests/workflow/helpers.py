@@ -60,10 +60,16 @@ async def run_task(
     overrides.setdefault("enable_reflection", False)
     inp = TaskInput(task=task, workspace=str(workspace), model=model, **overrides)
     result, history = await run_with_history(client, settings, task_queue, inp)
-    if record_as and os.environ.get("REFLOOP_RECORD_HISTORIES"):
-        HISTORIES.mkdir(exist_ok=True)
-        (HISTORIES / f"{record_as}.json").write_text(dump_history(history))
+    if record_as:
+        keep_golden(record_as, history)
     return result
+
+
+def keep_golden(name: str, history: WorkflowHistory) -> None:
+    """Save a run's history as the golden history `name` (`make histories` only)."""
+    if os.environ.get("REFLOOP_RECORD_HISTORIES"):
+        HISTORIES.mkdir(exist_ok=True)
+        (HISTORIES / f"{name}.json").write_text(dump_history(history))
 
 
 async def run_with_history(client: Client, settings: Settings, task_queue: str,

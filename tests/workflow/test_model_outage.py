@@ -36,6 +36,7 @@ from tests.workflow.helpers import (
     call,
     events_of,
     final,
+    keep_golden,
     plan_of,
     result_of,
     run_task,
@@ -79,6 +80,45 @@ async def listed_waiting(client, handles: list[WorkflowHandle]) -> bool:
     query = f"{visibility.STATUS.name} = 'waiting_for_model'"
     found = {w.id async for w in client.list_workflows(query) if w.id in ids}
     return found == ids
+
+
+async def model_attempts(handle: WorkflowHandle) -> int:
+    """Attempts of the task's model calls so far: each call's attempt number (a call
+    retried in place counts every attempt)."""
+    history = await handle.fetch_history()
+    model_activities = {
+        event.event_id for event in history.events
+        if event.HasField("activity_task_scheduled_event_attributes")
+        and event.activity_task_scheduled_event_attributes.activity_type.name.startswith(
+            "refloop.llm.")}
+    ended = sum(event.activity_task_started_event_attributes.attempt
+                for event in history.events
+                if event.HasField("activity_task_started_event_attributes")
+                and event.activity_task_started_event_attributes.scheduled_event_id
+                in model_activities)
+    # A call still retrying has no started event yet: its attempts are the server's.
+    pending = (await handle.describe()).raw_description.pending_activities
+    return ended + sum(activity.attempt for activity in pending
+                       if activity.activity_type.name.startswith("refloop.llm."))
+
+
+async def hellos_waiting(client, scripted_llm, task_queue: str, tmp_path: Path,
+                         count: int) -> tuple[list[WorkflowHandle], list[str]]:
+    """Start `count` one-answer tasks, each on a scenario of its own, on a down endpoint,
+    and wait until all wait for it: their handles and models."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    handles, models = [], []
+    for _ in range(count):
+        model = unique_scenario(scripted_llm, {
+            "intent": [CHAT], "act": [final("hello")], "summary": [SUMMARY]})
+        models.append(model)
+        handles.append(await start(client, task_queue, TaskInput(
+            task="say hello", workspace=str(workspace), model=model,
+            enable_reflection=False, enable_planning=False, enable_quality_review=False)))
+    await wait_until(lambda: all_waiting(handles), f"all {count} waiting_for_model",
+                     timeout_s=60)
+    return handles, models
 
 
 def four_files_scenario(scripted_llm) -> str:
@@ -161,6 +201,7 @@ async def test_an_outage_past_the_bound_fails_each_task_naming_the_endpoint(
     settings = settings.model_copy(update={"refloop_model_probe_s": 0.5,
                                            "refloop_model_outage_s": 3.0})
     handles = []
+    started = time.time()
     with endpoint_fault(scripted_llm, status=503):
         async with build_worker(client, settings, task_queue):
             for n in range(3):
@@ -179,7 +220,11 @@ async def test_an_outage_past_the_bound_fails_each_task_naming_the_endpoint(
         assert events_of(result, "waiting_for_model")
         assert not events_of(result, "model_back")
         assert result.stats.model_wait_s >= 3.0  # the wait is in the stats
-        assert result.stats.llm_failed_calls >= 1  # every refused request in the ledger
+    # Every refused request is in the ledger of the task that sent it (a parked task's
+    # calls sent none: another task's call probed the endpoint for it).
+    refused = scripted_llm.faulted_since(started)
+    assert refused >= 1
+    assert sum(result.stats.llm_failed_calls for result in results) == refused
 
 
 async def test_a_refused_key_waits_its_own_short_bound_and_says_why_meanwhile(
@@ -212,22 +257,10 @@ async def test_fifty_waiting_tasks_probe_together_and_resume_within_seconds(
     at a time, not 50 streams of retries; all are answered again within 10 s of it
     coming back."""
     assert settings.refloop_model_probe_s == 6.0
-    handles, models = [], []
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
     with endpoint_fault(scripted_llm, status=503):
         async with build_worker(client, settings, task_queue):
-            for _ in range(50):
-                model = unique_scenario(scripted_llm, {
-                    "intent": [CHAT], "act": [final("hello")],
-                    "summary": [SUMMARY]})
-                models.append(model)
-                handles.append(await start(client, task_queue, TaskInput(
-                    task="say hello", workspace=str(workspace), model=model,
-                    enable_reflection=False, enable_planning=False,
-                    enable_quality_review=False)))
-            await wait_until(lambda: all_waiting(handles), "all 50 waiting_for_model",
-                             timeout_s=60)
+            handles, models = await hellos_waiting(client, scripted_llm, task_queue,
+                                                   tmp_path, 50)
             # Past the backoff's first steps (0.75, 1.5, 3 s): probes 6 s apart.
             await asyncio.sleep(6)
             window_start = time.time()
@@ -235,10 +268,21 @@ async def test_fifty_waiting_tasks_probe_together_and_resume_within_seconds(
             sent = scripted_llm.faulted_since(window_start)
             print(f"50 waiting tasks sent {sent} requests in 18 s")
             assert sent <= 4, f"{sent} requests in 18 s from 50 waiting tasks"
+            # One call probes; the others are parked in their workflows: no attempt each
+            # per probe (what the Temporal server paid before: 50 attempts every 6 s).
+            attempts = sum([await model_attempts(h) for h in handles])
+            print(f"50 waiting tasks: {attempts} model call attempts in all")
+            assert attempts <= 50 + 12, attempts
             scripted_llm.set_fault()
             back = time.time()
+            store = store_for(settings.effective_database_url)
+            await wait_until(lambda: not store.count_by_status().get("waiting_for_model"),
+                             "no row says waiting_for_model", timeout_s=30)
+            rows_clear = time.time() - back
             results = await asyncio.wait_for(
                 asyncio.gather(*(result_of(h) for h in handles)), timeout=120)
+    print(f"no row waiting_for_model {rows_clear:.1f} s after the endpoint came back")
+    assert rows_clear <= 10
     assert [r.status for r in results] == ["completed"] * 50, {r.stop_reason for r in results}
     resumed = [min(r["time"] for r in scripted_llm.requests(model=m) if r["status"] == 200)
                for m in models]
@@ -246,6 +290,27 @@ async def test_fifty_waiting_tasks_probe_together_and_resume_within_seconds(
           "endpoint came back")
     assert max(resumed) - back <= 10, f"last resumed {max(resumed) - back:.1f} s after"
     assert max(resumed) - min(resumed) > 0.2  # spread, not one burst
+
+
+async def test_tasks_parked_on_a_worker_that_stopped_are_woken_by_the_next_one(
+        client, settings, scripted_llm, tmp_path, task_queue):
+    """The tasks parked while one worker probed are woken by another worker's probe (its
+    own gate never saw them park): from their rows, well before their own recheck."""
+    settings = settings.model_copy(update={"refloop_model_probe_s": 2.0})  # recheck 20 s
+    with endpoint_fault(scripted_llm, status=503):
+        async with build_worker(client, settings, task_queue):
+            handles, models = await hellos_waiting(client, scripted_llm, task_queue,
+                                                   tmp_path, 5)
+        async with build_worker(client, settings, task_queue):
+            await asyncio.sleep(3)  # the probing call goes on at this worker
+            scripted_llm.set_fault()
+            back = time.time()
+            results = await asyncio.wait_for(
+                asyncio.gather(*(result_of(h) for h in handles)), timeout=60)
+    assert [r.status for r in results] == ["completed"] * 5
+    resumed = [min(r["time"] for r in scripted_llm.requests(model=m) if r["status"] == 200)
+               for m in models]
+    assert max(resumed) - back <= 10, f"last resumed {max(resumed) - back:.1f} s after"
 
 
 async def test_a_task_waiting_for_the_model_can_be_cancelled(
@@ -298,3 +363,41 @@ async def test_golden_task_that_waited_for_the_model(client, settings, scripted_
     assert len(events_of(result, "model_back")) == 1
     assert result.stats.model_wait_s >= 1.0  # the Retry-After alone
     assert result.stats.llm_failed_calls == 2  # both refusals are in the ledger
+
+
+async def test_golden_task_parked_while_another_probed(client, settings, scripted_llm,
+                                                       workspace, task_queue):
+    """Recorded as a golden history (`make histories`): a call parked in its workflow (its
+    endpoint down, another task's call probing), woken by the probe's answer, must replay."""
+    settings = settings.model_copy(update={"refloop_model_probe_s": 2.0})  # recheck 20 s
+    prober_model = unique_scenario(scripted_llm, {
+        "intent": [CHAT], "act": [final("hello")], "summary": [SUMMARY]})
+    parked_model = unique_scenario(scripted_llm, {
+        "intent": [CODING], "plan": [plan_of("write_file")],
+        "act": [call("write_file", path="a.txt", content="a\n"), final("written")],
+        "summary": [SUMMARY]})
+    with endpoint_fault(scripted_llm, status=503):
+        async with build_worker(client, settings, task_queue):
+            prober = await start(client, task_queue, TaskInput(
+                task="say hello", workspace=str(workspace), model=prober_model,
+                enable_reflection=False, enable_planning=False))
+            await wait_until(lambda: all_waiting([prober]), "the first task waits")
+            parked = await start(client, task_queue, TaskInput(
+                task="write a", workspace=str(workspace), model=parked_model,
+                enable_reflection=False))
+            await wait_until(lambda: all_waiting([parked]), "the second task waits")
+            scripted_llm.set_fault()
+            back = time.time()
+            result = await asyncio.wait_for(result_of(parked), timeout=30)
+            assert (await asyncio.wait_for(result_of(prober), timeout=30)).status == \
+                "completed"
+            keep_golden("agent_task_parked_for_model", await parked.fetch_history())
+    assert result.status == "completed", result.answer
+    assert (workspace / "a.txt").read_text() == "a\n"
+    assert [e["endpoint"] for e in events_of(result, "waiting_for_model")] == [
+        scripted_llm.base_url]
+    assert len(events_of(result, "model_back")) == 1
+    assert result.stats.llm_failed_calls == 0  # parked: it sent nothing while down
+    answered = min(r["time"] for r in scripted_llm.requests(model=parked_model)
+                   if r["status"] == 200)
+    assert answered - back < 10  # woken by the probe, not its 20 s recheck

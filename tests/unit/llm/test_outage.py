@@ -21,9 +21,11 @@ from refloop.llm.outage import (
     Turn,
     endpoint_name,
     outage_over,
+    parked_recheck_s,
     probe_delay,
     recoverable,
     release_spread,
+    wait_bound,
 )
 
 URL = "http://model.example:8080/v1"
@@ -126,6 +128,29 @@ def test_the_gate_lets_one_probe_through_and_turns_the_rest_away_with_a_delay():
     assert gates.last_error(URL) == "HTTP 500 again" and gates.try_turn(URL) is None
     gates.answered(URL)
     assert not gates.is_down(URL) and gates.try_turn(URL) == Turn()
+
+
+def test_parked_calls_are_named_when_the_endpoint_answers_and_only_then():
+    gates = EndpointGates(probe_s=0.4)
+    assert gates.answered(URL) is None  # it was not down here: nobody to wake
+    gates.failed(URL, Turn(), LLMTransportError("HTTP 503", 503))
+    assert gates.last_status(URL) == 503
+    assert gates.park(URL, "task-a") == parked_recheck_s(0.4) == 4.0
+    gates.park(URL, "task-b")
+    gates.park(URL, "task-a")  # parked again: woken once
+    assert gates.try_turn(URL) is None  # still down: parking changed nothing else
+    assert gates.answered(URL) == {"task-a", "task-b"}
+    assert gates.answered(URL) is None and gates.try_turn(URL) == Turn()
+    gates.failed(URL, Turn(), LLMTransportError("HTTP 500"))
+    assert gates.answered(URL) == set()  # down again, nobody parked since: none woken
+
+
+def test_a_refused_keys_wait_has_its_own_bound_only_when_shorter():
+    assert wait_bound(401, 3600, 300) == (300, "REFLOOP_MODEL_AUTH_WAIT_S")
+    assert wait_bound(403, 3600, 300) == (300, "REFLOOP_MODEL_AUTH_WAIT_S")
+    assert wait_bound(503, 3600, 300) == (3600, "REFLOOP_MODEL_OUTAGE_S")
+    assert wait_bound(401, 60, 300) == (60, "REFLOOP_MODEL_OUTAGE_S")
+    assert wait_bound(None, 60, None) == (60, "REFLOOP_MODEL_OUTAGE_S")
 
 
 def test_retry_after_holds_the_next_probe():
