@@ -9,7 +9,8 @@ over the time the model spent answering. Runs alternate between every column; me
 Per step (per model call: the unit of the overhead figure) it prints the workflow task
 round trips, schedule-to-start and start-to-close of the activities (from the history),
 the payload encoding (the run's payloads through the worker's converter) and blob store
-calls (timed in the worker), and the dev server's SQLite time (its persistence metrics).
+calls (timed in the worker), and the dev server's SQLite time (its persistence metrics);
+and per step (a model call and its tool call) the history's events and bytes.
 
     python -m bench.bench_steps [--runs 5] [--steps 10] [--latency-ms 200]
                                 [--configs default,wal-no-fsync,no-eager]
@@ -46,6 +47,7 @@ from bench.step_breakdown import (
     model_overhead,
     parse_metrics,
     payload_seconds,
+    step_history,
     timed_methods,
 )
 from refloop.contract.task import TaskInput
@@ -92,7 +94,11 @@ def breakdown(history: Any, delta: dict, calls: int) -> dict[str, float]:
                    if metric in ("persistence_latency_sum", "visibility_persistence_latency_sum"))
     writes = sum(value for (metric, op), value in delta.items()
                  if metric == "persistence_latency_count" and op.startswith(WRITES))
+    step_events, step_bytes = step_history(history)
     figures = {
+        # a step: a model call and its tool call (the goal: at most 13 events, 2.5 KB)
+        "history events a step": step_events,
+        "history bytes a step": step_bytes,
         "workflow tasks": times.workflow_tasks / calls,
         "workflow task schedule-to-start ms": times.wft_schedule_to_start / calls,
         "workflow task start-to-close ms": times.wft_start_to_close / calls,

@@ -87,6 +87,29 @@ def history_times(history: History) -> HistoryTimes:
     return times
 
 
+def step_history(history: History) -> tuple[float, float]:
+    """(events, bytes) of the history per step, medians: a step runs from a model call's
+    scheduling to the next one's, and holds a tool call (the final answer's and the
+    planning's do not)."""
+    events, sizes = [], []
+    segment: list[Any] = []
+    with_tool = False
+    for event in [*history.events, None]:
+        name = (event.activity_task_scheduled_event_attributes.activity_type.name
+                if event is not None
+                and event.HasField("activity_task_scheduled_event_attributes") else "")
+        kind = activity_kind(name) if name else ""
+        if event is None or kind == "model":
+            if segment and with_tool:
+                events.append(len(segment))
+                sizes.append(sum(e.ByteSize() for e in segment))
+            segment, with_tool = [], False
+        if event is not None:
+            segment.append(event)
+            with_tool = with_tool or kind == "tool"
+    return median([float(n) for n in events]), median([float(n) for n in sizes])
+
+
 def _types(name: str) -> tuple[type | None, type | None]:
     """An activity's argument and result types, by its registered name."""
     if name.startswith(activity_calls.TOOL_PREFIX):
