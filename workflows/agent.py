@@ -79,7 +79,7 @@ from refloop.workflows.mcp_phase import McpPhase, with_mcp_reads
 from refloop.workflows.model_phase import ModelPhase, activity_stop_reason
 from refloop.workflows.review_phase import QualityReviewPhase
 from refloop.workflows.rewind_phase import RewindPhase
-from refloop.workflows.visibility_phase import VisibilityPhase
+from refloop.workflows.visibility_phase import TaskVisibility
 from refloop.workflows.workspace_phase import WorkspacePhase
 
 
@@ -90,11 +90,12 @@ from refloop.workflows.workspace_phase import WorkspacePhase
 # this workflow as its router (the host phase), never looked up at call time.
 @workflow.defn(name="AgentTaskWorkflow")
 class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, RewindPhase,
-                        WorkspacePhase, VisibilityPhase, McpPhase, HostPhase, ModelPhase,
-                        HandOverPhase, BudgetPhase, CompactPhase):
+                        WorkspacePhase, McpPhase, HostPhase, ModelPhase, HandOverPhase,
+                        BudgetPhase, CompactPhase):
     @workflow.init
     def __init__(self, inp: TaskInput) -> None:
         self.activities = Calls(router=self)
+        self.visibility = TaskVisibility()
         if inp.resume_state is not None:  # continued-as-new: the same task, a fresh history
             self.state = AgentState.model_validate(inp.resume_state)
             # handed over: parked until another build takes it over (HandOverPhase)

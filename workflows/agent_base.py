@@ -26,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
 
 from refloop.workflows import accounting, logic
 from refloop.workflows.calls import Calls
+from refloop.workflows.visibility_phase import TaskVisibility
 
 
 class TaskFailed(Exception):
@@ -42,6 +43,7 @@ class AgentBase:
 
     state: AgentState
     activities: Calls  # every activity and child call, routed by the workflow's router
+    visibility: TaskVisibility  # the search attributes and details the Web UI shows
     _hand_over: HandOverRequest | None = None  # asked by `hand_over` (HandOverPhase)
     _rewind: RewindRequest | None = None  # accepted by `rewind`, not yet done (RewindPhase)
     _in_loop = False  # only the agent loop's waits are interrupted mid-way
@@ -52,7 +54,9 @@ class AgentBase:
         return (self._hand_over is not None or self._rewind is not None) and self._in_loop
 
     def _show(self, status: str | None = None) -> None:
-        """Refresh what the Web UI shows of the task (VisibilityPhase)."""
+        """Refresh what the Web UI shows of the task: `status` names a final one (the
+        task result's), else what a person sees now."""
+        self.visibility.show(self.state, status or self._visible_status())
 
     def _visible_status(self) -> str:
         """What a person sees: the run's status once it is not running (ended, handed

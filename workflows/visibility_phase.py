@@ -1,6 +1,7 @@
 """What the Temporal Web UI and `temporal workflow list --query` show of an agent task:
 refloop's search attributes, upserted as the task moves, and the current details (the plan
-with the step in progress)."""
+with the step in progress). The agent workflow holds one `TaskVisibility` and calls it
+through `AgentBase._show`."""
 
 from __future__ import annotations
 
@@ -11,26 +12,26 @@ from temporalio.common import SearchAttributeKey
 
 with workflow.unsafe.imports_passed_through():
     from refloop.contract import visibility
+    from refloop.workflows.state import AgentState
 
 from refloop.workflows import logic
-from refloop.workflows.agent_base import AgentBase
 
 
-class VisibilityPhase(AgentBase):
-    _shown: dict[str, Any] | None = None
+class TaskVisibility:
+    """The search attributes a run has upserted, so that only changes are written."""
 
-    def _show(self, status: str | None = None) -> None:
-        """Upsert the search attributes that changed and refresh the current details.
+    def __init__(self) -> None:
+        self._shown: dict[str, Any] = {}
 
-        `status` names a final status (the task result's), else the live one is used.
-        """
-        state = self.state
+    def show(self, state: AgentState, status: str) -> None:
+        """Upsert the search attributes that changed and refresh the current details;
+        `status` is what a person sees now."""
         planning = state.planning
         step = logic.current_step(planning.plan, planning.completed_steps)
         details = visibility.plan_details(planning.plan, planning.completed_steps, step)
         workflow.set_current_details(details or f"iteration {state.stats.iterations}")
         wanted: dict[str, Any] = {
-            "status": status or self._visible_status(),
+            "status": status,
             "kind": "supplement" if state.input.is_supplement else "agent_task",
             "tokens": state.stats.usage.total_tokens,
         }
@@ -38,7 +39,7 @@ class VisibilityPhase(AgentBase):
             wanted["session"] = state.input.session_id
         if planning.intent is not None:
             wanted["intent"] = visibility.intent_label(planning.intent)
-        shown = self._shown or {}
+        shown = self._shown
         changed = {key: value for key, value in wanted.items() if shown.get(key) != value}
         # Each upsert is a visibility write on the server: the token count rides along
         # with the other changes (status, intent, ...), never on its own.
