@@ -3,13 +3,13 @@
 `hand_over` (an update) asks the run to continue as new at its next safe point: between
 two turns of the agent loop, or while it waits for an approval, for its host, for its
 model endpoint or for budget (the waiting call is taken back; nothing of it ran: a budget
-wait in the middle of a turn is before an edit the quality review judges, `budget_phase`). The new run is parked:
-its first workflow task records nothing, so any build may replay it; it goes on only when a
-worker of another build sends `take_over`. Code changes thus reach running tasks without a
-patch: the new build starts each of them from their typed state, never replaying the old
-build's commands. Outside the agent loop (planning, the completeness check, the summary) a
-task hands over at its end instead: those parts are short, or wait on a child that hands
-over itself.
+wait in the middle of a turn is before an edit the quality review judges, `budget_phase`).
+The new run is parked: its first workflow task records nothing, so any build may replay
+it; it goes on only when a worker of another build sends `take_over`. Code changes thus
+reach running tasks without a patch: the new build starts each of them from their typed
+state, never replaying the old build's commands. Outside the agent loop (planning, the
+completeness check, the summary) a task hands over at its end instead: those parts are
+short, or wait on a child that hands over itself.
 """
 
 from __future__ import annotations
