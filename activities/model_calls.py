@@ -71,8 +71,8 @@ def to_application_error(err: LLMError, ledger: RequestLedger | None = None) -> 
 
 
 def waits(err: LLMError) -> bool:
-    """The call waits for its endpoint (at the gate, or parked): not a failed request."""
-    return isinstance(err, EndpointWaiting | EndpointParked) and err.__cause__ is None
+    """The call waits for its endpoint (retried at the next probe, or parked)."""
+    return isinstance(err, EndpointWaiting | EndpointParked)
 
 
 
@@ -215,7 +215,7 @@ async def model_ledger() -> AsyncIterator[RequestLedger]:
                 if err.retryable and beat != _carried_details():
                     activity.heartbeat(beat)  # a beat still pending is this one now
                     await _recorded_beat(beat)
-                if not waits(err):
+                if not waits(err) or err.__cause__ is not None:
                     log_failed_attempt(err)  # a request failed (not a wait at the gate)
                 raise to_application_error(err, ledger) from err
     finally:
