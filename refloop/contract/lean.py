@@ -4,9 +4,21 @@ call's), where `"allow_network":false,"keywords":[],"error":null` is most of a p
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 from pydantic import BaseModel, SerializerFunctionWrapHandler, model_serializer
+
+
+@cache
+def _defaults(model: type[BaseModel]) -> dict[str, Any]:
+    """The optional fields of a model and their defaults, worked out once per class (a
+    default factory's signature is inspected at every `get_default`)."""
+    return {name: field.get_default(call_default_factory=True)
+            for name, field in model.model_fields.items() if not field.is_required()}
+
+
+_UNSET = object()
 
 
 class LeanModel(BaseModel):
@@ -15,7 +27,6 @@ class LeanModel(BaseModel):
         data = handler(self)
         if not isinstance(data, dict):
             return data
-        fields = type(self).model_fields
+        defaults = _defaults(type(self))
         return {key: value for key, value in data.items()
-                if key not in fields or fields[key].is_required()
-                or value != fields[key].get_default(call_default_factory=True)}
+                if defaults.get(key, _UNSET) != value}
