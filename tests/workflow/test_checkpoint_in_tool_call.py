@@ -1,7 +1,8 @@
 """The checkpoint after a built-in tool call, taken by the call's own activity on the real
 dev server: no checkpoint activity and no workflow task of its own, the call's event and the
 task's list name it, and a rewind or a fork finds it in the history. One that fails there
-costs the call nothing: it is taken again, apart, before the next call."""
+costs the call nothing: it is taken again, apart, before the next call. An attempt lost
+after its checkpoint is retried: the edit applied once, the same checkpoint listed once."""
 
 from __future__ import annotations
 
@@ -115,3 +116,40 @@ async def test_a_checkpoint_that_failed_in_the_call_is_taken_again_before_the_ne
     assert [(c.call_id, c.checkpoint_id) for c in run_checkpoints(list(history.events))] == [
         (retaken[0]["call"], taken[-1])]
 
+
+
+async def test_an_attempt_lost_after_its_checkpoint_is_retried_and_the_edit_applied_once(
+        client, settings, scripted_llm, workspace, task_queue, monkeypatch):
+    """The worker lost between the checkpoint and the result: the edit's second attempt
+    finds it in the journal (applied once) and checkpoints the same workspace again."""
+    (workspace / "notes.md").write_text("line one\n")
+    after_call = CheckpointActivities.after_call
+    attempts: list[str | None] = []
+
+    async def lost_once(self: CheckpointActivities, *args: Any, **kwargs: Any) -> Any:
+        taken = await after_call(self, *args, **kwargs)
+        attempts.append(taken.checkpoint_id)
+        if len(attempts) == 1:
+            raise RuntimeError("the worker went away before it reported")
+        return taken
+
+    monkeypatch.setattr(CheckpointActivities, "after_call", lost_once)
+    model = unique_scenario(scripted_llm, {
+        "intent": [CODING], "plan": [plan_of("str_replace_based_edit_tool")],
+        "act": [call("str_replace_based_edit_tool", command="insert", path="notes.md",
+                     insert_line=1, new_str="line two"),
+                call("complete_step", step=1, summary="ok"), final("ok")],
+        "summary": [SUMMARY],
+    })
+    result, history = await run_with_history(client, settings, task_queue, TaskInput(
+        task="insert a line", workspace=str(workspace), model=model, enable_reflection=False))
+    assert result.status == "completed"
+
+    assert (workspace / "notes.md").read_text() == "line one\nline two\n"  # once
+    assert len(attempts) == 2 and attempts[0] == attempts[1]  # the same workspace
+    edit = [r for r in events_of(result, "tool_result") if r["tool"] != "complete_step"][0]
+    assert edit["ok"] and edit["checkpoint"] == attempts[0]
+    listed = store_for(settings.effective_database_url).checkpoints_of(result.task_id)
+    assert [row.checkpoint_id for row in listed] == [attempts[0]]
+    assert CHECKPOINT not in scheduled(history)
+    assert [c.checkpoint_id for c in run_checkpoints(list(history.events))] == [attempts[0]]
