@@ -111,8 +111,9 @@ class Settings(BaseSettings):
     # priced from the usage its endpoint reports; a model with no price is counted in
     # tokens only, and tasks say so.
     refloop_model_prices: str | None = None
-    # A task at its spend limit (`max_cost_usd`, `max_tokens`) waits `waiting_for_budget`
-    # this long for a raise (`refloop budget`), then ends incomplete. Default 7 days.
+    # A task or code review at its spend limit (`max_cost_usd`, `max_tokens`) waits
+    # `waiting_for_budget` this long for a raise (`refloop budget`), then ends incomplete.
+    # Default 7 days.
     refloop_budget_wait_s: float = Field(default=DEFAULT_BUDGET_WAIT_S, gt=0)
     # The build of the workflow code this worker runs (unset: a digest of the code); a
     # task handed over by one build is taken over by a worker of another (`refloop drain`).

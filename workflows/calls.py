@@ -294,7 +294,8 @@ async def _unhosted_call(router: ActivityRouter, activity: ActivityCall[ArgT, Re
             task_queue=queue, **opts.kwargs())
         parking = await _parking(router, activity, handle)
         if parking is None:
-            return await handle
+            result: ResultT = await handle  # what `activity` declares
+            return result
         parked, failure = parking
         waited = await router.model_parked(parked, failure)
         if waited >= parked.bound_s:
