@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable
 from datetime import timedelta
 from typing import Any, TypeVar, cast
@@ -270,4 +271,8 @@ class ParkedWaker:
                 except Exception as err:  # noqa: BLE001 - its recheck wakes it instead
                     attempt_log.info("could not wake %s: %s", workflow_id, err)
 
-        await asyncio.gather(*(signal(workflow_id) for workflow_id in {*parked, *rows}))
+        woken = {*parked, *rows}
+        started = time.monotonic()
+        await asyncio.gather(*(signal(workflow_id) for workflow_id in woken))
+        attempt_log.info("%s answers again: woke %d waiting tasks in %.1f s", endpoint,
+                         len(woken), time.monotonic() - started)

@@ -86,8 +86,7 @@ async def b_round(env: BenchEnv, tasks: int, latency_ms: int) -> list[float]:
 async def main(args: argparse.Namespace) -> None:
     metrics_port = free_port()
     with ScriptedLLMProcess() as endpoint_a:
-        async with bench_env(server={"metrics_port": metrics_port},
-                             refloop_model_probe_s=6.0) as env:
+        async with bench_env(server={"metrics_port": metrics_port}) as env:
             metrics = f"http://127.0.0.1:{metrics_port}/metrics"
             before = []
             for _ in range(args.rounds):

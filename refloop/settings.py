@@ -122,9 +122,9 @@ class Settings(BaseSettings):
     refloop_take_over_every_s: float = Field(default=15.0, gt=0)
     # While an endpoint is down, one request per worker probes it, at most this far apart
     # (backing off from an eighth of it; a longer Retry-After is honoured); the other calls
-    # are parked in their tasks and woken once it answers (else they recheck after ten
+    # are parked in their tasks and woken once it answers (else they recheck after twenty
     # times this, doubling up to 5 minutes).
-    refloop_model_probe_s: float = Field(default=6.0, gt=0)
+    refloop_model_probe_s: float = Field(default=3.0, gt=0)
     # Endpoint capabilities (refloop.llm.endpoint): auto negotiates and remembers per
     # (base URL, model); a pinned value is used as is.
     refloop_structured_mode: Literal["auto", "json_schema", "json_object_schema",

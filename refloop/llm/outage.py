@@ -52,7 +52,7 @@ def release_spread(probe_s: float) -> float:
 def parked_recheck_s(probe_s: float) -> float:
     """A parked call's first recheck (its task doubles it each time it parks again, up to
     a cap of its own): a fallback, since the probe's answer wakes it."""
-    return 10 * probe_s
+    return 20 * probe_s
 
 
 def wait_bound(status: int | None, bound_s: float, auth_bound_s: float | None

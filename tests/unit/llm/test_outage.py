@@ -135,7 +135,7 @@ def test_parked_calls_are_named_when_the_endpoint_answers_and_only_then():
     assert gates.answered(URL) is None  # it was not down here: nobody to wake
     gates.failed(URL, Turn(), LLMTransportError("HTTP 503", 503))
     assert gates.last_status(URL) == 503
-    assert gates.park(URL, "task-a") == parked_recheck_s(0.4) == 4.0
+    assert gates.park(URL, "task-a") == parked_recheck_s(0.4) == 8.0
     gates.park(URL, "task-b")
     gates.park(URL, "task-a")  # parked again: woken once
     assert gates.try_turn(URL) is None  # still down: parking changed nothing else
