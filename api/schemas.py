@@ -290,6 +290,8 @@ class ModelPriceBody(BaseModel):
 # A model config's window: at least what REFLOOP_MODEL_CONTEXT_TOKENS takes, at most ten
 # million tokens (past any served model's, within the column's integer)
 CONTEXT_TOKENS_MIN, CONTEXT_TOKENS_MAX = 256, 10_000_000
+ContextTokens = Annotated[int, Field(ge=CONTEXT_TOKENS_MIN, le=CONTEXT_TOKENS_MAX),
+                          BeforeValidator(_integral_float), Strict()]
 
 
 class ModelConfigBase(BaseModel):
@@ -303,8 +305,7 @@ class ModelConfigBase(BaseModel):
     price: ModelPriceBody | None = None
     # Its model's context window in tokens, ahead of REFLOOP_MODEL_CONTEXT_TOKENS and what
     # the endpoint states (None: those decide)
-    context_tokens: int | None = Field(default=None, ge=CONTEXT_TOKENS_MIN,
-                                       le=CONTEXT_TOKENS_MAX)
+    context_tokens: ContextTokens | None = None
 
 
 class ModelConfigCreate(ModelConfigBase):
@@ -321,8 +322,7 @@ class ModelConfigUpdate(BaseModel):
     api_key_env: str | None = Field(default=None, pattern=r"^[A-Z_][A-Z0-9_]*$", max_length=200)
     temperature: float | None = Field(default=None, ge=0, le=2)
     price: ModelPriceBody | None = None
-    context_tokens: int | None = Field(default=None, ge=CONTEXT_TOKENS_MIN,
-                                       le=CONTEXT_TOKENS_MAX)
+    context_tokens: ContextTokens | None = None
 
 
 class ModelConfigPublic(ModelConfigBase):

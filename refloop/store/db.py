@@ -12,7 +12,7 @@ from collections import OrderedDict
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import JSON, Boolean, Column, Text, event, inspect
+from sqlalchemy import JSON, BigInteger, Boolean, Column, Integer, Text, event, inspect
 from sqlalchemy import text as sql_text
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
@@ -89,7 +89,7 @@ class PromptRecord(SQLModel, table=True):
     # The spend limit of the tasks of a session started with it (added later: nullable;
     # None: none), unless the session or the task names its own
     max_cost_usd: float | None = None
-    max_tokens: int | None = None
+    max_tokens: int | None = Field(default=None, sa_column=Column(BigInteger))
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
 
@@ -139,7 +139,7 @@ class SessionRecord(SQLModel, table=True):
     approval_timeout_s: float | None = None
     # The spend limit its tasks start with (added later: nullable; None: no limit)
     max_cost_usd: float | None = None
-    max_tokens: int | None = None
+    max_tokens: int | None = Field(default=None, sa_column=Column(BigInteger))
 
 
 class CodeReviewContentRecord(SQLModel, table=True):
@@ -266,18 +266,25 @@ def create_schema(engine: Engine, tables: list[Any] | None = None) -> None:
 
 def add_missing_columns(connection: Connection, tables: list[Any] | None = None) -> None:
     """Nullable columns added to a model after its table was created: added to the table
-    (create_all creates missing tables only)."""
+    (create_all creates missing tables only); an integer column the model now keeps as a
+    big integer is widened (SQLite's integers are 64-bit whatever they are declared)."""
     inspector = inspect(connection)
     for table in tables or SQLModel.metadata.sorted_tables:
         if not inspector.has_table(table.name):
             continue
-        present = {column["name"] for column in inspector.get_columns(table.name)}
+        present = {column["name"]: column for column in inspector.get_columns(table.name)}
         for column in table.columns:
-            if column.name in present or not column.nullable:
-                continue
             kind = column.type.compile(dialect=connection.dialect)
-            connection.execute(sql_text(
-                f'ALTER TABLE "{table.name}" ADD COLUMN "{column.name}" {kind}'))
+            found = present.get(column.name)
+            if found is None and column.nullable:
+                connection.execute(sql_text(
+                    f'ALTER TABLE "{table.name}" ADD COLUMN "{column.name}" {kind}'))
+            elif (found is not None and connection.dialect.name == "postgresql"
+                  and isinstance(column.type, BigInteger)
+                  and not isinstance(found["type"], BigInteger)
+                  and isinstance(found["type"], Integer)):
+                connection.execute(sql_text(
+                    f'ALTER TABLE "{table.name}" ALTER COLUMN "{column.name}" TYPE {kind}'))
 
 
 class Store:

@@ -53,3 +53,44 @@ def test_processes_starting_together_on_an_empty_database_all_start():
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{url.database}" WITH (FORCE)'))
         admin.dispose()
+
+
+def test_a_token_limit_column_made_as_an_integer_is_widened():
+    """A limit of up to 10**15 tokens (what the API takes) fits the sessions' and presets'
+    columns, also in a database made when they were 32-bit."""
+    from sqlalchemy import create_engine, inspect, text
+    from sqlalchemy.engine import make_url
+
+    from refloop.store.db import PromptRecord
+    from tests.conftest import create_database
+    from tests.constants import TEST_DATABASE_URL
+
+    url = make_url(TEST_DATABASE_URL)
+    url = url.set(database=f"{url.database}_widen")
+    admin = create_engine(url.set(database="postgres"), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{url.database}" WITH (FORCE)'))
+    address = url.render_as_string(hide_password=False)
+    assert create_database(address) is None
+    Store(address).init()
+    engine = create_engine(address)
+    try:
+        with engine.begin() as conn:  # as the release before made them
+            for table in ("sessions", "prompts"):
+                conn.execute(text(f'ALTER TABLE "{table}" ALTER COLUMN max_tokens TYPE INTEGER'))
+        store = Store(address)
+        store.init()
+        with engine.connect() as conn:
+            kinds = {table: {c["name"]: str(c["type"]) for c in inspect(conn).get_columns(table)}
+                     for table in ("sessions", "prompts")}
+        assert kinds["sessions"]["max_tokens"] == kinds["prompts"]["max_tokens"] == "BIGINT"
+        session = store.add(SessionRecord(session_id="big", workspace="/w", max_tokens=10**15))
+        assert store.get(SessionRecord, session.session_id).max_tokens == 10**15
+        prompt = store.add(PromptRecord(name="p", system_prompt="s", max_tokens=10**15))
+        assert store.get(PromptRecord, prompt.id).max_tokens == 10**15
+        store.engine.dispose()
+    finally:
+        engine.dispose()
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{url.database}" WITH (FORCE)'))
+        admin.dispose()

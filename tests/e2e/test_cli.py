@@ -76,7 +76,9 @@ def test_bad_inputs_fail_with_one_clear_line(tmp_path: Path):
 
 def test_replay_flags_a_tampered_history(tmp_path: Path):
     tampered = tmp_path / "t.json"
-    source = next(HISTORIES.glob("*.json")).read_text()
+    # an agent task's history (a code review's calls no `act`)
+    source = next(text for path in sorted(HISTORIES.glob("agent_task_*.json"))
+                  if "refloop.llm.act" in (text := path.read_text()))
     tampered.write_text(source.replace("refloop.llm.act", "refloop.llm.renamed"))
     done = refloop("replay", str(tampered), tmp_path=tmp_path)
     assert done.returncode == 1 and "NON-DETERMINISTIC" in done.stderr
