@@ -1,9 +1,10 @@
 """The soak's short form (bench/soak.py): the whole stack, tasks in flight, and the model
-endpoint answering HTTP 500 for 75 s in the middle of the run.
+endpoint answering HTTP 500 for 45 s in the middle of the run.
 
-Runs once per module (about 2 minutes); the tests read its report. The outage outlasts the
+Runs once per module (about 1.5 minutes); the tests read its report. The outage outlasts the
 31 s after which the model call's retry policy used to give up, with load before and after
-it; a long task still running at the end of the drain is in flight, not lost."""
+it (20 s before, the rest of the 81 s run after); a long task still running at the end of
+the drain is in flight, not lost."""
 
 from __future__ import annotations
 
@@ -28,9 +29,10 @@ def have_postgres() -> bool:
 async def soak_report() -> Report:
     if not have_postgres():
         pytest.skip("the soak runs a PostgreSQL cluster of its own: initdb is not installed")
-    profile = short_profile(minutes=1.75)
+    profile = short_profile(minutes=1.35)
     profile.outage_s = OUTAGE_S
-    profile.drain_s = 30.0
+    profile.first_fault_s = 20.0
+    profile.drain_s = 20.0
     report = await run_soak(profile)
     print(report.text)
     return report
