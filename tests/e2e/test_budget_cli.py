@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -46,12 +47,15 @@ def waiting_task(env: dict[str, str]) -> str | None:
     return tasks[0]["task_id"] if tasks else None
 
 
-def until_waiting(env: dict[str, str], run: subprocess.Popen[str], timeout_s: float = 90
-                  ) -> str:
+def until_waiting(env: dict[str, str], run: subprocess.Popen[str], timeout_s: float = 90,
+                  asked: Callable[[], bool] = lambda: True) -> str:
+    """The task `refloop tasks` lists as waiting for budget. `asked`: a cheap test of the
+    model calls the pause follows; each look runs a `refloop` process, which the run's
+    start would otherwise share the cores with, so none starts before `asked` holds."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         assert run.poll() is None, "refloop run ended before it waited for budget"
-        if (task := waiting_task(env)) is not None:
+        if asked() and (task := waiting_task(env)) is not None:
             return task
         time.sleep(0.5)
     raise AssertionError("the task never waited for budget")
@@ -69,7 +73,7 @@ def test_refloop_run_pauses_and_refloop_budget_raises(tmp_path: Path, scripted_l
          str(workspace), "--model", model, "--no-reflection", "--max-cost-usd", "0.05"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        task = until_waiting(env, run)
+        task = until_waiting(env, run, asked=lambda: answered(scripted_llm, model) >= 5)
         calls = answered(scripted_llm, model)
         assert calls == 5
         shown = refloop(env, "show", task)

@@ -26,7 +26,7 @@ def test_refloop_review_pauses_and_refloop_budget_raises(tmp_path: Path, scripte
          str(tmp_path), "--model", model, "--format", "simple", "--max-cost-usd", "0.01"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        review_id = until_waiting(env, run)
+        review_id = until_waiting(env, run, asked=lambda: answered(scripted_llm, model) >= 1)
         assert answered(scripted_llm, model) == 1
         time.sleep(1)
         assert answered(scripted_llm, model) == 1  # no call while it waits
