@@ -61,6 +61,7 @@ def until_waiting(env: dict[str, str], run: subprocess.Popen[str], timeout_s: fl
     raise AssertionError("the task never waited for budget")
 
 
+@pytest.mark.slow  # `refloop run`'s own stack and a process per command
 def test_refloop_run_pauses_and_refloop_budget_raises(tmp_path: Path, scripted_llm):
     model = cent_scenario(scripted_llm, {
         "intent": [CODING], "plan": [plan_of("list_dir")], "act": listing(7),

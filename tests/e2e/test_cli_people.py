@@ -18,6 +18,8 @@ import pytest
 
 from tests.ui.test_console import console_and_model
 
+pytestmark = pytest.mark.slow  # a `refloop up` for the module and a process per command
+
 
 def writes(*names: str) -> dict:
     """A scenario that writes each file in turn, one plan step each, marked done."""

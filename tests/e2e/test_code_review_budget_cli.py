@@ -10,11 +10,14 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.e2e.test_budget_cli import refloop, refloop_env, until_waiting
 from tests.workflow.test_budget import answered, cent_scenario
 from tests.workflow.test_code_review import DIFF, issue, review, verify
 
 
+@pytest.mark.slow  # `refloop review`'s own stack and a process per command
 def test_refloop_review_pauses_and_refloop_budget_raises(tmp_path: Path, scripted_llm):
     model = cent_scenario(scripted_llm, {
         "code_review": [review(issue("ISSUE-001"))], "code_verify": [verify()]})

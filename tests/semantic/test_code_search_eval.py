@@ -86,6 +86,7 @@ def test_hybrid_search_beats_bm25_and_grep_at_definition_level(small_eval):
     assert hybrid.mrr > bm25.mrr and hybrid.mrr > grep.mrr, report
 
 
+@pytest.mark.slow  # indexes the slice from nothing in a child process
 def test_the_scale_table_on_the_small_corpus(tmp_path: Path):
     """`make test`'s version of the bench's scale table: the small slice indexed from
     nothing in a child process, as the index activity runs it, and measured from outside;

@@ -189,6 +189,7 @@ def ended_rows(tmp_path: Path) -> None:
                                           input={"task": f"ended task {n}"}))
 
 
+@pytest.mark.slow  # waits out the refreshes at 1, 2, 4 and 8 s
 def test_the_front_page_asks_less_while_nothing_runs_and_nothing_when_hidden(console,
                                                                                tmp_path):
     """Nothing runs: one request per refresh (the inbox is the list's waiting rows), at 1,
@@ -219,6 +220,7 @@ def test_the_front_page_asks_less_while_nothing_runs_and_nothing_when_hidden(con
         assert len(asked) == hidden_at + 1, "shown again, the page did not refresh at once"
 
 
+@pytest.mark.slow  # its own `refloop up`
 def test_a_task_waiting_for_its_host_is_moved_from_the_inbox_and_task_page(tmp_path):
     """A task whose host has no worker waits for it; the inbox's Move… opens the task page's
     move box, which offers the live hosts, shows a refusal as the API says it, asks before

@@ -18,9 +18,10 @@ from refloop.runtime.net import free_port
 from tests.ui.browser import chromium_page
 from tests.ui.test_console import CHROMIUM, console_and_model
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.skipif(
     CHROMIUM is None, reason="Chromium is not installed (apt-get install chromium): "
-    "browser tests skipped")
+    "browser tests skipped"),
+    pytest.mark.slow]  # each starts a `refloop up` and a browser: 10-20 s
 SLOW_MS = 60_000  # a task's next event on a loaded 2-core machine
 ACTION = "^(Approve|Reject|Cancel…|Rewind to here)$"
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import random
 
+import pytest
+
 from refloop.worker.main import build_worker
 from tests.llm_fixtures import unique_scenario
 from tests.workflow.helpers import CODING, SUMMARY, plan_of, result_of, start
@@ -29,6 +31,7 @@ def flaky(entries: list[dict], rng: random.Random, rate: float = 0.2) -> list[di
     return out
 
 
+@pytest.mark.slow  # the retries' back-offs and the 2.5 s timeouts, six tasks at once
 async def test_tasks_complete_through_429_500_timeouts_and_garbage(
     client, settings, scripted_llm, tmp_path, task_queue
 ):
