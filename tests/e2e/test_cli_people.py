@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -327,17 +328,33 @@ def test_watch_follows_a_task_across_a_rewind(people: People):
     people.wait(task, "waiting_approval")  # b.txt waits; a.txt's checkpoint is taken
     env = {k: v for k, v in os.environ.items() if k not in ("TEMPORAL_ADDRESS",
                                                                "DATABASE_URL")}
-    watcher = subprocess.Popen([sys.executable, "-m", "refloop", "watch", task, "--json"],
-                               env={**env, "REFLOOP_DATA_DIR": str(people.data)},
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    errors = people.root / f"watch-{task}.err"
+    with errors.open("w") as err:
+        watcher = subprocess.Popen([sys.executable, "-m", "refloop", "watch", task, "--json"],
+                                   env={**env, "REFLOOP_DATA_DIR": str(people.data)},
+                                   stdout=subprocess.PIPE, stderr=err, text=True)
+    lines: list[str] = []
+
+    def read() -> None:
+        for line in watcher.stdout or []:
+            lines.append(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     try:
-        time.sleep(3)  # the watcher has printed the first run's events
+        # The watcher has printed the events so far: up to b.txt's approval the task waits on.
+        deadline = time.monotonic() + 60
+        while sum(json.loads(line)["type"] == "approval_required" for line in lines) < 2:
+            assert time.monotonic() < deadline and watcher.poll() is None, lines
+            time.sleep(0.1)
         people.ok("rewind", task, "--to-step", "1")
-        stdout, stderr = watcher.communicate(timeout=120)
+        watcher.wait(timeout=120)
+        reader.join(timeout=30)
     finally:
         if watcher.poll() is None:
             watcher.kill()
-    events = [json.loads(line) for line in stdout.splitlines()]
+    stderr = errors.read_text()
+    events = [json.loads(line) for line in lines]
     types = [e["type"] for e in events]
     assert types.index("rewind") < types.index("rewound"), types
     assert [e["seq"] for e in events] == sorted({e["seq"] for e in events})  # on, once each
