@@ -204,9 +204,12 @@ async def test_a_command_cut_off_by_a_crash_is_not_run_again(
         await wait_until((workspace / "runs.txt").exists, "the command's start")
         workers.append(spawn_worker(temporal_server, settings, task_queue))
         os.killpg(workers[0].pid, signal.SIGKILL)
+        killed = time.monotonic()
         workers[0].wait()
         result = await asyncio.wait_for(result_of(handle), timeout=90)
-        await asyncio.sleep(4)  # the cut-off command's own sleep has ended
+        # The cut-off command's own sleep (3 s from its start, before the kill) has ended:
+        # mostly so already, the result waiting out the heartbeat timeout.
+        await asyncio.sleep(max(0.0, killed + 4 - time.monotonic()))
     finally:
         for proc in workers:
             if proc.poll() is None:
