@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -49,10 +50,12 @@ def gguf_path(model: str) -> Path:
 
 
 class LlamaServer:
-    """`python -m llama_cpp.server`, stock settings plus the function-calling chat format."""
+    """`python -m llama_cpp.server`, stock settings plus the function-calling chat format,
+    with a context window of `n_ctx` tokens."""
 
-    def __init__(self, model: str, log: Path) -> None:
+    def __init__(self, model: str, log: Path, n_ctx: int = 8192) -> None:
         self.model = model
+        self.n_ctx = n_ctx
         self.port = free_port()
         self.log = log
         self.process: subprocess.Popen[bytes] | None = None
@@ -60,7 +63,7 @@ class LlamaServer:
     def __enter__(self) -> LlamaServer:
         argv = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf_path(self.model)),
                 "--model_alias", self.model, "--host", "127.0.0.1", "--port", str(self.port),
-                "--n_ctx", "8192", "--chat_format", "chatml-function-calling"]
+                "--n_ctx", str(self.n_ctx), "--chat_format", "chatml-function-calling"]
         self.process = subprocess.Popen(argv, stdout=self.log.open("wb"),
                                         stderr=subprocess.STDOUT)
         wait_for_port(self.port, 120, alive=lambda: self.process.poll() is None)
@@ -84,21 +87,28 @@ class LlamaServer:
                 self.process.wait()
 
 
-@pytest.fixture(scope="module", params=MODELS)
-def real_model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-               ) -> Iterator[tuple[str, LoggingProxy]]:
+@contextmanager
+def served(model: str, log: Path, n_ctx: int = 8192) -> Iterator[LoggingProxy]:
+    """A llama-cpp-python server of `model` with an `n_ctx` window, behind a logging proxy."""
     if not ENABLED:
         pytest.skip("the real-model lane: `make test-real-model`")
     if importlib.util.find_spec("llama_cpp") is None:
         pytest.fail("llama-cpp-python is not installed: run `make test-real-model`")
-    log = tmp_path_factory.mktemp("llama") / f"{request.param}.log"
-    with LlamaServer(request.param, log) as server:
+    with LlamaServer(model, log, n_ctx) as server:
         proxy = LoggingProxy(f"http://127.0.0.1:{server.port}")
         proxy.start()
         try:
-            yield request.param, proxy
+            yield proxy
         finally:
             proxy.stop()
         # A server that died mid-lane fails every later request alike: say why it died
         if reason := server.died():
             pytest.fail(reason)
+
+
+@pytest.fixture(scope="module", params=MODELS)
+def real_model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+               ) -> Iterator[tuple[str, LoggingProxy]]:
+    log = tmp_path_factory.mktemp("llama") / f"{request.param}.log"
+    with served(request.param, log) as proxy:
+        yield request.param, proxy

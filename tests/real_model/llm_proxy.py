@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 from fastapi import FastAPI, Request
@@ -21,12 +21,22 @@ from fastapi.responses import Response, StreamingResponse
 from refloop.runtime.http_thread import ThreadedServer
 
 
+class Steer(Protocol):
+    """Narrows a request before the server sees it (its choices, never its prompt), and
+    hears how the server answered it."""
+
+    def request(self, body: dict[str, Any]) -> dict[str, Any]: ...
+
+    def answered(self, body: dict[str, Any], status: int) -> None: ...
+
+
 class LoggingProxy(ThreadedServer):
     name = "llm-proxy"
 
     def __init__(self, upstream: str) -> None:
         super().__init__()
         self.upstream = upstream.rstrip("/")
+        self.steer: Steer | None = None
         self.log: list[dict[str, Any]] = []
         self.in_flight = 0
         self.lock = threading.Lock()
@@ -47,6 +57,10 @@ class LoggingProxy(ThreadedServer):
                              schema_in_format=isinstance(fmt, dict) and "schema" in fmt,
                              tool_choice=body.get("tool_choice"), tools=bool(body.get("tools")),
                              max_tokens=body.get("max_tokens"), stream=bool(body.get("stream")))
+                if self.steer is not None:
+                    body = self.steer.request(body)
+                    raw = json.dumps(body).encode()
+                    entry["body"] = body
             except ValueError:
                 pass
             # Logged in the order requests arrive, so one still generating when its run is
@@ -69,6 +83,7 @@ class LoggingProxy(ThreadedServer):
             # the server generated for it never reached refloop's ledger.
             entry.update(status=upstream.status_code, end=time.time(),
                          abandoned=await request.is_disconnected())
+            self.heard(entry, upstream.status_code)
             if upstream.status_code == 200:
                 data = upstream.json()
                 usage = data.get("usage") or {}
@@ -96,6 +111,7 @@ class LoggingProxy(ThreadedServer):
                 self.done()
                 return Response(status_code=502, content=b'{"error": "upstream"}')
             entry.update(status=upstream.status_code, completion_tokens=0, hung_up=False)
+            self.heard(entry, upstream.status_code)
             if upstream.status_code != 200:
                 body = await upstream.aread()
                 await upstream.aclose()
@@ -121,6 +137,10 @@ class LoggingProxy(ThreadedServer):
             return StreamingResponse(chunks(), media_type="text/event-stream")
 
         return app
+
+    def heard(self, entry: dict[str, Any], status: int) -> None:
+        if self.steer is not None and "body" in entry:
+            self.steer.answered(entry.pop("body"), status)
 
     def done(self) -> None:
         with self.lock:
