@@ -57,8 +57,12 @@ async def test_a_scrape_during_a_wait_for_approval_shows_it(scripted_llm, tmp_pa
                 await asyncio.sleep(0.5)
             assert sample(scraped, "refloop_tasks", status="waiting_approval") == 1, scraped
             assert (await http.get(f"/tasks/{task}")).json()["status"] == "waiting_approval"
-            await asyncio.sleep(1.5)
-            scraped = (await http.get(f"http://127.0.0.1:{metrics_port}/metrics")).text
+            deadline = time.monotonic() + 30
+            while not (sample(scraped, "refloop_oldest_wait_seconds",
+                              status="waiting_approval") or 0) > 0 \
+                    and time.monotonic() < deadline:  # the wait has lasted a while
+                await asyncio.sleep(0.25)
+                scraped = (await http.get(f"http://127.0.0.1:{metrics_port}/metrics")).text
         waited = sample(scraped, "refloop_oldest_wait_seconds", status="waiting_approval")
         assert waited is not None and waited > 0
         # The model requests that led to the wait, by endpoint and purpose, with tokens.
