@@ -145,6 +145,9 @@ class LLMGateway:
         read here, on the worker, from the variable it names (never carried in a task)."""
         if endpoint is not None and endpoint.price is not None:  # its calls at its price
             self._price_with(endpoint.price)
+        if endpoint is not None:  # its window ahead of the operator's and the endpoint's
+            self.windows.configured(self._base_url_of(endpoint), endpoint.model,
+                                    endpoint.context_tokens)
         if endpoint is None or (endpoint.base_url is None and endpoint.api_key_env is None):
             return self.client
         # Model configs come from API clients: the worker's own key never goes to a URL one

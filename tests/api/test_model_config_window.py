@@ -94,9 +94,6 @@ async def test_a_database_made_before_the_window_gets_its_column(client, setting
         app.state.store.engine.dispose()
 
 
-@pytest.mark.xfail(strict=True, reason="the gateway does not hand a task's model config "
-                   "window to its WindowKeeper yet (LLMGateway.client_for: "
-                   "self.windows.configured(...))")
 async def test_a_task_fits_its_model_configs_window_not_the_endpoints(
         api, scripted_llm, workspace):
     """The endpoint states 12,000 tokens (its /v1/models) and enforces them; the task's
