@@ -71,7 +71,10 @@ class ModelPhase(AgentBase):
             wait = self._end_wait("model")
             if wait is None:
                 return
-            waited = report.waited_s if report.waited_s is not None else self._waited_s(wait)
+            # The longer of the task's wait and the reporting call's: a call that probes
+            # after being parked began its own count late, and a probe's may begin before
+            # its signal reached the task.
+            waited = max(report.waited_s or 0.0, self._waited_s(wait))
             self.state.stats = self.state.stats.model_copy(update={
                 "model_wait_s": round(self.state.stats.model_wait_s + waited, 3)})
             if report.gave_up:  # the call's failure follows, and ends the task

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -72,6 +72,29 @@ async def status_of(handle: WorkflowHandle) -> str:
 
 async def all_waiting(handles: list[WorkflowHandle]) -> bool:
     return all([await status_of(h) == "waiting_for_model" for h in handles])
+
+
+async def until_all_waiting(handles: list[WorkflowHandle], timeout_s: float) -> None:
+    """Every task shows `waiting_for_model`; else the failure says what each shows."""
+    try:
+        await wait_until(lambda: all_waiting(handles), "every task waiting_for_model",
+                         timeout_s=timeout_s)
+    except AssertionError as late:
+        shown = [await status_of(h) for h in handles]
+        raise AssertionError(f"{late}: the tasks show {shown}") from None
+
+
+@contextlib.asynccontextmanager
+async def ended_on_failure(handles: list[WorkflowHandle]) -> AsyncIterator[None]:
+    """A failing test terminates its tasks: a task left waiting keeps its row
+    `waiting_for_model`, which a later test of this process would count."""
+    try:
+        yield
+    except BaseException:
+        for handle in handles:
+            with contextlib.suppress(RPCError):
+                await handle.terminate("the test failed")
+        raise
 
 
 async def listed_waiting(client, handles: list[WorkflowHandle]) -> bool:
@@ -135,7 +158,7 @@ async def outage_then_recovery(client, settings, scripted_llm, tmp_path: Path,
     settings = settings.model_copy(update={"refloop_model_probe_s": 1.0})
     store = store_for(settings.effective_database_url)
     handles, workspaces = [], []
-    async with build_worker(client, settings, task_queue):
+    async with build_worker(client, settings, task_queue), ended_on_failure(handles):
         for n in range(4):
             workspace = tmp_path / f"ws{n}"
             workspace.mkdir()
@@ -144,12 +167,13 @@ async def outage_then_recovery(client, settings, scripted_llm, tmp_path: Path,
                 task="write four files", workspace=str(workspace),
                 model=four_files_scenario(scripted_llm), enable_reflection=False,
                 enable_quality_review=False)))
-        # Mid-task: each has written a file before the endpoint goes down.
-        await wait_until(lambda: all((w / "f0.txt").exists() for w in workspaces),
-                         "every task wrote its first file")
+        # Mid-task: the endpoint goes down once a task has written its first file (a
+        # task started later waits in an earlier call; waiting for all four to write one
+        # let the first finish its four on a loaded machine before the last began).
+        await wait_until(lambda: any((w / "f0.txt").exists() for w in workspaces),
+                         "a task wrote its first file")
         with endpoint_fault(scripted_llm, status=500):
-            await wait_until(lambda: all_waiting(handles), "every task waiting_for_model",
-                             timeout_s=30)
+            await until_all_waiting(handles, timeout_s=30)
             await wait_until(lambda: listed_waiting(client, handles),
                              "the search attribute says waiting_for_model", timeout_s=30)
             rows = [store.get_task(h.id) for h in handles]
@@ -276,8 +300,12 @@ async def test_fifty_waiting_tasks_probe_together_and_resume_within_seconds(
             scripted_llm.set_fault()
             back = time.time()
             store = store_for(settings.effective_database_url)
-            await wait_until(lambda: not store.count_by_status().get("waiting_for_model"),
-                             "no row says waiting_for_model", timeout_s=30)
+
+            def none_waiting() -> bool:  # these tasks' rows (another test's may be left)
+                return not any(store.get_task(h.id).status == "waiting_for_model"
+                               for h in handles)
+
+            await wait_until(none_waiting, "no row says waiting_for_model", timeout_s=30)
             rows_clear = time.time() - back
             results = await asyncio.wait_for(
                 asyncio.gather(*(result_of(h) for h in handles)), timeout=120)
@@ -311,6 +339,38 @@ async def test_tasks_parked_on_a_worker_that_stopped_are_woken_by_the_next_one(
     resumed = [min(r["time"] for r in scripted_llm.requests(model=m) if r["status"] == 200)
                for m in models]
     assert max(resumed) - back <= 10, f"last resumed {max(resumed) - back:.1f} s after"
+
+
+async def probing(handle: WorkflowHandle) -> bool:
+    """The task's model call is out, retrying (a parked task's waits in a timer)."""
+    pending = (await handle.describe()).raw_description.pending_activities
+    return any(activity.activity_type.name.startswith("refloop.llm.") for activity in pending)
+
+
+async def test_a_parked_call_that_probes_later_counts_the_whole_wait(
+        client, settings, scripted_llm, tmp_path, task_queue):
+    """A task parked while another probed, whose own call probes after its recheck (the
+    other task gone): its wait counts from when it was parked, not from when its call
+    began probing (the call's own count said 1 s of a 20 s wait)."""
+    settings = settings.model_copy(update={"refloop_model_probe_s": 0.5})  # recheck 10 s
+    with endpoint_fault(scripted_llm, status=503):
+        async with build_worker(client, settings, task_queue):
+            handles, _ = await hellos_waiting(client, scripted_llm, task_queue, tmp_path, 2)
+            roles = [await probing(h) for h in handles]
+            assert sorted(roles) == [False, True], roles  # one probes, one is parked
+            prober, parked = handles if roles[0] else handles[::-1]
+            parked_at = time.time()
+            await prober.terminate("its probe goes: the parked call probes next")
+            # its recheck comes: its call is the probe now, and is refused a while
+            await wait_until(lambda: probing(parked), "the parked call probes", timeout_s=30)
+            await asyncio.sleep(2)
+            scripted_llm.set_fault()
+            back = time.time()
+            result = await asyncio.wait_for(result_of(parked), timeout=30)
+    assert result.status == "completed", result.answer
+    assert result.stats.llm_failed_calls >= 1  # its own call was refused
+    assert result.stats.model_wait_s >= back - parked_at, (
+        result.stats.model_wait_s, back - parked_at)
 
 
 async def test_a_task_waiting_for_the_model_can_be_cancelled(
