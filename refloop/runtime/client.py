@@ -14,7 +14,6 @@ from datetime import timedelta
 from temporalio.client import Client
 from temporalio.client import Interceptor as ClientInterceptor
 from temporalio.contrib.opentelemetry import TracingInterceptor
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter
 from temporalio.envconfig import ClientConfigProfile
 from temporalio.runtime import (
@@ -27,9 +26,10 @@ from temporalio.runtime import (
 )
 from temporalio.service import TLSConfig
 
+from refloop.runtime.converter import DATA_CONVERTER as LEAN_DATA_CONVERTER
 from refloop.runtime.telemetry import configure_tracing
 
-DATA_CONVERTER: DataConverter = pydantic_data_converter
+DATA_CONVERTER: DataConverter = LEAN_DATA_CONVERTER
 
 
 def metrics_exporter() -> PrometheusConfig | OpenTelemetryConfig | None:

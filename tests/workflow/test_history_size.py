@@ -1,16 +1,22 @@
 """A run's history holds its work, not bookkeeping: no patch markers, few events before the
-first model call, and a one-write task within a fixed number of events."""
+first model call, a one-write task within a fixed number of events, and a write step within
+its events and bytes."""
 
 from __future__ import annotations
 
 from temporalio.api.enums.v1 import EventType
 
+from bench.step_breakdown import step_history
 from refloop.contract.task import TaskInput
 from tests.llm_fixtures import unique_scenario
 from tests.workflow.helpers import CODING, SUMMARY, call, final, plan_of, run_with_history
 
 BEFORE_FIRST_MODEL_CALL = 10
 ONE_WRITE_TASK = 70
+# A write step: 12 events, 3,148 bytes here (3,526 before the model call's payloads left
+# out their defaults); the margin is for longer paths and host names
+STEP_EVENTS = 12
+STEP_BYTES = 3400
 
 
 async def test_a_one_write_task_has_a_lean_history(client, settings, scripted_llm, workspace,
@@ -39,3 +45,22 @@ async def test_a_one_write_task_has_a_lean_history(client, settings, scripted_ll
             "refloop.llm."))
     assert first_model_call <= BEFORE_FIRST_MODEL_CALL, first_model_call
     assert len(events) <= ONE_WRITE_TASK, len(events)
+
+
+async def test_a_write_step_stays_within_its_events_and_bytes(client, settings, scripted_llm,
+                                                             workspace, task_queue):
+    """A step of one model call and one write: its events and bytes as `bench_steps`
+    counts them (a model call's scheduling to the next one's)."""
+    writes = [call("write_file", path=f"f{n}.txt", content=f"{n}\n") for n in range(4)]
+    model = unique_scenario(scripted_llm, {
+        "intent": [CODING], "plan": [plan_of("write_file")],
+        "act": [*writes, final("ok")], "summary": [SUMMARY],
+    })
+    result, history = await run_with_history(client, settings, task_queue, TaskInput(
+        task="write four files", workspace=str(workspace), model=model,
+        enable_reflection=False, enable_quality_review=False))
+    assert result.status == "completed", result.answer
+    events, size = step_history(history)
+    print(f"a write step: {events:.0f} events, {size:.0f} bytes")
+    assert events <= STEP_EVENTS, events
+    assert size <= STEP_BYTES, size
