@@ -356,8 +356,13 @@ async def test_a_parked_call_that_probes_later_counts_the_whole_wait(
     with endpoint_fault(scripted_llm, status=503):
         async with build_worker(client, settings, task_queue):
             handles, _ = await hellos_waiting(client, scripted_llm, task_queue, tmp_path, 2)
-            roles = [await probing(h) for h in handles]
-            assert sorted(roles) == [False, True], roles  # one probes, one is parked
+            roles: list[bool] = []
+
+            async def one_parked() -> bool:  # both calls' first requests may go at once
+                roles[:] = [await probing(h) for h in handles]
+                return sorted(roles) == [False, True]
+
+            await wait_until(one_parked, "one call probes, the other is parked")
             prober, parked = handles if roles[0] else handles[::-1]
             parked_at = time.time()
             await prober.terminate("its probe goes: the parked call probes next")
