@@ -38,16 +38,17 @@ compose:
 		>/dev/null 2>&1 || \
 		echo "could not install docker-compose: the compose files are checked without it"
 
-# Two pytest-xdist processes, each with its own Temporal dev server, scripted model and
-# database (REFLOOP_TEST_DATABASE_URL's name + _gw0, _gw1: made on demand); a test file's
-# tests stay in one process. TEST_WORKERS=0 runs them all in this one.
+# Three pytest-xdist processes (on 2 cores: many tests wait rather than compute), each with
+# its own Temporal dev server, scripted model and database (REFLOOP_TEST_DATABASE_URL's
+# name + _gw0, _gw1, _gw2: made on demand); a test file's tests stay in one process.
+# TEST_WORKERS=0 runs them all in this one.
 # tests.typecheck: mypy, strict on the contract, workflows and activities (docs/tests.md);
 # it warms the cache that tests/unit/deployment/test_typecheck.py reads.
 # The processes share the cores, so index passes started by tasks embed on one thread.
 # Bytecode is cached even where the environment sets PYTHONDONTWRITEBYTECODE: otherwise
 # every pytest process rewrites the tests' asserts anew and every `refloop` process the
 # suite starts (workers, `refloop up`, `refloop run`...) compiles refloop again.
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 
 test: $(STAMP) postgres bwrap compose docs
 	$(BIN)/ruff check .
