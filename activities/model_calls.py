@@ -40,6 +40,7 @@ attempt_log = logging.getLogger("refloop.attempts")
 LEDGER_KEY = "refloop_ledger"
 OUTAGE_KEY = "refloop_waiting_since"  # epoch seconds: the call waits for its endpoint
 STATUS_KEY = "refloop_waiting_status"  # the HTTP status it waits out (401/403: shorter)
+EPISODE_KEY = "refloop_waiting_episode"  # the outage its task was told of
 AGENT_WORKFLOW = "AgentTaskWorkflow"
 # Model calls whose policy is a small budget: they fail (open) rather than wait.
 BOUNDED_MODEL_CALLS = frozenset({activity_calls.QUALITY_REVIEW.name,
@@ -167,8 +168,10 @@ def _outage_watch() -> OutageWatch | None:
         return None
     info = activity.info()
     parks = info.workflow_type == AGENT_WORKFLOW and bool(info.workflow_id)
+    episode = _carried(EPISODE_KEY)
     watch = OutageWatch(since=_carried_wait_start(), notify=_tell_task,
-                        waiter=info.workflow_id if parks else None)
+                        waiter=info.workflow_id if parks else None,
+                        told_episode=episode if isinstance(episode, str) else None)
     status = _carried(STATUS_KEY)
     watch.status = status if isinstance(status, int) else None
     return watch
@@ -199,6 +202,7 @@ async def model_ledger() -> AsyncIterator[RequestLedger]:
         if watch is not None and watch.since is not None:
             beat[OUTAGE_KEY] = watch.since
             beat[STATUS_KEY] = watch.status
+            beat[EPISODE_KEY] = watch.told_episode
         return beat
 
     ledger.on_change = lambda _: activity.heartbeat(details())

@@ -464,7 +464,8 @@ class LLMGateway:
             if watch.waiter is not None:
                 raise self._parked(base_url, name, error, watch.waiter)
             await watch.waiting(name, error, settings.refloop_model_outage_s,
-                                watch.status, settings.refloop_model_auth_wait_s)
+                                watch.status, settings.refloop_model_auth_wait_s,
+                                self.gates.episode(base_url))
             raise EndpointWaiting(f"waiting for {name}: {error}", status=watch.status,
                                   retry_after=self.gates.retry_in(base_url))
         try:
@@ -476,7 +477,8 @@ class LLMGateway:
             self.gates.failed(base_url, turn, err)
             watch.status = err.status
             await watch.waiting(name, str(err), settings.refloop_model_outage_s,
-                                err.status, settings.refloop_model_auth_wait_s)
+                                err.status, settings.refloop_model_auth_wait_s,
+                                self.gates.episode(base_url))
             waiting = EndpointWaiting(f"waiting for {name}: {err}", status=err.status,
                                       retry_after=self.gates.retry_in(base_url))
             waiting.body = err.body

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
@@ -92,6 +93,9 @@ class EndpointDown:
     next_probe: float = 0.0  # monotonic
     probing: bool = False
     parked: set[str] = field(default_factory=set)  # who to wake when it answers
+    # This outage, as against an earlier one at this endpoint: a call told its task of an
+    # earlier one (which another request's answer ended) tells it again
+    episode: str = field(default_factory=lambda: secrets.token_hex(6))
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def notify(self) -> None:
@@ -150,6 +154,11 @@ class EndpointGates:
             state.parked.add(waiter)
         return parked_recheck_s(self.probe_s)
 
+    def episode(self, base_url: str) -> str | None:
+        """The outage of `base_url` as this worker sees it now (None: it is up here)."""
+        state = self.down.get(base_url)
+        return state.episode if state is not None else None
+
     def last_error(self, base_url: str) -> str:
         state = self.down.get(base_url)
         return state.last_error if state is not None else ""
@@ -206,21 +215,24 @@ class OutageWatch:
     gateway passes."""
 
     def __init__(self, since: float | None = None, notify: Notify | None = None,
-                 clock: Callable[[], float] = time.time, waiter: str | None = None
-                 ) -> None:
+                 clock: Callable[[], float] = time.time, waiter: str | None = None,
+                 told_episode: str | None = None) -> None:
         self.since = since  # wall-clock start of the wait (None: not waiting)
         self.notify = notify
         self.waiter = waiter  # the workflow a parked call's task is (None: it cannot park)
         self.clock = clock
         self.told = since is not None  # an earlier attempt of the call told its task
+        self.told_episode = told_episode  # of which outage (None: not known)
         self.endpoint = ""
         self.status: int | None = None  # the HTTP status of the last failure, if any
 
     async def waiting(self, endpoint: str, error: str, bound_s: float,
-                      status: int | None = None, auth_bound_s: float | None = None) -> None:
+                      status: int | None = None, auth_bound_s: float | None = None,
+                      episode: str | None = None) -> None:
         """The call waits for `endpoint` (its own request failed, or a probe is out):
-        tell once; past the bound (a refused key's shorter one for 401/403), give up naming
-        the endpoint and its last error."""
+        tell once an outage (`episode`: another task's answer in between ended the wait
+        its task was told of, and woke it); past the bound (a refused key's shorter one for
+        401/403), give up naming the endpoint and its last error."""
         now = self.clock()
         if self.since is None:
             self.since = now
@@ -233,8 +245,10 @@ class OutageWatch:
                                    "waited_s": round(waited, 3)})
             raise ModelUnavailable(unavailable_message(endpoint, waited, setting, bound_s,
                                                        error))
-        if not self.told and self.notify is not None:
+        again = episode is not None and self.told_episode not in (None, episode)
+        if (not self.told or again) and self.notify is not None:
             self.told = True
+            self.told_episode = episode
             await self.notify({"waiting": True, "endpoint": endpoint, "error": error[:500],
                                "since": self.since})
 
@@ -248,6 +262,7 @@ class OutageWatch:
             await self.notify({"waiting": False, "endpoint": self.endpoint,
                                "waited_s": round(waited, 3)})
         self.told = False
+        self.told_episode = None
         return waited
 
 

@@ -349,6 +349,40 @@ async def test_tasks_parked_on_a_worker_that_stopped_are_woken_by_the_next_one(
     assert max(resumed) - back <= 10, f"last resumed {max(resumed) - back:.1f} s after"
 
 
+async def test_a_task_woken_by_an_answer_sent_before_the_outage_waits_again(
+        client, settings, scripted_llm, tmp_path, task_queue):
+    """An answer already on its way when the endpoint went down reaches the worker after a
+    task began waiting: the worker takes the endpoint for back and wakes the task, whose
+    call is refused again. The task says it waits again, instead of `running` until the
+    endpoint is back (what a loaded CI run showed)."""
+    settings = settings.model_copy(update={"refloop_model_probe_s": 0.5})
+    # the slow task's last call is on its way when the endpoint goes down: the woken task
+    # is then the only one calling, its call the probe every time
+    slow_model = unique_scenario(scripted_llm, {
+        "intent": [CHAT], "act": [final("late hello")],
+        "summary": [{**SUMMARY, "delay_ms": 3000}]})
+    async with build_worker(client, settings, task_queue):
+        slow = await start(client, task_queue, TaskInput(
+            task="say hello", workspace=str(tmp_path), model=slow_model,
+            enable_reflection=False, enable_planning=False, enable_quality_review=False))
+        await wait_until(lambda: scripted_llm.arrived(slow_model, "summary") >= 1,
+                         "the slow answer is on its way")
+        with endpoint_fault(scripted_llm, status=500):
+            [waiting], _ = await hellos_waiting(client, scripted_llm, task_queue,
+                                                tmp_path, 1)
+            # the slow answer arrives: the endpoint is taken for back, the task woken
+            slow_result = await asyncio.wait_for(result_of(slow), timeout=30)
+            await asyncio.sleep(2)
+            await until_all_waiting([waiting], timeout_s=15)
+            history = await waiting.fetch_history()
+            woken = [e for e in history.events
+                     if e.HasField("workflow_execution_signaled_event_attributes")]
+            assert len(woken) >= 2  # told it waits, woken, told again
+        result = await asyncio.wait_for(result_of(waiting), timeout=60)
+    assert [r.status for r in (result, slow_result)] == ["completed", "completed"]
+    assert len(events_of(result, "waiting_for_model")) == 2
+
+
 async def probing(handle: WorkflowHandle) -> bool:
     """The task's model call is out, retrying (a parked task's waits in a timer)."""
     pending = (await handle.describe()).raw_description.pending_activities

@@ -219,6 +219,38 @@ async def test_a_watch_carried_from_an_earlier_attempt_keeps_its_start_and_repor
     assert await OutageWatch(notify=notify).back() == 0.0 and len(told) == 1
 
 
+async def test_a_watch_tells_again_when_its_endpoint_went_down_anew():
+    """Another task's request answered in between (an answer already on its way when the
+    endpoint went down): the worker woke the waiting tasks, this call's among them, while
+    its own call still fails. It tells its task again, once per outage; a call carried
+    from an attempt that did not record the outage keeps telling once."""
+    told: list[dict] = []
+
+    async def notify(report: dict) -> None:
+        told.append(report)
+
+    gates = EndpointGates(probe_s=0.4)
+    gates.failed(URL, Turn(), LLMTransportError("refused"))
+    first = gates.episode(URL)
+    watch = OutageWatch(notify=notify)
+    await watch.waiting(URL, "HTTP 500", bound_s=60, episode=first)
+    await watch.waiting(URL, "HTTP 500", bound_s=60, episode=first)
+    assert [r["waiting"] for r in told] == [True]
+    assert gates.answered(URL) == set() and gates.episode(URL) is None
+    gates.failed(URL, Turn(), LLMTransportError("refused"))
+    again = gates.episode(URL)
+    assert again is not None and again != first
+    await watch.waiting(URL, "HTTP 500", bound_s=60, episode=again)
+    await watch.waiting(URL, "HTTP 500", bound_s=60, episode=again)
+    assert [r["waiting"] for r in told] == [True, True]
+    # carried across attempts: the outage it told of goes with it
+    carried = OutageWatch(since=watch.since, notify=notify, told_episode=watch.told_episode)
+    await carried.waiting(URL, "HTTP 500", bound_s=60, episode=again)
+    await OutageWatch(since=watch.since, notify=notify).waiting(
+        URL, "HTTP 500", bound_s=60, episode=first)
+    assert len(told) == 2
+
+
 @pytest.mark.parametrize("stream", ["auto", "off"])
 async def test_a_garbled_answer_over_http_is_the_endpoints_fault(scripted_llm, stream):
     """Through the real client, streamed and not: a 200 whose body is cut in a UTF-8
