@@ -176,8 +176,7 @@ async def outage_then_recovery(client, settings, scripted_llm, tmp_path: Path,
                 model=four_files_scenario(scripted_llm), enable_reflection=False,
                 enable_quality_review=False)))
         # Mid-task: the endpoint goes down once a task has written its first file (a
-        # task started later waits in an earlier call; waiting for all four to write one
-        # let the first finish its four on a loaded machine before the last began).
+        # task started later waits in an earlier call: intent, plan or its first act).
         await wait_until(lambda: any((w / "f0.txt").exists() for w in workspaces),
                          "a task wrote its first file")
         with endpoint_fault(scripted_llm, status=500):
