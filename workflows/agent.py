@@ -208,8 +208,11 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Re
     def take_over(self, take: TakeOver) -> None:
         self._take_over_asked(take)
 
+    # A report still being recorded when the task ends is abandoned: the task's final
+    # record says what it ended as (a call that gives up tells its task, then fails it).
     @workflow.signal(name=MODEL_WAIT_SIGNAL, description="From a model call: it waits for "
-                     "its endpoint (the task is waiting_for_model), or the endpoint is back.")
+                     "its endpoint (the task is waiting_for_model), or the endpoint is back.",
+                     unfinished_policy=workflow.HandlerUnfinishedPolicy.ABANDON)
     async def model_wait(self, report: ModelWaitReport) -> None:
         await self._model_wait_reported(report)
 
