@@ -74,10 +74,14 @@ async def test_search_attributes_summaries_and_details_follow_the_task(
         updates = {u.name: u.description for u in details.definition.update_definitions}
         assert "call_id" in updates["decide_approval"]
         for call_id in ("1.0", "3.0"):
-            for _ in range(150):
-                if call_id in str(await handle.query(AgentTaskWorkflow.events, 0)):
+            # its approval is asked (a bare "1.0" also matched a number in any event)
+            for _ in range(300):
+                if any(e.type == "approval_required" and e.data.get("call_id") == call_id
+                       for e in await handle.query(AgentTaskWorkflow.events, 0)):
                     break
                 await asyncio.sleep(0.2)
+            else:
+                raise AssertionError(f"no approval asked for call {call_id} in 60 s")
             await handle.execute_update(AgentTaskWorkflow.decide_approval,
                                         ApprovalDecision(call_id=call_id, approved=True))
         result = await result_of(handle)
