@@ -183,8 +183,10 @@ async def outage_then_recovery(client, settings, scripted_llm, tmp_path: Path,
             await until_all_waiting(handles, timeout_s=30)
             await wait_until(lambda: listed_waiting(client, handles),
                              "the search attribute says waiting_for_model", timeout_s=30)
+            await wait_until(  # the rows follow the tasks' state (a local activity after it)
+                lambda: {store.get_task(h.id).status for h in handles} == {"waiting_for_model"},
+                "every row says waiting_for_model", timeout_s=30)
             rows = [store.get_task(h.id) for h in handles]
-            assert {row.status for row in rows} == {"waiting_for_model"}
             # Each row says why and since when (a 401 read `error: null` for hours)
             assert all("HTTP 500" in row.waiting["model"]["reason"]
                        and row.waiting["model"]["since"] for row in rows)
@@ -274,6 +276,9 @@ async def test_a_refused_key_waits_its_own_short_bound_and_says_why_meanwhile(
                 model=four_files_scenario(scripted_llm), enable_reflection=False,
                 enable_planning=False))
             await wait_until(lambda: all_waiting([handle]), "waiting_for_model", 30)
+            # the row follows the task's state (a local activity after it)
+            await wait_until(lambda: store.get_task(handle.id).status == "waiting_for_model",
+                             "the row says waiting_for_model", 30)
             row = store.get_task(handle.id)
             assert row.status == "waiting_for_model" and "401" in row.waiting["model"]["reason"]
             result = await asyncio.wait_for(result_of(handle), 60)
