@@ -22,7 +22,7 @@ import uuid
 from pathlib import Path
 
 from bench.bench_scale import scenario
-from bench.common import bench_settings, compile_bytecode, load_average
+from bench.common import bench_settings, compile_bytecode, load_average, process_cpu_s
 from refloop.contract.task import TaskInput
 from refloop.llm.scripted import ScriptedLLMProcess
 from refloop.runtime.client import connect
@@ -31,14 +31,6 @@ from refloop.store import hosts as host_rows
 from refloop.store.db import store_for
 from refloop.worker.temporal_server import EmbeddedTemporal
 from refloop.workflows.agent import AgentTaskWorkflow
-
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_s(pid: int) -> float:
-    """User + system seconds of a process so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 def spawn(address: str, queue: str, llm: str, db: str, host: str, root: Path) -> subprocess.Popen:
@@ -78,7 +70,7 @@ async def run_round(hosts: int, tasks: int, steps: int, latency_ms: int) -> tupl
                 workers.append(spawn(address, queue, llm.base_url, db, name, root / name))
             await registered(store, set(names))
             client = await connect(address, "default")
-            before = sum(cpu_s(w.pid) for w in workers)
+            before = sum(process_cpu_s(w.pid) for w in workers)
             started = time.perf_counter()
             handles = []
             for n in range(tasks):
@@ -94,7 +86,7 @@ async def run_round(hosts: int, tasks: int, steps: int, latency_ms: int) -> tupl
                     id=f"bench-{name}", task_queue=queue))
             results = await asyncio.gather(*(h.result() for h in handles))
             wall = time.perf_counter() - started
-            cpu = sum(cpu_s(w.pid) for w in workers) - before
+            cpu = sum(process_cpu_s(w.pid) for w in workers) - before
             assert all(r.status == "completed" for r in results), [r.status for r in results]
             return wall, cpu
         finally:

@@ -10,6 +10,7 @@
 
     python -m bench.bench_scale [--tasks 100] [--latency-ms 200] [--no-sandbox] [--rounds 4]
     python -m bench.bench_scale --sandbox-cost --rounds 2   # the agent, sandbox off vs on
+    python -m bench.bench_scale --levels 10,50,200   # tasks/min, CPU a step, retries
 
 The bare workflow runs on a stock Temporal worker (the floor an SDK user gets) and, to
 show what the agent's own orchestration costs, also on refloop's sandboxed runner
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import statistics
 import time
 import uuid
@@ -30,12 +32,13 @@ from collections.abc import AsyncIterator
 from typing import NamedTuple
 
 from temporalio import activity
+from temporalio.client import WorkflowHandle
 from temporalio.converter import DataConverter
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from bench.bare_workflow import STEPS, BareStepsWorkflow
-from bench.common import BenchEnv, bench_env
+from bench.common import BenchEnv, bench_env, load_average
 from refloop.contract.activity_io import RunToolInput
 from refloop.contract.messages import ChatMessage, Purpose
 from refloop.contract.tool_catalog import tool_specs
@@ -124,34 +127,67 @@ class BareActivities:
 class Timing(NamedTuple):
     wall_s: float
     cpu_s: float  # this process: the worker (the model and Temporal run elsewhere)
+    server_cpu_s: float = 0.0  # the Temporal dev server's
+    retries: int = 0  # activity attempts after the first, from the histories
+    duplicates: int = 0  # model requests repeating one already made (same task, same body)
 
 
 @contextlib.asynccontextmanager
-async def timed(into: list[Timing]) -> AsyncIterator[None]:
-    wall, cpu = time.perf_counter(), time.process_time()
+async def timed(into: list[Timing], env: BenchEnv) -> AsyncIterator[None]:
+    wall, cpu, server = time.perf_counter(), time.process_time(), env.server_cpu_s()
     yield
-    into.append(Timing(time.perf_counter() - wall, time.process_time() - cpu))
+    into.append(Timing(time.perf_counter() - wall, time.process_time() - cpu,
+                       env.server_cpu_s() - server))
+
+
+async def retried_attempts(handles: list[WorkflowHandle]) -> int:
+    """Attempts after the first of every activity the workflows ran (a started event
+    records the attempt it began)."""
+    retries = 0
+    for handle in handles:
+        async for event in handle.fetch_history_events():
+            if event.HasField("activity_task_started_event_attributes"):
+                retries += event.activity_task_started_event_attributes.attempt - 1
+    return retries
+
+
+def duplicate_requests(env: BenchEnv, names: list[str]) -> int:
+    """Model requests that repeat an earlier request of the same task word for word: a
+    call asked again after a retry, or a second execution of one activity."""
+    duplicates = 0
+    for name in names:
+        bodies = [json.dumps(request["body"], sort_keys=True)
+                  for request in env.llm.requests(model=name)]
+        duplicates += len(bodies) - len(set(bodies))
+    return duplicates
+
+
+async def counted(timing: Timing, env: BenchEnv, handles: list[WorkflowHandle],
+                  names: list[str]) -> Timing:
+    return timing._replace(retries=await retried_attempts(handles),
+                           duplicates=duplicate_requests(env, names))
 
 
 async def agent_batch(tasks: int, latency_ms: int, sandbox: bool) -> Timing:
     async with bench_env(refloop_workflow_sandbox=sandbox) as env:
 
-        async def run(batch: str, size: int, timing: list[Timing]) -> None:
-            async def agent(n: int) -> None:
-                result, _, _ = await env.run(f"{batch}{n}", None)
+        async def run(batch: str, size: int, timing: list[Timing]) -> list[WorkflowHandle]:
+            async def agent(n: int) -> WorkflowHandle:
+                result, _, handle = await env.run(f"{batch}{n}", None)
                 assert result.status == "completed", result.answer
+                return handle
 
             # Loaded before the clock starts, as for the bare workflow (a load is a blocking
             # HTTP call on the worker's event loop).
             for n in range(size):
                 env.prepare(f"{batch}{n}", scenario(STEPS, latency_ms))
-            async with timed(timing):
-                await asyncio.gather(*(agent(n) for n in range(size)))
+            async with timed(timing, env):
+                return await asyncio.gather(*(agent(n) for n in range(size)))
 
         await run("warm", tasks // 5, [])
         timing: list[Timing] = []
-        await run("timed", tasks, timing)
-        return timing[0]
+        handles = await run("timed", tasks, timing)
+        return await counted(timing[0], env, handles, [f"timed{n}" for n in range(tasks)])
 
 
 BARE_RUNNERS = {True: ("stock", "refloop"), False: ("stock",)}  # by `sandbox`
@@ -171,26 +207,31 @@ async def bare_batch(tasks: int, latency_ms: int, sandbox: bool, runner: str) ->
         bare = BareActivities(env)
         workflow_runner = bare_runner(runner, env.client.data_converter, sandbox)
 
-        async def run(batch: str, size: int, timing: list[Timing]) -> None:
+        async def run(batch: str, size: int, timing: list[Timing]) -> list[WorkflowHandle]:
             names = [f"{batch}{n}" for n in range(size)]
             for name in names:
                 env.llm.load(name, scenario(STEPS, latency_ms))
                 (env.root / name).mkdir()
-            async with timed(timing):
-                await asyncio.gather(*(env.client.execute_workflow(
+
+            async def bare_task(name: str) -> WorkflowHandle:
+                handle = await env.client.start_workflow(
                     BareStepsWorkflow.run, [name, str(env.root / name)],
                     id=f"{name}-{uuid.uuid4().hex[:6]}", task_queue=env.queue)
-                    for name in names))
+                await handle.result()
+                return handle
+
+            async with timed(timing, env):
+                return await asyncio.gather(*(bare_task(name) for name in names))
 
         async with Worker(env.client, task_queue=env.queue, workflows=[BareStepsWorkflow],
                           activities=[bare.model, bare.tool], workflow_runner=workflow_runner):
             await run("warm", tasks // 5, [])
             timing: list[Timing] = []
-            await run("timed", tasks, timing)
+            handles = await run("timed", tasks, timing)
             if bare.repeated_calls:
                 print(f"  (bare on the {runner} runner: {bare.repeated_calls} model calls ran "
                       "again and reused their answer)")
-            return timing[0]
+        return await counted(timing[0], env, handles, [f"timed{n}" for n in range(tasks)])
 
 
 async def concurrency(tasks: int, latency_ms: int, rounds: int, sandbox: bool) -> None:
@@ -222,6 +263,34 @@ async def concurrency(tasks: int, latency_ms: int, rounds: int, sandbox: bool) -
         print(f"  bare on the {runner} runner: agent/bare wall per round {rounds_text}; "
               f"wall ratio {wall:.3f}{target}, median round {median:.2f}, "
               f"worker CPU ratio {cpu:.3f}")
+
+
+async def levels(sizes: list[int], latency_ms: int) -> None:
+    """At each level, one agent batch and one bare batch (stock worker) of `size`
+    concurrent tasks, each in a fresh stack, bare first at odd levels: tasks a minute,
+    worker and Temporal CPU a step, retries and repeated model requests of each."""
+    print(f"levels: {STEPS}-step tasks, {latency_ms} ms model latency, "
+          f"load average {load_average()} at the start")
+    print("| tasks | agent tasks/min | bare tasks/min | agent/bare | worker CPU ms/step "
+          "agent (bare) | Temporal CPU ms/step agent (bare) | retries agent (bare) | "
+          "repeated model requests agent (bare) | load average |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for index, size in enumerate(sizes):
+        order = ["agent", "bare"] if index % 2 == 0 else ["bare", "agent"]
+        timings = {}
+        for batch in order:
+            timings[batch] = (await agent_batch(size, latency_ms, True) if batch == "agent"
+                              else await bare_batch(size, latency_ms, True, "stock"))
+        agent, bare = timings["agent"], timings["bare"]
+        steps = size * STEPS
+        rate = {batch: size * 60 / timing.wall_s for batch, timing in timings.items()}
+        print(f"| {size} | {rate['agent']:.1f} | {rate['bare']:.1f} | "
+              f"{rate['agent'] / rate['bare']:.2f} | "
+              f"{agent.cpu_s * 1000 / steps:.1f} ({bare.cpu_s * 1000 / steps:.1f}) | "
+              f"{agent.server_cpu_s * 1000 / steps:.1f} "
+              f"({bare.server_cpu_s * 1000 / steps:.1f}) | "
+              f"{agent.retries} ({bare.retries}) | {agent.duplicates} ({bare.duplicates}) | "
+              f"{load_average()} |", flush=True)
 
 
 async def sandbox_cost(tasks: int, latency_ms: int, rounds: int) -> None:
@@ -267,7 +336,10 @@ async def replay_speed(path: str) -> None:
 
 
 async def main(tasks: int, latency_ms: int, sandbox: bool, rounds: int,
-               only_sandbox_cost: bool) -> None:
+               only_sandbox_cost: bool, level_sizes: list[int] | None) -> None:
+    if level_sizes:
+        await levels(level_sizes, latency_ms)
+        return
     if only_sandbox_cost:
         await sandbox_cost(tasks, latency_ms, rounds)
         return
@@ -286,6 +358,10 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--sandbox-cost", action="store_true",
                         help="only measure the agent with the sandbox off against on")
+    parser.add_argument("--levels", type=lambda text: [int(n) for n in text.split(",")],
+                        help="only the agent against the bare workflow at each of these "
+                             "concurrent task counts, e.g. 10,50,200")
     args = parser.parse_args()
     asyncio.run(main(args.tasks, args.latency_ms, sandbox=not args.no_sandbox,
-                     rounds=args.rounds, only_sandbox_cost=args.sandbox_cost))
+                     rounds=args.rounds, only_sandbox_cost=args.sandbox_cost,
+                     level_sizes=args.levels))

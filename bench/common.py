@@ -36,6 +36,11 @@ class BenchEnv:
     root: Path
     settings: Settings
     queue: str
+    server_pid: int | None = None  # the dev server's process, for its CPU time
+
+    def server_cpu_s(self) -> float:
+        """CPU seconds the dev server has used so far (0 when it is not ours)."""
+        return process_cpu_s(self.server_pid) if self.server_pid else 0.0
 
     def prepare(self, name: str, scenario: dict) -> None:
         """Load scenario `name` into the scripted model and make its workspace."""
@@ -58,6 +63,12 @@ class BenchEnv:
         )
         result = await handle.result()
         return result, time.perf_counter() - started, handle
+
+
+def process_cpu_s(pid: int) -> float:
+    """User and system CPU seconds of a live process, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def compile_bytecode() -> None:
@@ -110,7 +121,8 @@ async def bench_env(agent_worker: bool = True, server: dict[str, Any] | None = N
                                     persistent=bench_server() == "sqlite", **(server or {}))
         client = await connect(await temporal.start(), "default")
         queue = f"bench-{uuid.uuid4().hex[:6]}"
-        env = BenchEnv(client, llm, root, settings, queue)
+        env = BenchEnv(client, llm, root, settings, queue,
+                       temporal.process.pid if temporal.process else None)
         try:
             if agent_worker:
                 async with build_worker(client, settings, queue):
