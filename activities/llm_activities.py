@@ -100,7 +100,7 @@ class LLMActivities:
         except BlobNotCached:
             stored, prompt = await asyncio.to_thread(self._conversation, inp,
                                                      self.store.get_blob)
-        tools = [*tool_specs(inp.tool_names),
+        tools = [*tool_specs(inp.tools()),
                  *await mcp_specs(inp.mcp_tools_ref, self.store.get_blob)]
         # Fitted to the model's window: old outputs masked, in what is stored too. Beating:
         # the first long prompt asks the endpoint its window (seconds, once a worker).

@@ -456,13 +456,14 @@ class AgentTaskWorkflow(QualityReviewPhase, CompletenessPhase, ApprovalPhase, Re
         """One model turn: the unsent turns go out, the stored conversation grows."""
         inp, conversation = self.state.input, self.state.conversation
         direct = self.state.planning.direct_answer
+        tool_names, every_tool = logic.act_tools([] if direct else self.tool_names)
         act = await self.activities.call(
             activity_calls.ACT,
             ActInput(
                 messages=conversation.unsent_turns,
                 conversation_ref=conversation.ref,
                 max_history_messages=inp.max_history_messages,
-                tool_names=[] if direct else self.tool_names,
+                tool_names=tool_names, every_tool=every_tool,
                 mcp_tools_ref=None if direct else self.state.mcp.specs_ref,
                 model=inp.model, endpoint=inp.endpoint,
                 parallel_tool_calls=False if inp.enable_quality_review else None,

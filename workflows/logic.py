@@ -504,3 +504,11 @@ def recent_events(events: list[Event], count: int, max_bytes: int) -> list[Event
             break
         kept.append(event)
     return kept[::-1]
+
+
+def act_tools(names: list[str]) -> tuple[list[str], bool]:
+    """How an `act` names its tools, (tool_names, every_tool): the whole catalogue by the
+    flag (170 bytes less of every step's history), any other list by name."""
+    if names and names == [spec.name for spec in tool_catalog.tool_specs()]:
+        return [], True
+    return names, False

@@ -92,12 +92,20 @@ class ActInput(BaseModel):
     # the turns added since the last act travel in `messages`.
     messages: list[ChatMessage]
     tool_names: list[str] = Field(default_factory=list)  # specs resolved by the activity
+    # Every tool of the catalogue, `tool_names` left empty: the usual list is 170 bytes of
+    # every step's history (False in runs recorded before)
+    every_tool: bool = False
     mcp_tools_ref: str | None = None  # blob of the task's MCP tool specs (MCP names)
     conversation_ref: str | None = None
     max_history_messages: int = 400
     model: str | None = None
     endpoint: ModelEndpoint | None = None  # a model config's endpoint
     parallel_tool_calls: bool | None = None
+
+
+    def tools(self) -> list[str] | None:
+        """The tool names to offer; None: the whole catalogue."""
+        return None if self.every_tool else self.tool_names
 
 
 class ContextReport(BaseModel):

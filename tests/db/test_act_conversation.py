@@ -11,9 +11,11 @@ from temporalio.testing import ActivityEnvironment
 from refloop.activities.llm_activities import LLMActivities
 from refloop.contract.activity_io import ActInput
 from refloop.contract.messages import ChatMessage
+from refloop.contract.tool_catalog import tool_specs
 from refloop.llm.gateway import LLMGateway
 from refloop.settings import Settings
 from refloop.store.db import Store
+from refloop.workflows import logic
 from tests.constants import TEST_DATABASE_URL
 from tests.llm_fixtures import unique_scenario
 
@@ -57,3 +59,22 @@ async def test_a_failed_model_call_fails_the_act_and_leaves_the_conversation_int
     assert failure.value.non_retryable and scripted_llm.base_url in str(failure.value)
     # The conversation write finished (content-addressed: the retry stores the same key).
     assert any("retry me" in text for text in store.blobs.entries.values())
+
+
+async def test_an_act_offers_every_tool_by_the_flag_and_only_the_named_ones_by_name(
+        scripted_llm):
+    model = unique_scenario(scripted_llm, {"act": [{"content": "a"}, {"content": "b"}]})
+    activities = activities_of(scripted_llm, Store(TEST_DATABASE_URL))
+    messages = [turn("system", "sys"), turn("user", "task")]
+    everything, names = logic.act_tools([spec.name for spec in tool_specs()])
+    assert (everything, names) == ([], True)  # the usual list travels as a flag
+    await ActivityEnvironment().run(activities.act, ActInput(
+        messages=messages, tool_names=everything, every_tool=names, model=model))
+    subset, flag = logic.act_tools(["read_file", "complete_step"])
+    assert (subset, flag) == (["read_file", "complete_step"], False)
+    await ActivityEnvironment().run(activities.act, ActInput(
+        messages=messages, tool_names=subset, every_tool=flag, model=model))
+    offered = [[tool["function"]["name"] for tool in request["body"]["tools"]]
+               for request in scripted_llm.requests(model=model)]
+    assert offered == [[spec.name for spec in tool_specs()], ["read_file", "complete_step"]]
+    assert logic.act_tools([]) == ([], False)  # a direct answer: no tools at all
