@@ -109,6 +109,8 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.bench_code_review
 	$(BIN)/python -m bench.bench_scale
 	$(BIN)/python -m bench.bench_scale --no-sandbox
+	$(BIN)/python -m bench.bench_scale --levels 10,50,200
+	$(BIN)/python -m bench.bench_payload_cost
 	$(BIN)/python -m bench.bench_sandbox
 	$(BIN)/python -m bench.bench_semantic
 	$(BIN)/python -m bench.bench_code_search

@@ -24,6 +24,7 @@ from refloop.llm.scripted import ScriptedLLMProcess
 from refloop.runtime.client import connect
 from refloop.runtime.net import free_port
 from refloop.settings import Settings
+from refloop.worker.admission import collector_tuned
 from refloop.worker.main import build_worker
 from refloop.worker.temporal_server import EmbeddedTemporal
 from refloop.workflows.agent import AgentTaskWorkflow
@@ -124,9 +125,10 @@ async def bench_env(agent_worker: bool = True, server: dict[str, Any] | None = N
         env = BenchEnv(client, llm, root, settings, queue,
                        temporal.process.pid if temporal.process else None)
         try:
-            if agent_worker:
-                async with build_worker(client, settings, queue):
-                    yield env
+            if agent_worker:  # as `refloop worker` serves (the bare floor: a stock worker)
+                with collector_tuned():
+                    async with build_worker(client, settings, queue):
+                        yield env
             else:
                 yield env
         finally:

@@ -25,7 +25,7 @@ from refloop.runtime.workspaces import workspace_roots
 from refloop.settings import Settings
 from refloop.store.db import Store, store_for
 from refloop.store.fleet import fleet_llm_rate
-from refloop.worker.admission import slots_for
+from refloop.worker.admission import collector_tuned, slots_for
 from refloop.worker.handover import taking_over, workflow_build_id
 from refloop.worker.hosts import HostIdentity, guarded, host_presence
 from refloop.worker.model_endpoint import model_endpoint
@@ -166,24 +166,25 @@ async def serving(client: Client, settings: Settings, task_queue: str | None = N
     once it polls."""
     queue = task_queue or settings.task_queue
     build = settings.refloop_build_id or workflow_build_id()
-    async with build_worker(client, settings, queue, announce=True) as worker, \
-            watching(client, queue, settings.store_id), \
-            taking_over(client, build, queue, settings.refloop_take_over_every_s), \
-            counting_tasks(store_for(settings.effective_database_url),
-                           settings.refloop_metrics_every_s):
-        timer = None
-        if warm_search and settings.refloop_semantic_index:
-            from refloop.search.runtime import start_warm_up
+    with collector_tuned():
+        async with build_worker(client, settings, queue, announce=True) as worker, \
+                watching(client, queue, settings.store_id), \
+                taking_over(client, build, queue, settings.refloop_take_over_every_s), \
+                counting_tasks(store_for(settings.effective_database_url),
+                               settings.refloop_metrics_every_s):
+            timer = None
+            if warm_search and settings.refloop_semantic_index:
+                from refloop.search.runtime import start_warm_up
 
-            timer = asyncio.get_running_loop().call_later(
-                WARM_UP_AFTER_S, start_warm_up, settings.search_model)
-        try:
-            yield worker
-        finally:
-            # A worker stopped within the delay never starts the load: cut off at exit
-            # inside the model runtime's native threads, it would abort the process.
-            if timer is not None:
-                timer.cancel()
+                timer = asyncio.get_running_loop().call_later(
+                    WARM_UP_AFTER_S, start_warm_up, settings.search_model)
+            try:
+                yield worker
+            finally:
+                # A worker stopped within the delay never starts the load: cut off at exit
+                # inside the model runtime's native threads, it would abort the process.
+                if timer is not None:
+                    timer.cancel()
 
 
 async def run_worker(settings: Settings) -> None:

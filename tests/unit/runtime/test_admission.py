@@ -1,11 +1,21 @@
-"""Admission: a worker's slots, sized to its CPUs unless the settings fix them."""
+"""Admission: a worker's slots, sized to its CPUs unless the settings fix them; its
+collector while it serves."""
 
 from __future__ import annotations
+
+import gc
 
 import pytest
 
 from refloop.settings import Settings
-from refloop.worker.admission import Slots, slots_for, usable_cpus, worker_slots
+from refloop.worker.admission import (
+    COLLECTOR_THRESHOLDS,
+    Slots,
+    collector_tuned,
+    slots_for,
+    usable_cpus,
+    worker_slots,
+)
 
 
 def test_unset_counts_are_sized_to_the_cpus():
@@ -37,3 +47,12 @@ def test_one_workflow_task_is_refused_naming_the_variable():
         Settings(refloop_worker_max_workflow_tasks=1)
     with pytest.raises(ValueError):
         Settings(refloop_worker_max_activities=-1)
+
+
+def test_a_serving_worker_freezes_start_up_and_collects_less_often_then_puts_both_back():
+    before = gc.get_threshold()
+    with collector_tuned():
+        assert gc.get_threshold() == COLLECTOR_THRESHOLDS
+        assert gc.get_freeze_count() > 0  # start-up's objects are out of every scan
+        assert COLLECTOR_THRESHOLDS[0] > before[0] and COLLECTOR_THRESHOLDS[2] > before[2]
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
