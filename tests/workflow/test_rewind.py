@@ -13,10 +13,12 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
+from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client, WorkflowFailureError
 
 from refloop.api import branching
 from refloop.checkpoints.rewind import run_checkpoints
+from refloop.contract import activity_calls
 from refloop.contract.task import TaskInput
 from refloop.runtime.client import connect
 from refloop.store.db import store_for
@@ -26,7 +28,16 @@ from refloop.workflows.agent import AgentTaskWorkflow
 from tests.e2e.test_cli import refloop
 from tests.llm_fixtures import unique_scenario
 from tests.proxy import DatabaseProxy
-from tests.workflow.helpers import CODING, HISTORIES, SUMMARY, call, events_of, final, plan_of
+from tests.workflow.helpers import (
+    CODING,
+    HISTORIES,
+    SUMMARY,
+    call,
+    events_of,
+    final,
+    plan_of,
+    wait_until,
+)
 
 UNDO = {"command": "undo_edit"}
 
@@ -43,6 +54,14 @@ async def checkpoints_taken(client: Client, workflow_id: str, count: int) -> Non
             return
         await asyncio.sleep(0.2)
     raise AssertionError(f"{count} checkpoints were not taken within 60 s")
+
+
+async def model_turn_running(client: Client, workflow_id: str) -> bool:
+    """Whether a worker runs the task's model turn now (the server lists it pending)."""
+    described = await client.get_workflow_handle(workflow_id).describe()
+    return any(pending.activity_type.name == activity_calls.ACT.name
+               and pending.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+               for pending in described.raw_description.pending_activities)
 
 
 async def start_writing(client: Client, task_queue: str, workspace: Path, model: str,
@@ -243,6 +262,10 @@ async def test_every_quality_review_of_a_rewound_task_keeps_its_own_row(
         workflow_id = await start_writing(client, task_queue, workspace, model,
                                           enable_quality_review=True)
         await checkpoints_taken(client, workflow_id, 2)
+        # b.md's review runs after its checkpoint: a rewind asked then comes before the
+        # next model turn, which would get c.md's answer. Asked once that turn is out.
+        await wait_until(lambda: model_turn_running(client, workflow_id),
+                         "c.md's model turn is in flight")
         await branching.rewind(client, workflow_id, 1)
         result = await client.get_workflow_handle_for(AgentTaskWorkflow.run,
                                                       workflow_id).result()
