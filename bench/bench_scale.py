@@ -186,12 +186,10 @@ async def retried_attempts(handles: list[Handle]) -> int:
 def duplicate_requests(env: BenchEnv, names: list[str]) -> int:
     """Model requests that repeat an earlier request of the same task word for word: a
     call asked again after a retry, or a second execution of one activity."""
-    duplicates = 0
-    for name in names:
-        bodies = [json.dumps(request["body"], sort_keys=True)
-                  for request in env.llm.requests(model=name)]
-        duplicates += len(bodies) - len(set(bodies))
-    return duplicates
+    wanted = set(names)
+    bodies = [(request["model"], json.dumps(request["body"], sort_keys=True))
+              for request in env.llm.requests() if request["model"] in wanted]
+    return len(bodies) - len(set(bodies))
 
 
 async def counted(timing: Timing, env: BenchEnv, handles: list[Handle],

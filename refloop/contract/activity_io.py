@@ -102,7 +102,6 @@ class ActInput(BaseModel):
     endpoint: ModelEndpoint | None = None  # a model config's endpoint
     parallel_tool_calls: bool | None = None
 
-
     def tools(self) -> list[str] | None:
         """The tool names to offer; None: the whole catalogue."""
         return None if self.every_tool else self.tool_names
