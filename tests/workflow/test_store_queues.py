@@ -5,7 +5,9 @@ loudly (the tasks would split between the two databases)."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+import time
 from pathlib import Path
 
 import pytest
@@ -16,8 +18,8 @@ from refloop.settings import Settings
 from refloop.worker.main import serving
 from refloop.worker.ownership import (
     FIRST_LOOK_AFTER_S,
-    LOOK_EVERY_S,
     STORE_TAG,
+    look_delays,
     queue_pollers,
 )
 from tests.workflow.helpers import wait_until
@@ -51,12 +53,19 @@ async def test_a_worker_of_another_store_on_the_queue_is_reported(
     with caplog.at_level(logging.ERROR, logger="refloop.ownership"):
         async with serving(other_client, other, task_queue):
             await polled_by(client, task_queue, other.store_id)
+            other_polls = time.monotonic()  # its watch began a little before
             # Joining after the other worker's first look: it sees this one at a later
-            # look, well before its slow watch's next minute.
+            # look of its schedule (the one after next at the latest: its watch began
+            # before it was seen polling), well before its slow watch's minute.
             await asyncio.sleep(FIRST_LOOK_AFTER_S + 1)
             async with serving(client, mine):
+                await polled_by(client, task_queue, mine.store_id)
+                joined = time.monotonic() - other_polls
+                looks = itertools.accumulate(look_delays())
+                next(look for look in looks if look > joined)
                 await wait_until(lambda: caplog.text.count("ANOTHER store") >= 2,
-                                 "each worker's report of the other", timeout_s=LOOK_EVERY_S / 2)
+                                 "each worker's report of the other",
+                                 timeout_s=next(looks) - joined + 10)
                 await asyncio.sleep(0.5)  # no second report of the same worker
     reports = [r.getMessage() for r in caplog.records if "ANOTHER store" in r.getMessage()]
     assert len(reports) == 2, reports
