@@ -110,6 +110,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.bench_scale
 	$(BIN)/python -m bench.bench_scale --no-sandbox
 	$(BIN)/python -m bench.bench_scale --levels 10,50,200
+	$(BIN)/python -m bench.bench_scale --eager-cost --tasks 50 --rounds 4 --latency-ms 300
 	$(BIN)/python -m bench.bench_payload_cost
 	$(BIN)/python -m bench.bench_sandbox
 	$(BIN)/python -m bench.bench_semantic

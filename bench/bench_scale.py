@@ -232,7 +232,10 @@ def bare_runner(label: str, converter: DataConverter, sandbox: bool) -> Workflow
     return sandbox_runner(converter, SANDBOX_RESTRICTIONS)
 
 
-async def bare_batch(tasks: int, latency_ms: int, sandbox: bool, runner: str) -> Timing:
+async def bare_batch(tasks: int, latency_ms: int, sandbox: bool, runner: str,
+                     eager: bool = True) -> Timing:
+    """`eager=False`: the server dispatches the bare workflow's activities through its task
+    queue, as it does refloop's tool calls (they go to the workspace's host)."""
     async with bench_env(agent_worker=False) as env:
         bare = BareActivities(env)
         workflow_runner = bare_runner(runner, env.client.data_converter, sandbox)
@@ -254,7 +257,8 @@ async def bare_batch(tasks: int, latency_ms: int, sandbox: bool, runner: str) ->
                 return await asyncio.gather(*(bare_task(name) for name in names))
 
         async with Worker(env.client, task_queue=env.queue, workflows=[BareStepsWorkflow],
-                          activities=[bare.model, bare.tool], workflow_runner=workflow_runner):
+                          activities=[bare.model, bare.tool], workflow_runner=workflow_runner,
+                          disable_eager_activity_execution=not eager):
             await run("warm", tasks // 5, [])
             timing: list[Timing] = []
             handles = await run("timed", tasks, timing)
@@ -325,6 +329,27 @@ async def levels(sizes: list[int], latency_ms: int) -> None:
               flush=True)
 
 
+async def eager_cost(tasks: int, latency_ms: int, rounds: int) -> None:
+    """The bare workflow with its activities dispatched eagerly (in the workflow task's
+    answer) against through the task queue (a poll, a match, a start of their own),
+    rounds alternating: what the dev server pays for an activity it has to match."""
+    times: dict[bool, list[Timing]] = {True: [], False: []}
+    for round_number in range(rounds):
+        for eager in (True, False) if round_number % 2 == 0 else (False, True):
+            times[eager].append(await bare_batch(tasks, latency_ms, True, "stock", eager))
+    activities = tasks * STEPS * 2  # a model call and a tool call a step
+    print(f"eager dispatch: {tasks} concurrent bare tasks x {STEPS} steps, {rounds} rounds, "
+          f"load average {load_average()}")
+    for eager, label in ((True, "eager"), (False, "matched")):
+        runs = times[eager]
+        print(f"  {label}: tasks/min {', '.join(f'{tasks * 60 / t.wall_s:.1f}' for t in runs)}; "
+              f"Temporal CPU ms/step "
+              f"{', '.join(f'{t.server_cpu_s * 1000 / (tasks * STEPS):.1f}' for t in runs)}")
+    extra = (sum(t.server_cpu_s for t in times[False])
+             - sum(t.server_cpu_s for t in times[True])) / rounds
+    print(f"  Temporal CPU for each matched activity: {extra * 1000 / activities:.1f} ms")
+
+
 async def sandbox_cost(tasks: int, latency_ms: int, rounds: int) -> None:
     """REFLOOP_WORKFLOW_SANDBOX off against on, agent batches only, rounds alternating."""
     times: dict[bool, list[Timing]] = {True: [], False: []}
@@ -368,7 +393,11 @@ async def replay_speed(path: str) -> None:
 
 
 async def main(tasks: int, latency_ms: int, sandbox: bool, rounds: int,
-               only_sandbox_cost: bool, level_sizes: list[int] | None) -> None:
+               only_sandbox_cost: bool, level_sizes: list[int] | None,
+               only_eager_cost: bool = False) -> None:
+    if only_eager_cost:
+        await eager_cost(tasks, latency_ms, rounds)
+        return
     if level_sizes:
         await levels(level_sizes, latency_ms)
         return
@@ -393,7 +422,10 @@ if __name__ == "__main__":
     parser.add_argument("--levels", type=lambda text: [int(n) for n in text.split(",")],
                         help="only the agent against the bare workflow at each of these "
                              "concurrent task counts, e.g. 10,50,200")
+    parser.add_argument("--eager-cost", action="store_true",
+                        help="only measure the bare workflow with its activities dispatched "
+                             "eagerly against through the task queue")
     args = parser.parse_args()
     asyncio.run(main(args.tasks, args.latency_ms, sandbox=not args.no_sandbox,
                      rounds=args.rounds, only_sandbox_cost=args.sandbox_cost,
-                     level_sizes=args.levels))
+                     level_sizes=args.levels, only_eager_cost=args.eager_cost))
