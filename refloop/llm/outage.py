@@ -119,9 +119,11 @@ class Turn:
 class EndpointGates:
     """Per endpoint (base URL) on this worker: up, or down with one probe at a time."""
 
-    def __init__(self, probe_s: float, rng: random.Random | None = None) -> None:
+    def __init__(self, probe_s: float, rng: random.Random | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.probe_s = probe_s
         self.rng = rng or random.Random()
+        self.clock = clock
         self.down: dict[str, EndpointDown] = {}
 
     def is_down(self, base_url: str) -> bool:
@@ -142,7 +144,7 @@ class EndpointGates:
     def _probe_due(self, state: EndpointDown, caller: str | None) -> bool:
         """A probe is due, and to `caller`: the last probe's own call keeps its turn for
         one interval past its time; after that (the call gone), anyone's."""
-        now = time.monotonic()
+        now = self.clock()
         if now < state.next_probe:
             return False
         return state.prober in (None, caller) or now >= state.next_probe + self.probe_s
@@ -155,9 +157,9 @@ class EndpointGates:
         spread = self.rng.uniform(0, release_spread(self.probe_s))
         if state is None:
             return 0.1 + spread
-        if state.probing or time.monotonic() >= state.next_probe:  # out, or another's turn
+        if state.probing or self.clock() >= state.next_probe:  # out, or another's turn
             return self.probe_s / 4 + spread
-        return max(state.next_probe - time.monotonic(), 0.1) + spread
+        return max(state.next_probe - self.clock(), 0.1) + spread
 
     def park(self, base_url: str, waiter: str) -> float:
         """A call of `waiter` (its workflow) waits for the endpoint outside any attempt: it
@@ -184,7 +186,7 @@ class EndpointGates:
     def failed(self, base_url: str, turn: Turn, err: LLMError) -> None:
         """A request failed in a way the endpoint may recover from. A failed probe (or the
         first failure) sets the next probe's time; others only update the last error."""
-        now = time.monotonic()
+        now = self.clock()
         state = self.down.get(base_url)
         if state is None:
             state = self.down[base_url] = EndpointDown(since=now, last_error=str(err))
