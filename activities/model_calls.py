@@ -171,8 +171,7 @@ def _outage_watch() -> OutageWatch | None:
     episode = _carried(EPISODE_KEY)
     watch = OutageWatch(since=_carried_wait_start(), notify=_tell_task,
                         waiter=info.workflow_id if parks else None,
-                        told_episode=episode if isinstance(episode, str) else None,
-                        caller=f"{info.workflow_run_id}/{info.activity_id}")
+                        told_episode=episode if isinstance(episode, str) else None)
     status = _carried(STATUS_KEY)
     watch.status = status if isinstance(status, int) else None
     return watch

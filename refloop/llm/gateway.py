@@ -458,7 +458,7 @@ class LLMGateway:
             return await self._traced_once(purpose, model, kwargs, client, base_url)
         name = endpoint_name(base_url)
         settings = self.settings
-        turn = self.gates.try_turn(base_url, watch.caller)
+        turn = self.gates.try_turn(base_url)
         if turn is None:
             error = self.gates.last_error(base_url)
             if watch.waiter is not None:

@@ -92,10 +92,6 @@ class EndpointDown:
     failures: int = 0  # failed probes in a row
     next_probe: float = 0.0  # monotonic
     probing: bool = False
-    # The call whose request failed last as the probe: the next probe is its own for one
-    # interval past its time, so a call that comes first in between parks instead of
-    # sending (the probe's retry waits on Temporal's side, later under load)
-    prober: str | None = None
     parked: set[str] = field(default_factory=set)  # who to wake when it answers
     # This outage, as against an earlier one at this endpoint: a call told its task of an
     # earlier one (which another request's answer ended) tells it again
@@ -110,44 +106,32 @@ class EndpointDown:
 @dataclass(frozen=True)
 class Turn:
     """How a request got through the gate: `probe` when it tries a down endpoint for
-    everyone waiting on it; `caller`, the call it is (its attempts share it)."""
+    everyone waiting on it."""
 
     probe: bool = False
-    caller: str | None = None
 
 
 class EndpointGates:
     """Per endpoint (base URL) on this worker: up, or down with one probe at a time."""
 
-    def __init__(self, probe_s: float, rng: random.Random | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, probe_s: float, rng: random.Random | None = None) -> None:
         self.probe_s = probe_s
         self.rng = rng or random.Random()
-        self.clock = clock
         self.down: dict[str, EndpointDown] = {}
 
     def is_down(self, base_url: str) -> bool:
         return base_url in self.down
 
-    def try_turn(self, base_url: str, caller: str | None = None) -> Turn | None:
-        """A request of `caller` to `base_url` may go now (as the probe, when it is down and
-        a probe is due to it); None: it is down and not this request's turn."""
+    def try_turn(self, base_url: str) -> Turn | None:
+        """A request to `base_url` may go now (as the probe, when it is down and a probe is
+        due); None: it is down and not this request's turn."""
         state = self.down.get(base_url)
         if state is None:
-            return Turn(caller=caller)
-        if not state.probing and self._probe_due(state, caller):
+            return Turn()
+        if not state.probing and time.monotonic() >= state.next_probe:
             state.probing = True
-            state.prober = caller
-            return Turn(probe=True, caller=caller)
+            return Turn(probe=True)
         return None
-
-    def _probe_due(self, state: EndpointDown, caller: str | None) -> bool:
-        """A probe is due, and to `caller`: the last probe's own call keeps its turn for
-        one interval past its time; after that (the call gone), anyone's."""
-        now = self.clock()
-        if now < state.next_probe:
-            return False
-        return state.prober in (None, caller) or now >= state.next_probe + self.probe_s
 
     def retry_in(self, base_url: str) -> float:
         """Seconds until a call that could not go should try again: the next probe (or a
@@ -157,9 +141,9 @@ class EndpointGates:
         spread = self.rng.uniform(0, release_spread(self.probe_s))
         if state is None:
             return 0.1 + spread
-        if state.probing or self.clock() >= state.next_probe:  # out, or another's turn
+        if state.probing:
             return self.probe_s / 4 + spread
-        return max(state.next_probe - self.clock(), 0.1) + spread
+        return max(state.next_probe - time.monotonic(), 0.1) + spread
 
     def park(self, base_url: str, waiter: str) -> float:
         """A call of `waiter` (its workflow) waits for the endpoint outside any attempt: it
@@ -186,7 +170,7 @@ class EndpointGates:
     def failed(self, base_url: str, turn: Turn, err: LLMError) -> None:
         """A request failed in a way the endpoint may recover from. A failed probe (or the
         first failure) sets the next probe's time; others only update the last error."""
-        now = self.clock()
+        now = time.monotonic()
         state = self.down.get(base_url)
         if state is None:
             state = self.down[base_url] = EndpointDown(since=now, last_error=str(err))
@@ -195,7 +179,6 @@ class EndpointGates:
         if turn.probe or state.failures == 0:
             state.failures += 1
             state.probing = False
-            state.prober = turn.caller
             state.next_probe = now + probe_delay(state.failures, err.retry_after, self.probe_s)
         elif err.retry_after:
             state.next_probe = max(state.next_probe, now + min(err.retry_after,
@@ -216,7 +199,6 @@ class EndpointGates:
         state = self.down.get(base_url)
         if state is not None and turn.probe:
             state.probing = False
-            state.prober = None
             state.notify()
 
 
@@ -234,11 +216,10 @@ class OutageWatch:
 
     def __init__(self, since: float | None = None, notify: Notify | None = None,
                  clock: Callable[[], float] = time.time, waiter: str | None = None,
-                 told_episode: str | None = None, caller: str | None = None) -> None:
+                 told_episode: str | None = None) -> None:
         self.since = since  # wall-clock start of the wait (None: not waiting)
         self.notify = notify
         self.waiter = waiter  # the workflow a parked call's task is (None: it cannot park)
-        self.caller = caller  # the call, the same in each of its attempts (the gate's key)
         self.clock = clock
         self.told = since is not None  # an earlier attempt of the call told its task
         self.told_episode = told_episode  # of which outage (None: not known)

@@ -271,38 +271,3 @@ async def test_a_garbled_answer_over_http_is_the_endpoints_fault(scripted_llm, s
     assert text.startswith(scripted_llm.base_url) and recoverable(err.value)
     for name in ("UnicodeDecodeError", "JSONDecodeError", "codec", "Error"):
         assert name not in text, text
-
-
-def test_the_probe_stays_with_its_call_for_an_interval_past_its_time():
-    """A call that comes between a failed probe and that call's retry (which Temporal
-    sends late under load) is turned away rather than probing in its place."""
-    now = [100.0]
-    gates = EndpointGates(probe_s=0.4, rng=random.Random(2), clock=lambda: now[0])
-    assert gates.try_turn(URL, "prober") == Turn(caller="prober")
-    gates.failed(URL, Turn(caller="prober"), LLMTransportError("HTTP 503", 503))
-    now[0] += 0.06  # the probe is due (0.05 s): to the call that failed
-    assert gates.try_turn(URL, "another") is None
-    assert gates.retry_in(URL) >= 0.1  # not at once: it is another call's turn
-    now[0] += 0.38  # still within the interval past its time
-    assert gates.try_turn(URL, "another") is None
-    probe = gates.try_turn(URL, "prober")
-    assert probe == Turn(probe=True, caller="prober")
-    gates.failed(URL, probe, LLMTransportError("HTTP 503", 503))
-    now[0] += 0.1 + 0.4  # past the due time (0.1 s) and its interval: the call is gone
-    taken = gates.try_turn(URL, "another")
-    assert taken == Turn(probe=True, caller="another")
-    gates.failed(URL, taken, LLMTransportError("HTTP 503", 503))
-    now[0] += 0.21
-    assert gates.try_turn(URL, "prober") is None  # the probe is the other call's now
-    assert gates.try_turn(URL, "another") is not None
-
-
-def test_a_cancelled_probe_leaves_the_turn_to_anyone():
-    now = [100.0]
-    gates = EndpointGates(probe_s=0.4, clock=lambda: now[0])
-    gates.failed(URL, Turn(caller="prober"), LLMTransportError("HTTP 500"))
-    now[0] += 0.06
-    probe = gates.try_turn(URL, "prober")
-    assert probe is not None
-    gates.abandoned(URL, probe)
-    assert gates.try_turn(URL, "another") == Turn(probe=True, caller="another")
